@@ -1,0 +1,563 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Options configures Open. The zero value is the durable default.
+type Options struct {
+	// NoSync skips fsync on commit. A crash may then lose recent commits
+	// (never corrupt the file). For tests and benchmarks only.
+	NoSync bool
+	// CompressThreshold is the size from which event data and module bytes
+	// are stored zstd-compressed; 0 means 1 KiB, negative disables it.
+	CompressThreshold int
+	// LockTimeout is how long Open waits for another process to release the
+	// file; 0 means 1 second.
+	LockTimeout time.Duration
+}
+
+var (
+	bucketRuns    = []byte("runs")
+	bucketEvents  = []byte("events")
+	bucketTimers  = []byte("timers")
+	bucketAsks    = []byte("asks")
+	bucketHooks   = []byte("hooks")
+	bucketPlugins = []byte("plugins")
+	bucketModules = []byte("modules")
+	bucketMeta    = []byte("meta")
+)
+
+// schemaVersion is written on first open and checked on every open.
+const schemaVersion = 1
+
+// Bolt is the embedded store: one bbolt file.
+type Bolt struct {
+	db        *bolt.DB
+	threshold int
+	mu        sync.RWMutex
+	closed    bool
+}
+
+var _ Store = (*Bolt)(nil)
+
+// Open opens or creates the store file at path. opts may be nil.
+func Open(path string, opts *Options) (*Bolt, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.CompressThreshold == 0 {
+		o.CompressThreshold = 1024
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = time.Second
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync, NoFreelistSync: true})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get([]byte("schema")); v != nil {
+			if len(v) != 4 || binary.BigEndian.Uint32(v) != schemaVersion {
+				return fmt.Errorf("%w: schema version %x, this build reads %d", ErrCorrupt, v, schemaVersion)
+			}
+			return nil
+		}
+		return meta.Put([]byte("schema"), binary.BigEndian.AppendUint32(nil, schemaVersion))
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Bolt{db: db, threshold: o.CompressThreshold}, nil
+}
+
+// Path returns the file the store lives in.
+func (s *Bolt) Path() string { return s.db.Path() }
+
+// Close closes the file.
+func (s *Bolt) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.db.Close()
+}
+
+func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.db.Update(fn)
+}
+
+// CreateRun implements Store.
+func (s *Bolt) CreateRun(ctx context.Context, run Run, b Batch) error {
+	if err := ValidRunID(run.ID); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
+			return fmt.Errorf("%w: %s", ErrRunExists, run.ID)
+		}
+		if b.Run == nil {
+			r := run
+			b.Run = &r
+		}
+		return s.apply(tx, run.ID, 0, b)
+	})
+}
+
+// Append implements Store.
+func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b Batch) error {
+	return s.update(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		var cur Run
+		if err := json.Unmarshal(v, &cur); err != nil {
+			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
+		}
+		if cur.LastSeq != expectLastSeq {
+			return fmt.Errorf("%w: run %s is at event %d, not %d", ErrSeqConflict, runID, cur.LastSeq, expectLastSeq)
+		}
+		if b.Run == nil {
+			if len(b.Events) > 0 {
+				cur.LastSeq = b.Events[len(b.Events)-1].Seq
+			}
+			b.Run = &cur
+		}
+		return s.apply(tx, runID, expectLastSeq, b)
+	})
+}
+
+func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
+	events := tx.Bucket(bucketEvents)
+	for i, e := range b.Events {
+		if e.Seq != last+uint64(i)+1 {
+			return fmt.Errorf("%w: event %d of run %s should have seq %d", ErrBadBatch, e.Seq, runID, last+uint64(i)+1)
+		}
+		key := eventKey(runID, e.Seq)
+		if events.Get(key) != nil {
+			// The run record and the log disagree; refuse rather than
+			// overwrite the truth.
+			return fmt.Errorf("%w: run %s already has event %d", ErrSeqConflict, runID, e.Seq)
+		}
+		v, err := encodeEvent(e, s.threshold)
+		if err != nil {
+			return err
+		}
+		if err := events.Put(key, v); err != nil {
+			return err
+		}
+	}
+	newLast := last + uint64(len(b.Events))
+	if b.Run.ID != runID || b.Run.LastSeq != newLast {
+		return fmt.Errorf("%w: run record %s at seq %d does not match log at %d", ErrBadBatch, b.Run.ID, b.Run.LastSeq, newLast)
+	}
+	rv, err := json.Marshal(b.Run)
+	if err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketRuns).Put([]byte(runID), rv); err != nil {
+		return err
+	}
+	timers := tx.Bucket(bucketTimers)
+	for _, t := range b.DeleteTimers {
+		if err := timers.Delete(timerKey(t)); err != nil {
+			return err
+		}
+	}
+	for _, t := range b.PutTimers {
+		if t.RunID != runID {
+			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
+		}
+		tv, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		if err := timers.Put(timerKey(t), tv); err != nil {
+			return err
+		}
+	}
+	asks := tx.Bucket(bucketAsks)
+	for _, a := range b.PutAsks {
+		if a.RunID != runID || a.ID == "" {
+			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
+		}
+		av, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		if err := asks.Put([]byte(a.ID), av); err != nil {
+			return err
+		}
+	}
+	hooks := tx.Bucket(bucketHooks)
+	for _, tok := range b.ReleaseHooks {
+		v := hooks.Get([]byte(tok))
+		if v == nil {
+			continue
+		}
+		var h Hook
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, tok, err)
+		}
+		if h.RunID == runID {
+			if err := hooks.Delete([]byte(tok)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Run implements Store.
+func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
+	var r Run
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, id)
+		}
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, id, err)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// Runs implements Store.
+func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
+	var out []Run
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+			var r Run
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
+			}
+			if (f.Status == "" || r.Status == f.Status) && (f.Tool == "" || r.Tool == f.Tool) {
+				out = append(out, r)
+			}
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID > out[j].ID
+	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, err
+}
+
+// Events implements Store.
+func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error) {
+	var out []Event
+	err := s.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketRuns).Get([]byte(runID)) == nil {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		prefix := append([]byte(runID), 0)
+		c := tx.Bucket(bucketEvents).Cursor()
+		for k, v := c.Seek(eventKey(runID, after+1)); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if len(k) != len(prefix)+8 {
+				continue
+			}
+			e, err := decodeEvent(binary.BigEndian.Uint64(k[len(prefix):]), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DueTimers implements Store.
+func (s *Bolt) DueTimers(ctx context.Context, now time.Time, limit int) ([]Timer, error) {
+	var out []Timer
+	end := uint64(now.UnixNano())
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketTimers).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) < 8 || binary.BigEndian.Uint64(k) > end {
+				break
+			}
+			var t Timer
+			if err := json.Unmarshal(v, &t); err != nil {
+				return fmt.Errorf("%w: timer: %v", ErrCorrupt, err)
+			}
+			out = append(out, t)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// NextTimer implements Store.
+func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
+	var t Timer
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		_, v := tx.Bucket(bucketTimers).Cursor().First()
+		if v == nil {
+			return nil
+		}
+		ok = true
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("%w: timer: %v", ErrCorrupt, err)
+		}
+		return nil
+	})
+	return t, ok, err
+}
+
+// Ask implements Store.
+func (s *Bolt) Ask(ctx context.Context, id string) (Ask, error) {
+	var a Ask
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketAsks).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrAskNotFound, id)
+		}
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("%w: question %s: %v", ErrCorrupt, id, err)
+		}
+		return nil
+	})
+	return a, err
+}
+
+// Asks implements Store.
+func (s *Bolt) Asks(ctx context.Context, openOnly bool) ([]Ask, error) {
+	var out []Ask
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAsks).ForEach(func(k, v []byte) error {
+			var a Ask
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, k, err)
+			}
+			if !openOnly || a.Open {
+				out = append(out, a)
+			}
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, err
+}
+
+// ClaimHook implements Store.
+func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32) (string, error) {
+	if token == "" {
+		return "", fmt.Errorf("%w: empty hook token", ErrBadBatch)
+	}
+	var holder string
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketHooks)
+		if v := b.Get([]byte(token)); v != nil {
+			var h Hook
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, token, err)
+			}
+			if h.RunID != runID {
+				holder = h.RunID
+				return nil
+			}
+		}
+		v, err := json.Marshal(Hook{Token: token, RunID: runID, HookID: hookID})
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(token), v)
+	})
+	return holder, err
+}
+
+// Hook implements Store.
+func (s *Bolt) Hook(ctx context.Context, token string) (Hook, error) {
+	var h Hook
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketHooks).Get([]byte(token))
+		if v == nil {
+			return fmt.Errorf("%w: %q", ErrHookNotFound, token)
+		}
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, token, err)
+		}
+		return nil
+	})
+	return h, err
+}
+
+// PutPlugin implements Store.
+func (s *Bolt) PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, error) {
+	if p.Name == "" || strings.ContainsRune(p.Name, 0) {
+		return Plugin{}, fmt.Errorf("%w: plugin name %q", ErrBadBatch, p.Name)
+	}
+	if p.ModuleHash == "" {
+		return Plugin{}, fmt.Errorf("%w: plugin %s has no module hash", ErrBadBatch, p.Name)
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		plugins := tx.Bucket(bucketPlugins)
+		latest := 0
+		prefix := append([]byte(p.Name), 0)
+		c := plugins.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(k) == len(prefix)+4 {
+				latest = int(binary.BigEndian.Uint32(k[len(prefix):]))
+			}
+		}
+		p.Version = latest + 1
+		p.Size = len(module)
+		v, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		if err := plugins.Put(pluginKey(p.Name, p.Version), v); err != nil {
+			return err
+		}
+		modules := tx.Bucket(bucketModules)
+		if modules.Get([]byte(p.ModuleHash)) == nil {
+			return modules.Put([]byte(p.ModuleHash), packValue(nil, module, s.threshold))
+		}
+		return nil
+	})
+	if err != nil {
+		return Plugin{}, err
+	}
+	return p, nil
+}
+
+// Plugin implements Store.
+func (s *Bolt) Plugin(ctx context.Context, name string, version int) (Plugin, error) {
+	var p Plugin
+	err := s.view(func(tx *bolt.Tx) error {
+		plugins := tx.Bucket(bucketPlugins)
+		var v []byte
+		if version > 0 {
+			v = plugins.Get(pluginKey(name, version))
+		} else {
+			prefix := append([]byte(name), 0)
+			c := plugins.Cursor()
+			for k, kv := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, kv = c.Next() {
+				if len(k) == len(prefix)+4 {
+					v = kv
+				}
+			}
+		}
+		if v == nil {
+			if version > 0 {
+				return fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
+			}
+			return fmt.Errorf("%w: %s", ErrPluginNotFound, name)
+		}
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, name, err)
+		}
+		return nil
+	})
+	return p, err
+}
+
+// Plugins implements Store.
+func (s *Bolt) Plugins(ctx context.Context) ([]Plugin, error) {
+	var out []Plugin
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPlugins).ForEach(func(k, v []byte) error {
+			var p Plugin
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, k, err)
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Module implements Store.
+func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketModules).Get([]byte(hash))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrModuleNotFound, hash)
+		}
+		data, err := unpackValue(v)
+		if err != nil {
+			return fmt.Errorf("module %s: %w", hash, err)
+		}
+		out = append([]byte(nil), data...)
+		return nil
+	})
+	return out, err
+}
+
+// ValidRunID reports whether id can name a run: 1-128 letters, digits and
+// - _ . : (which keeps ids printable and free of the key separator).
+func ValidRunID(id string) error {
+	if id == "" || len(id) > 128 {
+		return fmt.Errorf("%w: run id must be 1-128 characters", ErrBadBatch)
+	}
+	for _, r := range id {
+		ok := r == '-' || r == '_' || r == '.' || r == ':' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !ok {
+			return fmt.Errorf("%w: run id %q may hold only letters, digits and - _ . :", ErrBadBatch, id)
+		}
+	}
+	return nil
+}

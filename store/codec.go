@@ -1,0 +1,134 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Stored values start with a flag byte saying whether the rest is
+// zstd-compressed. Small values are stored as they are: compressing them
+// costs more than it saves.
+const (
+	flagRaw  byte = 0
+	flagZstd byte = 1
+)
+
+// maxDecoded bounds what one stored value may decompress to, so a corrupt
+// or hostile frame cannot make the host allocate without bound.
+const maxDecoded = 256 << 20
+
+var (
+	zOnce sync.Once
+	zEnc  *zstd.Encoder
+	zDec  *zstd.Decoder
+)
+
+func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
+	zOnce.Do(func() {
+		var err error
+		zEnc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			panic(err) // only on invalid options
+		}
+		zDec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded))
+		if err != nil {
+			panic(err)
+		}
+	})
+	return zEnc, zDec
+}
+
+// packValue appends the stored form of data to dst: compressed when it is
+// at least threshold bytes and compression helps.
+func packValue(dst, data []byte, threshold int) []byte {
+	if threshold > 0 && len(data) >= threshold {
+		enc, _ := zstdCodec()
+		start := len(dst)
+		dst = append(dst, flagZstd)
+		dst = enc.EncodeAll(data, dst)
+		if len(dst)-start-1 < len(data) {
+			return dst
+		}
+		dst = dst[:start]
+	}
+	dst = append(dst, flagRaw)
+	return append(dst, data...)
+}
+
+// unpackValue returns the data of a stored value. The result may alias v.
+func unpackValue(v []byte) ([]byte, error) {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("%w: empty value", ErrCorrupt)
+	}
+	switch v[0] {
+	case flagRaw:
+		return v[1:], nil
+	case flagZstd:
+		_, dec := zstdCodec()
+		out, err := dec.DecodeAll(v[1:], nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("%w: unknown value flag %#x", ErrCorrupt, v[0])
+	}
+}
+
+// Event values: time (i64 unix nanoseconds, big-endian), kind length (u8),
+// kind, then the packed data.
+func encodeEvent(e Event, threshold int) ([]byte, error) {
+	if len(e.Kind) == 0 || len(e.Kind) > 255 {
+		return nil, fmt.Errorf("%w: event kind %q must be 1-255 bytes", ErrBadBatch, e.Kind)
+	}
+	b := make([]byte, 0, 9+len(e.Kind)+1+len(e.Data))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
+	b = append(b, byte(len(e.Kind)))
+	b = append(b, e.Kind...)
+	return packValue(b, e.Data, threshold), nil
+}
+
+func decodeEvent(seq uint64, v []byte) (Event, error) {
+	if len(v) < 10 {
+		return Event{}, fmt.Errorf("%w: event %d too short", ErrCorrupt, seq)
+	}
+	ts := int64(binary.BigEndian.Uint64(v))
+	kl := int(v[8])
+	if kl == 0 || len(v) < 9+kl+1 {
+		return Event{}, fmt.Errorf("%w: event %d kind length", ErrCorrupt, seq)
+	}
+	kind := string(v[9 : 9+kl])
+	data, err := unpackValue(v[9+kl:])
+	if err != nil {
+		return Event{}, fmt.Errorf("event %d: %w", seq, err)
+	}
+	// bbolt's memory is only valid inside the transaction.
+	data = append([]byte(nil), data...)
+	return Event{Seq: seq, Time: time.Unix(0, ts).UTC(), Kind: kind, Data: data}, nil
+}
+
+func eventKey(runID string, seq uint64) []byte {
+	k := make([]byte, 0, len(runID)+9)
+	k = append(k, runID...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func timerKey(t Timer) []byte {
+	k := make([]byte, 0, 8+len(t.RunID)+1+len(t.ID))
+	k = binary.BigEndian.AppendUint64(k, uint64(t.FireAt.UnixNano()))
+	k = append(k, t.RunID...)
+	k = append(k, 0)
+	return append(k, t.ID...)
+}
+
+func pluginKey(name string, version int) []byte {
+	k := make([]byte, 0, len(name)+5)
+	k = append(k, name...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint32(k, uint32(version))
+}

@@ -1,0 +1,177 @@
+// Package store is sandflow's durable storage: runs and their append-only
+// event logs, the due-timer index, open questions, hook tokens, and plugin
+// versions with their module bytes.
+//
+// The event log is the truth about a run; everything else here is an index
+// kept in step with it. Every change to a run goes through Append, one
+// transaction that adds events with dense sequence numbers and updates the
+// indexes together. Append refuses a batch whose first sequence number is
+// taken, which fences two hosts that both replay one run: the second to
+// commit loses and must reload.
+//
+// Open returns the embedded default, a single bbolt file that needs no
+// server. A Store is safe for concurrent use by multiple goroutines.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store is the storage interface the host runs on.
+type Store interface {
+	// CreateRun stores a new run with its first events (numbered from 1) and
+	// index changes. It returns ErrRunExists when the id is taken.
+	CreateRun(ctx context.Context, run Run, b Batch) error
+	// Append adds a batch to a run's log. expectLastSeq is the sequence number
+	// of the last event the caller has seen; the batch's events must be
+	// numbered from expectLastSeq+1. It returns ErrSeqConflict when the log
+	// has moved on, and ErrRunNotFound for an unknown run.
+	Append(ctx context.Context, runID string, expectLastSeq uint64, b Batch) error
+	// Run returns a run's record, or ErrRunNotFound.
+	Run(ctx context.Context, id string) (Run, error)
+	// Runs lists runs, newest first.
+	Runs(ctx context.Context, f RunFilter) ([]Run, error)
+	// Events returns up to limit events of a run with Seq > after, in order.
+	// limit <= 0 means all.
+	Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error)
+
+	// DueTimers returns up to limit timers with FireAt <= now, earliest first.
+	DueTimers(ctx context.Context, now time.Time, limit int) ([]Timer, error)
+	// NextTimer returns the earliest timer; ok is false when there is none.
+	NextTimer(ctx context.Context) (t Timer, ok bool, err error)
+
+	// Ask returns a question by id, or ErrAskNotFound.
+	Ask(ctx context.Context, id string) (Ask, error)
+	// Asks lists questions, oldest first; openOnly leaves out settled ones.
+	Asks(ctx context.Context, openOnly bool) ([]Ask, error)
+
+	// ClaimHook gives token to (runID, hookID) unless another run holds it,
+	// in which case it changes nothing and returns that run's id. Claiming a
+	// token the same run already holds succeeds.
+	ClaimHook(ctx context.Context, token, runID string, hookID uint32) (holder string, err error)
+	// Hook returns who holds a token, or ErrHookNotFound.
+	Hook(ctx context.Context, token string) (Hook, error)
+
+	// PutPlugin registers a new version of a plugin and stores its module
+	// bytes under their hash (once per hash). It assigns and returns the
+	// version number: one more than the plugin's latest.
+	PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, error)
+	// Plugin returns one version of a plugin; version 0 means the latest.
+	// It returns ErrPluginNotFound.
+	Plugin(ctx context.Context, name string, version int) (Plugin, error)
+	// Plugins lists every version of every plugin, by name then version.
+	Plugins(ctx context.Context) ([]Plugin, error)
+	// Module returns the module bytes stored under a hash, or
+	// ErrModuleNotFound.
+	Module(ctx context.Context, hash string) ([]byte, error)
+
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
+
+// Event is one entry of a run's log. Kind and Data are the host's; the store
+// keeps them opaque.
+type Event struct {
+	Seq  uint64
+	Time time.Time
+	Kind string
+	Data json.RawMessage
+}
+
+// RunStatus is where a run stands.
+type RunStatus string
+
+const (
+	// StatusRunning: an activation or a step is in progress, or was when the
+	// process stopped; such a run is recovered on start.
+	StatusRunning RunStatus = "running"
+	// StatusWaiting: suspended on something outside the run (a timer, a
+	// question, a hook).
+	StatusWaiting   RunStatus = "waiting"
+	StatusCompleted RunStatus = "completed"
+	StatusFailed    RunStatus = "failed"
+	StatusCancelled RunStatus = "cancelled"
+)
+
+// Terminal reports whether the run has ended.
+func (s RunStatus) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Run is a run's record: an index over its log for listing and lookups.
+type Run struct {
+	ID         string    `json:"id"`
+	Tool       string    `json:"tool"`
+	Plugin     string    `json:"plugin"`
+	Version    int       `json:"version"`
+	ModuleHash string    `json:"moduleHash"`
+	Status     RunStatus `json:"status"`
+	CreatedAt  time.Time `json:"createdAt"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+	// LastSeq is the sequence number of the run's last event.
+	LastSeq uint64 `json:"lastSeq"`
+	// Detail is the host's summary (what the run waits on, its result or
+	// error); the store keeps it opaque.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// RunFilter selects runs. Zero fields match everything.
+type RunFilter struct {
+	Status RunStatus
+	Tool   string
+	Limit  int
+}
+
+// Batch is one atomic change to a run: its new events and the index changes
+// that go with them. Run, when set, replaces the run's record; its LastSeq
+// must equal the last event's Seq.
+type Batch struct {
+	Events       []Event
+	Run          *Run
+	PutTimers    []Timer
+	DeleteTimers []Timer
+	PutAsks      []Ask
+	// ReleaseHooks frees tokens this run holds; tokens it does not hold are
+	// left alone.
+	ReleaseHooks []string
+}
+
+// Timer is a due-timer index entry.
+type Timer struct {
+	RunID  string    `json:"runId"`
+	ID     string    `json:"id"`
+	FireAt time.Time `json:"fireAt"`
+	// Kind and Position are the host's: what fires and for which op.
+	Kind     string `json:"kind"`
+	Position uint32 `json:"position"`
+}
+
+// Ask is a question's index entry.
+type Ask struct {
+	ID        string          `json:"id"`
+	RunID     string          `json:"runId"`
+	Tool      string          `json:"tool"`
+	Position  uint32          `json:"position"`
+	Open      bool            `json:"open"`
+	Request   json.RawMessage `json:"request"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// Hook is a hook token's holder.
+type Hook struct {
+	Token  string `json:"token"`
+	RunID  string `json:"runId"`
+	HookID uint32 `json:"hookId"`
+}
+
+// Plugin is one registered version of a plugin.
+type Plugin struct {
+	Name       string          `json:"name"`
+	Version    int             `json:"version"`
+	ModuleHash string          `json:"moduleHash"`
+	Manifest   json.RawMessage `json:"manifest"`
+	CreatedAt  time.Time       `json:"createdAt"`
+	Size       int             `json:"size"`
+}
