@@ -1,0 +1,56 @@
+//go:build wasip1
+
+package sandflow
+
+import (
+	"unsafe"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+//go:wasmimport sandflow op
+func hostOp(kind, namePtr, nameLen, payloadPtr, payloadLen, respPtr, respCap uint32) uint32
+
+//go:wasmimport sandflow read
+func hostRead(ptr, n uint32) int32
+
+// respBuf receives op responses. Go's collector does not move objects, so
+// its address stays valid for the host to write to.
+var respBuf = make([]byte, 64<<10)
+
+func bytesPtr(b []byte) uint32 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+func strPtr(s string) uint32 {
+	if len(s) == 0 {
+		return 0
+	}
+	return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s))))
+}
+
+// rawOp performs an op and returns the response body, which aliases a
+// buffer the next op overwrites.
+func rawOp(kind abi.OpKind, name string, payload []byte) []byte {
+	n := hostOp(uint32(kind), strPtr(name), uint32(len(name)), bytesPtr(payload), uint32(len(payload)),
+		bytesPtr(respBuf), uint32(len(respBuf)))
+	if int(n) > len(respBuf) {
+		respBuf = make([]byte, n)
+		if hostRead(bytesPtr(respBuf), n) < 0 {
+			panic("sandflow: host refused to hand over a held response")
+		}
+	}
+	return respBuf[:n]
+}
+
+//go:wasmexport sandflow_abi_version
+func abiVersion() int32 { return abi.Version }
+
+//go:wasmexport sandflow_run
+func sandflowRun() int32 { return run() }
+
+//go:wasmexport sandflow_step
+func sandflowStep() int32 { return runStep() }

@@ -1,0 +1,425 @@
+// Package sandflow is the Go SDK for sandflow workflow tools compiled to
+// WebAssembly (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared).
+//
+// A tool registers exactly one entry point, Execute or Task, from an init
+// function, and defines its steps as package-level variables:
+//
+//	var plan = sandflow.DefineStep("plan", func(sc *sandflow.StepContext, service string) (Plan, error) {
+//		return computePlan(service) // side effects are fine here
+//	})
+//
+//	func init() {
+//		sandflow.Execute(func(ctx *sandflow.Context, in Input) (Output, error) {
+//			p, err := plan.Run(ctx, in.Service)
+//			...
+//		})
+//	}
+//
+//	func main() {}
+//
+// # Determinism
+//
+// The entry point (the workflow body) runs again from the start after every
+// wait and every restart, and each SDK call is answered from the run's log
+// until the body reaches new ground. So the body must make the same SDK
+// calls in the same order every time, given the same answers. It may use
+// time.Now, math/rand, crypto/rand, maps and select: the host supplies time
+// and randomness so they replay. It must not do I/O or anything whose
+// result can change between executions; put that in a step. Steps run in a
+// separate instance of the module, their results are recorded, and they
+// are never re-run on replay (but an attempt may run again after a crash,
+// so make them idempotent: StepContext.StepID is a key for that).
+//
+// Call the SDK from the goroutine running the entry point only, and use
+// futures (Step.Start, Sleep, Ask, Hook.Next with All and Race) for
+// concurrency. Goroutines of your own are fine for computation that
+// finishes before the body next awaits.
+package sandflow
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// Context is the workflow body's handle on its run. Only the body gets one.
+type Context struct{ _ [0]func() }
+
+// response is a parsed op response; payload aliases the response buffer.
+type response struct {
+	status  abi.Status
+	future  uint32
+	payload []byte
+}
+
+func doOp(kind abi.OpKind, name string, payload []byte) response {
+	b := rawOp(kind, name, payload)
+	if len(b) < abi.BodyHeaderSize {
+		panic(fmt.Sprintf("sandflow: host answered op %s with %d bytes", kind, len(b)))
+	}
+	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// The entry point and the coroutine that runs it. sandflow_run starts the
+// body on its own goroutine and returns when the body completes or waits;
+// the next sandflow_run lets the waiting body go on.
+var (
+	entry     func(ctx *Context) (json.RawMessage, *abi.ErrorObject)
+	entryKind string
+	started   bool
+	suspended bool
+	resumeCh  = make(chan struct{})
+	yieldCh   = make(chan int32)
+)
+
+func register(kind string, fn func(ctx *Context) (json.RawMessage, *abi.ErrorObject)) {
+	if entry != nil {
+		panic(fmt.Sprintf("sandflow: a tool defines exactly one entry point, and %s is already defined", entryKind))
+	}
+	entry, entryKind = fn, kind
+}
+
+// Execute registers the tool's entry point for a call the caller waits on.
+// Call it once, from an init function.
+func Execute[In, Out any](fn func(ctx *Context, in In) (Out, error)) { register("execute", wrap(fn)) }
+
+// Task registers the tool's entry point for a call that runs as a task:
+// the caller gets a receipt at once and the result later. Call it once,
+// from an init function.
+func Task[In, Out any](fn func(ctx *Context, in In) (Out, error)) { register("task", wrap(fn)) }
+
+func wrap[In, Out any](fn func(ctx *Context, in In) (Out, error)) func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
+	return func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
+		var in In
+		r := doOp(abi.OpInput, "", nil)
+		if err := json.Unmarshal(r.payload, &in); err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "decoding the tool input: " + err.Error()}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, errorObject(err)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "encoding the result: " + err.Error()}
+		}
+		return b, nil
+	}
+}
+
+func run() int32 {
+	if !started {
+		started = true
+		if entry == nil {
+			complete(nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "the tool defines no entry point: call sandflow.Execute or sandflow.Task from an init function"})
+			return abi.RunDone
+		}
+		go body()
+	} else {
+		resumeCh <- struct{}{}
+	}
+	return <-yieldCh
+}
+
+func body() {
+	res, eo := callEntry()
+	complete(res, eo)
+	yieldCh <- abi.RunDone
+}
+
+func callEntry() (res json.RawMessage, eo *abi.ErrorObject) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, eo = nil, &abi.ErrorObject{Type: "Panic", Message: fmt.Sprintf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return entry(&Context{})
+}
+
+func complete(res json.RawMessage, eo *abi.ErrorObject) {
+	r := doOp(abi.OpComplete, "", outcome(res, eo))
+	if r.status == abi.StatusOK {
+		return
+	}
+	// The host refused the result (too large, say): fail with its reason.
+	r = doOp(abi.OpComplete, "", outcome(nil, errorObject(decodeError(r.payload))))
+	if r.status != abi.StatusOK {
+		panic("sandflow: the host refused to complete the run: " + string(r.payload))
+	}
+}
+
+func outcome(res json.RawMessage, eo *abi.ErrorObject) []byte {
+	var b []byte
+	var err error
+	if eo != nil {
+		b, err = json.Marshal(abi.Outcome{Error: eo})
+	} else {
+		b, err = json.Marshal(abi.Outcome{Result: res})
+	}
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// suspend hands control back to the host until it resumes the run.
+func suspend() {
+	if suspended {
+		panic("sandflow: two goroutines are waiting at once; call the SDK from the workflow body's goroutine only")
+	}
+	suspended = true
+	yieldCh <- abi.RunSuspended
+	<-resumeCh
+	suspended = false
+}
+
+// settleable is a future of any type.
+type settleable interface {
+	futureID() uint32
+	isDone() bool
+	settle(state abi.FutureState, value []byte)
+}
+
+// Awaitable is any future, for All and Race.
+type Awaitable interface{ settleable }
+
+// Future is a value that will be there later: a step's result, a timer, an
+// answer, a hook payload. Its methods are for the workflow body.
+type Future[T any] struct {
+	id      uint32
+	done    bool
+	raw     []byte
+	err     error
+	val     T
+	decoded bool
+}
+
+func newFuture[T any](r response) *Future[T] {
+	f := &Future[T]{id: r.future}
+	switch r.status {
+	case abi.StatusPending:
+	case abi.StatusOK:
+		f.done, f.raw = true, clone(r.payload)
+	default: // rejected or refused
+		f.done, f.err = true, decodeError(r.payload)
+	}
+	return f
+}
+
+func failedFuture[T any](err error) *Future[T] { return &Future[T]{done: true, err: err} }
+
+func (f *Future[T]) futureID() uint32 { return f.id }
+func (f *Future[T]) isDone() bool     { return f.done }
+
+func (f *Future[T]) settle(st abi.FutureState, v []byte) {
+	f.done = true
+	if st == abi.FutureRejected {
+		f.err = decodeError(v)
+	} else {
+		f.raw = v
+	}
+}
+
+// Done reports whether the future has settled, as far as the body knows.
+func (f *Future[T]) Done() bool { return f.done }
+
+// Await waits for the future and returns its value or error. A wait holds
+// no compute: the run is suspended until the future settles.
+func (f *Future[T]) Await(ctx *Context) (T, error) {
+	if !f.done {
+		awaitFutures(abi.AwaitAll, []settleable{f})
+	}
+	return f.result()
+}
+
+func (f *Future[T]) result() (T, error) {
+	if f.err != nil {
+		var zero T
+		return zero, f.err
+	}
+	if !f.decoded {
+		if err := json.Unmarshal(f.raw, &f.val); err != nil {
+			f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", f.val, err)}
+			var zero T
+			return zero, f.err
+		}
+		f.decoded = true
+	}
+	return f.val, nil
+}
+
+// All waits until every future has settled, or one is rejected, and
+// returns the first rejection in argument order.
+func All(ctx *Context, fs ...Awaitable) error {
+	ss := make([]settleable, len(fs))
+	for i, f := range fs {
+		ss[i] = f
+	}
+	awaitFutures(abi.AwaitAll, ss)
+	for _, f := range fs {
+		if f.isDone() {
+			if e := futureErr(f); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// Race waits until at least one future has settled and returns the index
+// of the first settled one in argument order, with its error if it was
+// rejected. When several have settled by then, argument order decides,
+// which is what makes a race replay the same way.
+func Race(ctx *Context, fs ...Awaitable) (int, error) {
+	if len(fs) == 0 {
+		return -1, errors.New("sandflow: Race of no futures")
+	}
+	for i, f := range fs {
+		if f.isDone() {
+			return i, futureErr(f)
+		}
+	}
+	ss := make([]settleable, len(fs))
+	for i, f := range fs {
+		ss[i] = f
+	}
+	awaitFutures(abi.AwaitAny, ss)
+	for i, f := range fs {
+		if f.isDone() {
+			return i, futureErr(f)
+		}
+	}
+	panic("sandflow: the host answered a race with nothing settled")
+}
+
+func futureErr(f settleable) error {
+	type errer interface{ rejection() error }
+	if e, ok := f.(errer); ok {
+		return e.rejection()
+	}
+	return nil
+}
+
+func (f *Future[T]) rejection() error { return f.err }
+
+func awaitFutures(mode abi.AwaitMode, fs []settleable) {
+	payload := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+4*len(fs)), uint32(mode))
+	n := 0
+	for _, f := range fs {
+		if !f.isDone() {
+			if f.futureID() == 0 {
+				panic("sandflow: awaiting a future the host never made")
+			}
+			payload = binary.LittleEndian.AppendUint32(payload, f.futureID())
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	for {
+		r := doOp(abi.OpAwait, "", payload)
+		switch r.status {
+		case abi.StatusOK:
+			settleEntries(r.payload, fs)
+			return
+		case abi.StatusSuspend:
+			suspend()
+		default:
+			panic(fmt.Sprintf("sandflow: the host refused an await (%s): %s", r.status, r.payload))
+		}
+	}
+}
+
+func settleEntries(b []byte, fs []settleable) {
+	for len(b) >= 12 {
+		id := binary.LittleEndian.Uint32(b)
+		st := abi.FutureState(binary.LittleEndian.Uint32(b[4:]))
+		n := binary.LittleEndian.Uint32(b[8:])
+		if uint64(len(b)-12) < uint64(n) {
+			panic("sandflow: truncated await response")
+		}
+		v := clone(b[12 : 12+n])
+		b = b[12+n:]
+		for _, f := range fs {
+			if f.futureID() == id && !f.isDone() {
+				f.settle(st, v)
+			}
+		}
+	}
+}
+
+// Sleep returns a future that settles after d, durably: the run holds no
+// compute meanwhile and the timer survives restarts. d is counted from the
+// run's logical time.
+func Sleep(ctx *Context, d time.Duration) *Future[struct{}] {
+	ms := d.Milliseconds()
+	return newFuture[struct{}](doOp(abi.OpSleep, "", []byte(`{"ms":`+strconv.FormatInt(ms, 10)+`}`)))
+}
+
+// SleepUntil returns a future that settles at t.
+func SleepUntil(ctx *Context, t time.Time) *Future[struct{}] {
+	return newFuture[struct{}](doOp(abi.OpSleep, "", []byte(`{"until":`+strconv.FormatInt(t.UnixMilli(), 10)+`}`)))
+}
+
+// Question types, as the ABI defines them.
+type (
+	AskRequest = abi.AskRequest
+	AskOption  = abi.AskOption
+	Answer     = abi.AskAnswer
+)
+
+// Ask displays, option styles and answer statuses.
+const (
+	DisplayConfirmation = abi.DisplayConfirmation
+	DisplaySelect       = abi.DisplaySelect
+	DisplayText         = abi.DisplayText
+	StylePrimary        = abi.StylePrimary
+	StyleDanger         = abi.StyleDanger
+	StyleDefault        = abi.StyleDefault
+	Answered            = abi.AnswerAnswered
+	Cancelled           = abi.AnswerCancelled
+	Unavailable         = abi.AnswerUnavailable
+)
+
+// Ask opens a question for a person and returns a future for the answer.
+// The question stays open until someone answers it or the run ends; a run
+// that cannot ask anyone gets Status "unavailable" at once.
+func Ask(ctx *Context, req AskRequest) *Future[Answer] {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return failedFuture[Answer](err)
+	}
+	return newFuture[Answer](doOp(abi.OpAsk, "", b))
+}
+
+// Progress publishes a progress snapshot (the spec's yield). When the body
+// returns nothing (null), the last snapshot is the run's result.
+func Progress(ctx *Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if r := doOp(abi.OpProgress, "", b); r.status != abi.StatusOK {
+		return decodeError(r.payload)
+	}
+	return nil
+}
+
+// Metadata describes the run (the spec's getWorkflowMetadata).
+type Metadata = abi.Metadata
+
+// GetMetadata returns the run's metadata.
+func GetMetadata(ctx *Context) Metadata {
+	var m Metadata
+	_ = json.Unmarshal(doOp(abi.OpMetadata, "", nil).payload, &m)
+	return m
+}

@@ -1,0 +1,167 @@
+package sandflow
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// Step is a step defined with DefineStep: a function with side effects
+// whose result is recorded, so replay never runs it again.
+type Step[In, Out any] struct {
+	name  string
+	retry *abi.RetryPolicy
+}
+
+// StepOption changes a step's retry policy.
+type StepOption func(*abi.RetryPolicy)
+
+// MaxAttempts sets how many attempts a step gets, the first included; 1
+// turns retries off. The default is 3.
+func MaxAttempts(n int) StepOption { return func(p *abi.RetryPolicy) { p.MaxAttempts = n } }
+
+// Backoff sets the delay before the second attempt, its cap, and the
+// factor it grows by (defaults 1s, 1m, 2).
+func Backoff(initial, max time.Duration, factor float64) StepOption {
+	return func(p *abi.RetryPolicy) {
+		p.InitialBackoffMs, p.MaxBackoffMs, p.BackoffFactor = initial.Milliseconds(), max.Milliseconds(), factor
+	}
+}
+
+type stepRunner func(sc *StepContext, input []byte) (json.RawMessage, *abi.ErrorObject)
+
+var steps = map[string]stepRunner{}
+
+// DefineStep defines a step by a name unique in the module. Define steps
+// at package level: the host runs each attempt in a separate instance of
+// the module and finds the function by name there.
+func DefineStep[In, Out any](name string, fn func(sc *StepContext, in In) (Out, error), opts ...StepOption) *Step[In, Out] {
+	if _, dup := steps[name]; dup {
+		panic(fmt.Sprintf("sandflow: step %q is defined twice", name))
+	}
+	steps[name] = func(sc *StepContext, input []byte) (json.RawMessage, *abi.ErrorObject) {
+		var in In
+		if err := json.Unmarshal(input, &in); err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: decoding input: %v", name, err)}
+		}
+		out, err := fn(sc, in)
+		if err != nil {
+			return nil, errorObject(err)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding result: %v", name, err)}
+		}
+		return b, nil
+	}
+	s := &Step[In, Out]{name: name}
+	if len(opts) > 0 {
+		s.retry = &abi.RetryPolicy{}
+		for _, o := range opts {
+			o(s.retry)
+		}
+	}
+	return s
+}
+
+// Name returns the step's name.
+func (s *Step[In, Out]) Name() string { return s.name }
+
+// Start schedules the step and returns a future for its result; the step
+// runs once the body waits.
+func (s *Step[In, Out]) Start(ctx *Context, in In) *Future[Out] {
+	inb, err := json.Marshal(in)
+	if err != nil {
+		return failedFuture[Out](&Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, err)})
+	}
+	payload := make([]byte, 0, len(inb)+64)
+	payload = append(payload, `{"input":`...)
+	payload = append(payload, inb...)
+	if s.retry != nil {
+		rb, _ := json.Marshal(s.retry)
+		payload = append(payload, `,"retry":`...)
+		payload = append(payload, rb...)
+	}
+	payload = append(payload, '}')
+	return newFuture[Out](doOp(abi.OpStep, s.name, payload))
+}
+
+// Run runs the step and waits for its result.
+func (s *Step[In, Out]) Run(ctx *Context, in In) (Out, error) {
+	return s.Start(ctx, in).Await(ctx)
+}
+
+// StepContext is a step attempt's handle.
+type StepContext struct {
+	in abi.StepInput
+}
+
+// StepID is the step's id, the same for every attempt and unique across
+// runs: use it as an idempotency key for the side effect.
+func (sc *StepContext) StepID() string { return sc.in.StepID }
+
+// Attempt is the attempt number, from 1.
+func (sc *StepContext) Attempt() int { return sc.in.Attempt }
+
+// RunID is the run the step belongs to.
+func (sc *StepContext) RunID() string { return sc.in.RunID }
+
+// Metadata returns the run's metadata, with the step id.
+func (sc *StepContext) Metadata() Metadata {
+	var m Metadata
+	_ = json.Unmarshal(doOp(abi.OpMetadata, "", nil).payload, &m)
+	return m
+}
+
+// Call calls a host capability by name with a JSON-encodable input and
+// decodes its result. Capabilities may only be called from steps, and only
+// those the plugin's manifest lists.
+func Call[Out any](sc *StepContext, capability string, in any) (Out, error) {
+	var out Out
+	b, err := json.Marshal(in)
+	if err != nil {
+		return out, err
+	}
+	r := doOp(abi.OpCall, capability, b)
+	if r.status != abi.StatusOK {
+		return out, decodeError(r.payload)
+	}
+	if err := json.Unmarshal(r.payload, &out); err != nil {
+		return out, fmt.Errorf("sandflow: decoding the result of capability %s: %w", capability, err)
+	}
+	return out, nil
+}
+
+func runStep() int32 {
+	var in abi.StepInput
+	if err := json.Unmarshal(doOp(abi.OpStepInput, "", nil).payload, &in); err != nil {
+		panic("sandflow: bad step input from host: " + err.Error())
+	}
+	var res json.RawMessage
+	var eo *abi.ErrorObject
+	if fn := steps[in.Name]; fn == nil {
+		eo = &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("this module defines no step %q", in.Name)}
+	} else {
+		res, eo = callStep(fn, &StepContext{in: in}, in.Input)
+	}
+	r := doOp(abi.OpStepComplete, "", outcome(res, eo))
+	if r.status != abi.StatusOK {
+		r = doOp(abi.OpStepComplete, "", outcome(nil, errorObject(decodeError(r.payload))))
+		if r.status != abi.StatusOK {
+			panic("sandflow: the host refused a step outcome: " + string(r.payload))
+		}
+	}
+	return abi.RunDone
+}
+
+func callStep(fn stepRunner, sc *StepContext, input []byte) (res json.RawMessage, eo *abi.ErrorObject) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, eo = nil, &abi.ErrorObject{Type: "Panic", Message: fmt.Sprintf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return fn(sc, input)
+}

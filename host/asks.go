@@ -1,0 +1,184 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// Answer answers a question: an option id, or text.
+type Answer struct {
+	OptionID string `json:"optionId,omitempty"`
+	Text     string `json:"text,omitempty"`
+}
+
+// Question is an open or settled question.
+type Question struct {
+	ID        string         `json:"id"`
+	RunID     string         `json:"runId"`
+	Tool      string         `json:"tool"`
+	Open      bool           `json:"open"`
+	Request   abi.AskRequest `json:"request"`
+	CreatedAt time.Time      `json:"createdAt"`
+}
+
+// Questions lists questions, oldest first; openOnly leaves out settled ones.
+func (h *Host) Questions(ctx context.Context, openOnly bool) ([]Question, error) {
+	asks, err := h.store.Asks(ctx, openOnly)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Question, 0, len(asks))
+	for _, a := range asks {
+		q := Question{ID: a.ID, RunID: a.RunID, Tool: a.Tool, Open: a.Open, CreatedAt: a.CreatedAt}
+		if err := json.Unmarshal(a.Request, &q.Request); err != nil {
+			return nil, fmt.Errorf("question %s: %w", a.ID, err)
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// AnswerAsk answers an open question and continues its run until it ends
+// or waits again.
+//
+// Errors, each leaving everything unchanged: ErrUnknownAsk; ErrAskClosed
+// when the question was answered or withdrawn; ErrBadAnswer when the
+// answer matches no option or is text the question does not allow.
+func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, error) {
+	ask, err := h.store.Ask(ctx, askID)
+	if err != nil {
+		if errors.Is(err, store.ErrAskNotFound) {
+			return RunInfo{}, fmt.Errorf("%w: %s", ErrUnknownAsk, askID)
+		}
+		return RunInfo{}, err
+	}
+	if !ask.Open {
+		return RunInfo{}, fmt.Errorf("%w: %s", ErrAskClosed, askID)
+	}
+	answered := false
+	info, err := h.withRun(ctx, ask.RunID, func(rh *runHandle) error {
+		rs := rh.rs
+		o := rs.op(ask.Position)
+		if o == nil || o.kind != abi.OpAsk || o.askID != askID {
+			return fmt.Errorf("%w: %s is not in run %s's log", ErrUnknownAsk, askID, ask.RunID)
+		}
+		if o.settled || rs.status.Terminal() {
+			return fmt.Errorf("%w: %s", ErrAskClosed, askID)
+		}
+		var req abi.AskRequest
+		if err := json.Unmarshal(o.request, &req); err != nil {
+			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
+		}
+		ans, err := checkAnswer(req, a, h.limits.PayloadBytes)
+		if err != nil {
+			return err
+		}
+		b := newBatch(rs)
+		if _, err := b.push(EvAskSettled, &evData{Op: ask.Position, AskID: askID, Answer: &ans}); err != nil {
+			return err
+		}
+		b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, ask.Position))
+		if err := h.commit(ctx, rh, b, nil); err != nil {
+			return err
+		}
+		answered = true
+		return h.drive(ctx, rh)
+	})
+	if err != nil && !answered {
+		return RunInfo{}, err
+	}
+	return info, err
+}
+
+func checkAnswer(req abi.AskRequest, a Answer, maxText int) (abi.AskAnswer, error) {
+	switch {
+	case a.OptionID != "" && a.Text != "":
+		return abi.AskAnswer{}, fmt.Errorf("%w: give an option id or text, not both", ErrBadAnswer)
+	case a.OptionID != "":
+		for _, o := range req.Options {
+			if o.ID == a.OptionID {
+				return abi.AskAnswer{Status: abi.AnswerAnswered, OptionID: a.OptionID}, nil
+			}
+		}
+		ids := make([]string, len(req.Options))
+		for i, o := range req.Options {
+			ids[i] = o.ID
+		}
+		return abi.AskAnswer{}, fmt.Errorf("%w: %q is not one of the options %q", ErrBadAnswer, a.OptionID, ids)
+	case a.Text != "":
+		if !req.AllowFreeform && req.Display != abi.DisplayText {
+			return abi.AskAnswer{}, fmt.Errorf("%w: the question takes one of its options, not text", ErrBadAnswer)
+		}
+		if len(a.Text) > maxText {
+			return abi.AskAnswer{}, &LimitError{Limit: "payload", Max: int64(maxText), What: "answer text"}
+		}
+		return abi.AskAnswer{Status: abi.AnswerAnswered, Text: a.Text}, nil
+	}
+	return abi.AskAnswer{}, fmt.Errorf("%w: give an option id or text", ErrBadAnswer)
+}
+
+// ResumeHook delivers a JSON payload to the hook holding token (the spec's
+// resumeHook) and continues its run until it ends or waits again.
+//
+// Errors, each leaving everything unchanged: ErrUnknownHook when no live
+// run holds the token; ErrBadInput when the payload is not JSON; a
+// *LimitError when it is too large.
+func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMessage) (RunInfo, error) {
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if !json.Valid(payload) {
+		return RunInfo{}, fmt.Errorf("%w: hook payload is not JSON", ErrBadInput)
+	}
+	if len(payload) > h.limits.PayloadBytes {
+		return RunInfo{}, &LimitError{Limit: "payload", Max: int64(h.limits.PayloadBytes), What: "hook payload"}
+	}
+	hk, err := h.store.Hook(ctx, token)
+	if err != nil {
+		if errors.Is(err, store.ErrHookNotFound) {
+			return RunInfo{}, fmt.Errorf("%w: %q", ErrUnknownHook, token)
+		}
+		return RunInfo{}, err
+	}
+	delivered := false
+	info, err := h.withRun(ctx, hk.RunID, func(rh *runHandle) error {
+		rs := rh.rs
+		hr := rs.hooks[hk.HookID]
+		if rs.status.Terminal() || hr == nil || hr.token != token || hr.disposed || hr.conflict != "" {
+			return fmt.Errorf("%w: %q", ErrUnknownHook, token)
+		}
+		if len(payload) > h.limitsOf(rs).PayloadBytes {
+			return &LimitError{Limit: "payload", Max: int64(h.limitsOf(rs).PayloadBytes), What: "hook payload"}
+		}
+		b := newBatch(rs)
+		if _, err := b.push(EvHookReceived, &evData{Hook: hk.HookID, Index: len(hr.received), Payload: clone(payload)}); err != nil {
+			return err
+		}
+		if err := h.commit(ctx, rh, b, nil); err != nil {
+			return err
+		}
+		delivered = true
+		return h.drive(ctx, rh)
+	})
+	if err != nil && !delivered {
+		return RunInfo{}, err
+	}
+	return info, err
+}
+
+// limitsOf returns the limits of the run's plugin version, or the host's
+// when it cannot be loaded.
+func (h *Host) limitsOf(rs *runState) Limits {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if lp := h.plugins[fmt.Sprintf("%s@%d", rs.rec.Plugin, rs.rec.Version)]; lp != nil {
+		return lp.limits
+	}
+	return h.limits
+}

@@ -1,0 +1,95 @@
+package host
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// batch collects one atomic change to a run: events are applied to the
+// run's state as they are pushed, so later ops see them, and the whole
+// batch is committed in one store transaction.
+type batch struct {
+	rs   *runState
+	base uint64 // the run's last seq before the batch
+	b    store.Batch
+}
+
+func newBatch(rs *runState) *batch { return &batch{rs: rs, base: rs.lastSeq} }
+
+// push appends an event of the given kind, stamped now.
+func (b *batch) push(kind string, d *evData) (store.Event, error) {
+	return b.pushAt(kind, time.Now(), d)
+}
+
+func (b *batch) pushAt(kind string, t time.Time, d *evData) (store.Event, error) {
+	e := mkEvent(kind, t, d)
+	e.Seq = b.rs.lastSeq + 1
+	if err := b.rs.apply(e); err != nil {
+		return e, fmt.Errorf("host: internal error applying %s: %w", kind, err)
+	}
+	b.b.Events = append(b.b.Events, e)
+	return e, nil
+}
+
+func (b *batch) empty() bool {
+	return len(b.b.Events) == 0 && len(b.b.PutTimers) == 0 && len(b.b.DeleteTimers) == 0 &&
+		len(b.b.PutAsks) == 0 && len(b.b.ReleaseHooks) == 0
+}
+
+// finish pushes what ending a run implies, before its terminal event: open
+// questions are withdrawn, hooks disposed, timers dropped.
+func (b *batch) finish(now time.Time) error {
+	rs := b.rs
+	for i, o := range rs.ops {
+		p := uint32(i + 1)
+		switch {
+		case o.kind == abi.OpAsk && !o.settled:
+			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+				return err
+			}
+			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
+		case o.kind == abi.OpSleep && !o.settled:
+			b.b.DeleteTimers = append(b.b.DeleteTimers, sleepTimer(rs.id, p, o.fireAt))
+		case o.kind == abi.OpStep && !o.settled && !o.retryAt.IsZero():
+			b.b.DeleteTimers = append(b.b.DeleteTimers, retryTimer(rs.id, p, o.attempt, o.retryAt))
+		}
+	}
+	ids := make([]uint32, 0, len(rs.hooks))
+	for id := range rs.hooks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // a stable log, whatever the map order
+	for _, id := range ids {
+		h := rs.hooks[id]
+		if h.disposed || h.conflict != "" {
+			continue
+		}
+		if _, err := b.pushAt(EvHookDisposed, now, &evData{Hook: id}); err != nil {
+			return err
+		}
+		b.b.ReleaseHooks = append(b.b.ReleaseHooks, h.token)
+	}
+	return nil
+}
+
+func closedAsk(rs *runState, o *opRec, p uint32) store.Ask {
+	return store.Ask{ID: o.askID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: false, Request: o.request, CreatedAt: o.t}
+}
+
+func sleepTimer(runID string, p uint32, at time.Time) store.Timer {
+	return store.Timer{RunID: runID, ID: fmt.Sprintf("sleep:%d", p), FireAt: at, Kind: timerSleep, Position: p}
+}
+
+func retryTimer(runID string, p uint32, attempt int, at time.Time) store.Timer {
+	return store.Timer{RunID: runID, ID: fmt.Sprintf("retry:%d:%d", p, attempt), FireAt: at, Kind: timerRetry, Position: p}
+}
+
+// Timer kinds in the store's timer index.
+const (
+	timerSleep = "sleep"
+	timerRetry = "step_retry"
+)

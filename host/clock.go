@@ -1,0 +1,50 @@
+package host
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// logicalClock is the time a workflow instance sees. It starts at the run's
+// start, moves to the recorded time of each event the guest consumes, and
+// moves by the requested amount when the guest sleeps through WASI. It never
+// goes back, and stands still otherwise, so a replay sees what the original
+// execution saw. Only the instance's goroutine touches it.
+type logicalClock struct{ now int64 }
+
+func (c *logicalClock) Now() int64 { return c.now }
+
+func (c *logicalClock) Sleep(ns int64) {
+	// Advance at least a nanosecond: a runtime polling with a zero timeout
+	// must see time move or it spins.
+	c.now += max(ns, 1)
+}
+
+func (c *logicalClock) advance(t time.Time) {
+	if n := t.UnixNano(); n > c.now {
+		c.now = n
+	}
+}
+
+func (c *logicalClock) time() time.Time { return time.Unix(0, c.now).UTC() }
+
+// realClock is the time a step instance sees: real time, plus whatever the
+// guest slept through WASI (which returns at once).
+type realClock struct{ slept atomic.Int64 }
+
+func (c *realClock) Now() int64     { return time.Now().UnixNano() + c.slept.Load() }
+func (c *realClock) Sleep(ns int64) { c.slept.Add(max(ns, 1)) }
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns prefix followed by n random bytes in lower-case base32.
+func newID(prefix string, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b))
+}

@@ -1,0 +1,218 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// Sentinel errors of the host. Compare with errors.Is; the typed errors
+// below match the sentinel of their class through Is.
+var (
+	// ErrUnknownTool is returned when no plugin registers the tool name.
+	ErrUnknownTool = errors.New("unknown tool")
+	// ErrBadInput is returned when a tool input is not a JSON object or fails
+	// the tool's input schema (see *InputError).
+	ErrBadInput = errors.New("invalid tool input")
+	// ErrRunExists is returned when a caller-supplied run id is taken.
+	ErrRunExists = errors.New("run id already exists")
+	// ErrRunNotFound is returned when no run has the id.
+	ErrRunNotFound = errors.New("run not found")
+	// ErrRunEnded is returned when an operation needs a run that is still
+	// going, and it has completed, failed or been cancelled.
+	ErrRunEnded = errors.New("run has ended")
+	// ErrUnknownAsk is returned when no question has the id.
+	ErrUnknownAsk = errors.New("unknown question")
+	// ErrAskClosed is returned when a question was already answered or
+	// withdrawn: each question is answered once.
+	ErrAskClosed = errors.New("question is no longer open")
+	// ErrBadAnswer is returned when an answer matches no option of its
+	// question, or is text for a question that allows none.
+	ErrBadAnswer = errors.New("answer does not fit the question")
+	// ErrUnknownHook is returned when no live run holds the hook token.
+	ErrUnknownHook = errors.New("unknown hook token")
+	// ErrBadPlugin is returned when a plugin upload is refused; the
+	// *PluginError says why.
+	ErrBadPlugin = errors.New("plugin refused")
+	// ErrBadManifest is returned when a plugin manifest is invalid.
+	ErrBadManifest = errors.New("invalid plugin manifest")
+	// ErrNonDeterminism is matched by *NonDeterminismError.
+	ErrNonDeterminism = errors.New("non-deterministic workflow")
+	// ErrLimit is matched by every *LimitError.
+	ErrLimit = errors.New("limit exceeded")
+	// ErrCPULimit is matched by a *LimitError for CPU time.
+	ErrCPULimit = errors.New("CPU time limit exceeded")
+	// ErrMemoryLimit is matched by a *LimitError for memory.
+	ErrMemoryLimit = errors.New("memory limit exceeded")
+	// ErrGuest is matched by *GuestError: the guest trapped, exited, or
+	// broke the ABI.
+	ErrGuest = errors.New("guest failed")
+	// ErrBadHistory is returned when a history file cannot be read.
+	ErrBadHistory = errors.New("invalid history")
+	// ErrClosed is returned by calls on a closed Host.
+	ErrClosed = errors.New("host is closed")
+)
+
+// OpRef names an op at a position of a run's op sequence.
+type OpRef struct {
+	Kind abi.OpKind
+	Name string
+	// Activation is the activation (0-based) the op was issued in.
+	Activation int
+}
+
+func (r OpRef) String() string {
+	if r.Kind == 0 {
+		return "nothing"
+	}
+	if r.Name != "" {
+		return fmt.Sprintf("%s %q", r.Kind, r.Name)
+	}
+	return r.Kind.String()
+}
+
+// NonDeterminismError is returned when a guest, replaying a run's history,
+// asks for something other than what the history recorded at that point.
+// The run is left as it was.
+type NonDeterminismError struct {
+	RunID string
+	// Position is the op position (1-based) where guest and history part.
+	Position uint32
+	// Expected is what the history recorded there; Kind 0 when the history
+	// has no op there.
+	Expected OpRef
+	// Actual is what the guest asked for; Kind 0 when it asked for nothing
+	// more (it suspended or completed).
+	Actual OpRef
+	// Detail says how they differ when kind and name alone do not.
+	Detail string
+}
+
+func (e *NonDeterminismError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "non-deterministic workflow: run %s at op position %d: history has %s, guest asked for %s",
+		e.RunID, e.Position, e.Expected, e.Actual)
+	if e.Detail != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Detail)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrNonDeterminism) true.
+func (e *NonDeterminismError) Is(target error) bool { return target == ErrNonDeterminism }
+
+// LimitError is returned when a run or an upload goes over a limit.
+type LimitError struct {
+	// Limit is "cpu", "memory", "payload", "events", "output" or "module".
+	Limit string
+	// Max is the limit's value, in its unit (ms, bytes or events).
+	Max int64
+	// What the limit applied to, for the message.
+	What string
+}
+
+func (e *LimitError) Error() string {
+	unit := map[string]string{"cpu": "ms", "memory": "bytes", "payload": "bytes", "output": "bytes", "module": "bytes", "events": "events"}[e.Limit]
+	s := fmt.Sprintf("%s limit of %d %s exceeded", e.Limit, e.Max, unit)
+	if e.What != "" {
+		s = e.What + ": " + s
+	}
+	return s
+}
+
+// Is matches ErrLimit, and ErrCPULimit or ErrMemoryLimit by kind.
+func (e *LimitError) Is(target error) bool {
+	switch target {
+	case ErrLimit:
+		return true
+	case ErrCPULimit:
+		return e.Limit == "cpu"
+	case ErrMemoryLimit:
+		return e.Limit == "memory"
+	}
+	return false
+}
+
+// ErrorType returns the abi error type for the limit.
+func (e *LimitError) ErrorType() string {
+	switch e.Limit {
+	case "cpu":
+		return abi.ErrTypeCPULimit
+	case "memory":
+		return abi.ErrTypeMemoryLimit
+	case "payload":
+		return abi.ErrTypeTooLarge
+	}
+	return "LimitError"
+}
+
+// GuestError is returned when a guest traps, exits, or breaks the ABI.
+type GuestError struct {
+	// ExitCode is set when the guest exited through proc_exit.
+	ExitCode *uint32
+	Message  string
+}
+
+func (e *GuestError) Error() string {
+	if e.ExitCode != nil {
+		return fmt.Sprintf("guest exited with code %d: %s", *e.ExitCode, e.Message)
+	}
+	return "guest failed: " + e.Message
+}
+
+// Is makes errors.Is(err, ErrGuest) true.
+func (e *GuestError) Is(target error) bool { return target == ErrGuest }
+
+// InputError is returned when a tool input fails the tool's input schema.
+type InputError struct {
+	Tool string
+	// Problems lists each failed check as "location: message".
+	Problems []string
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("invalid input for tool %s: %s", e.Tool, strings.Join(e.Problems, "; "))
+}
+
+// Is makes errors.Is(err, ErrBadInput) true.
+func (e *InputError) Is(target error) bool { return target == ErrBadInput }
+
+// PluginError is returned when a plugin upload is refused.
+type PluginError struct {
+	// Reason is a stable code: "not_wasm", "malformed", "import",
+	// "abi_version", "missing_export", "too_large", "compile".
+	Reason string
+	Detail string
+}
+
+func (e *PluginError) Error() string { return "plugin refused (" + e.Reason + "): " + e.Detail }
+
+// Is makes errors.Is(err, ErrBadPlugin) true.
+func (e *PluginError) Is(target error) bool { return target == ErrBadPlugin }
+
+// RunError is the error a failed run ended with, as the guest or the host
+// reported it. It carries the stable type string and retryable flag that
+// crossed the guest boundary.
+type RunError struct {
+	Type      string
+	Message   string
+	Retryable bool
+}
+
+func (e *RunError) Error() string { return e.Type + ": " + e.Message }
+
+func errorObject(err error) *abi.ErrorObject {
+	var le *LimitError
+	var ge *GuestError
+	switch {
+	case errors.As(err, &le):
+		return &abi.ErrorObject{Type: le.ErrorType(), Message: le.Error()}
+	case errors.As(err, &ge):
+		return &abi.ErrorObject{Type: abi.ErrTypeTrap, Message: ge.Error()}
+	}
+	return &abi.ErrorObject{Type: abi.ErrTypeError, Message: err.Error()}
+}

@@ -1,0 +1,147 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/store"
+)
+
+var (
+	engineOnce sync.Once
+	engine     host.Engine
+	engineErr  error
+)
+
+// sharedEngine is one wazero engine for the whole test binary, so each
+// guest compiles once.
+func sharedEngine(t testing.TB) host.Engine {
+	engineOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sandflow-test-cache-")
+		if err != nil {
+			engineErr = err
+			return
+		}
+		engine, engineErr = host.NewWazeroEngine(context.Background(), dir)
+	})
+	if engineErr != nil {
+		t.Fatal(engineErr)
+	}
+	return engine
+}
+
+func repo(t testing.TB) string {
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// guest builds a guest from source (relative to the repository root).
+func guest(t testing.TB, dir string) []byte {
+	t.Helper()
+	p, err := guestbuild.Build(filepath.Join(repo(t), dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func manifest(t testing.TB, dir string) host.Manifest {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repo(t), dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := host.ParseManifest(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type fixture struct {
+	t    testing.TB
+	dir  string
+	st   *store.Bolt
+	h    *host.Host
+	opts host.Options
+}
+
+// newFixture opens a host on a fresh store in a temp dir.
+func newFixture(t testing.TB, opts *host.Options) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: t.TempDir()}
+	if opts != nil {
+		f.opts = *opts
+	}
+	f.opts.Engine = sharedEngine(t)
+	f.open()
+	t.Cleanup(func() { f.close() })
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	st, err := store.Open(filepath.Join(f.dir, "sandflow.db"), &store.Options{NoSync: true})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h, err := host.Open(context.Background(), st, &f.opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.st, f.h = st, h
+}
+
+func (f *fixture) close() {
+	if f.h != nil {
+		f.h.Close(context.Background())
+		f.st.Close()
+		f.h, f.st = nil, nil
+	}
+}
+
+// restart closes the host and store and opens them again, as a new process
+// would: nothing in memory survives.
+func (f *fixture) restart() {
+	f.close()
+	f.open()
+}
+
+func (f *fixture) add(dir string) host.Plugin {
+	f.t.Helper()
+	p, err := f.h.AddPlugin(context.Background(), guest(f.t, dir), manifest(f.t, dir))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fixture) call(tool, input string) host.RunInfo {
+	f.t.Helper()
+	ri, err := f.h.Call(context.Background(), tool, json.RawMessage(input), nil)
+	if err != nil {
+		f.t.Fatalf("call %s: %v", tool, err)
+	}
+	return ri
+}
+
+func mustJSON(t testing.TB, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

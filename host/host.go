@@ -1,0 +1,370 @@
+// Package host is the sandflow kernel: it runs durable workflow tools
+// compiled to WebAssembly, keeps each run's event log, replays runs to
+// resume them, and schedules their timers and step retries. It is also the
+// Go API an application embeds: open a Host on a store, add plugins, call
+// tools, answer questions, resume hooks.
+//
+// # What a guest may and may not do
+//
+// A workflow body replays: after every wait, and after every restart, it
+// runs again from its entry point and each op is answered from the log. So
+// the body must be deterministic. It may use time, randomness, maps,
+// goroutines and select freely, because the host supplies the clock (a
+// logical clock that moves with the log) and the random bytes (a generator
+// seeded per run), and a WebAssembly instance has no other source of
+// nondeterminism. It must not depend on anything else that could differ
+// between executions: side effects, I/O and capability calls belong in
+// steps, whose results are recorded and never recomputed on replay. Steps
+// run in separate instances, so nothing a step does, not even the memory it
+// allocates, can change how the body replays.
+//
+// A guest that asks for a different op than its history recorded fails
+// with a *NonDeterminismError and the run is left as it was.
+//
+// # Concurrency
+//
+// A Host is safe for concurrent use. Operations on one run are serialised;
+// operations on different runs proceed in parallel.
+package host
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// Limits bound what a run may use. Zero fields take the defaults.
+type Limits struct {
+	// MemoryBytes bounds an instance's linear memory.
+	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
+	// CPUTime bounds each activation and each step attempt.
+	CPUTime time.Duration `json:"cpuTime,omitempty"`
+	// PayloadBytes bounds each op payload and each recorded value.
+	PayloadBytes int `json:"payloadBytes,omitempty"`
+	// Events bounds a run's log.
+	Events int `json:"events,omitempty"`
+	// OutputBytes bounds the stdout and stderr recorded per run.
+	OutputBytes int64 `json:"outputBytes,omitempty"`
+}
+
+// DefaultLimits are the limits of abi/README.md.
+var DefaultLimits = Limits{
+	MemoryBytes:  256 << 20,
+	CPUTime:      10 * time.Second,
+	PayloadBytes: 1 << 20,
+	Events:       100_000,
+	OutputBytes:  64 << 10,
+}
+
+func (l Limits) withDefaults(d Limits) Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUTime == 0 {
+		l.CPUTime = d.CPUTime
+	}
+	if l.PayloadBytes == 0 {
+		l.PayloadBytes = d.PayloadBytes
+	}
+	if l.Events == 0 {
+		l.Events = d.Events
+	}
+	if l.OutputBytes == 0 {
+		l.OutputBytes = d.OutputBytes
+	}
+	return l
+}
+
+// Options configures a Host. The zero value is usable.
+type Options struct {
+	// Engine runs the guests; nil means a wazero engine the Host owns.
+	Engine Engine
+	// CacheDir keeps compiled modules across processes (for the default
+	// engine); empty means compile in memory only.
+	CacheDir string
+	// Limits are the limits of every plugin; a manifest may only tighten
+	// them. Zero fields take DefaultLimits.
+	Limits Limits
+	// Capabilities are the functions steps may call, by name.
+	Capabilities map[string]Capability
+	// BaseURL, when set, is where runs are shown; it appears in metadata.
+	BaseURL string
+	// MaxWarm is how many suspended instances are kept in memory to resume
+	// without replay; 0 means 64, negative means none.
+	MaxWarm int
+	// StepConcurrency bounds the steps of one run executing at once; 0
+	// means 4.
+	StepConcurrency int
+	// MaxModuleBytes bounds an uploaded module; 0 means 64 MiB.
+	MaxModuleBytes int
+}
+
+// Host is the kernel. Open one per store.
+type Host struct {
+	store     store.Store
+	engine    Engine
+	ownEngine bool
+	ownStore  bool
+	opts      Options
+	limits    Limits
+
+	mu       sync.Mutex
+	closed   bool
+	plugins  map[string]*loadedPlugin // by name@version
+	compiled map[string]CompiledModule
+	runs     map[string]*runHandle
+	warm     *list.List // of *runHandle with a parked instance, most recent first
+
+	wake chan struct{}
+}
+
+// Open makes a Host over a store. opts may be nil.
+func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxWarm == 0 {
+		o.MaxWarm = 64
+	}
+	if o.StepConcurrency <= 0 {
+		o.StepConcurrency = 4
+	}
+	if o.MaxModuleBytes <= 0 {
+		o.MaxModuleBytes = 64 << 20
+	}
+	h := &Host{
+		store: st, opts: o, limits: o.Limits.withDefaults(DefaultLimits),
+		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
+		runs: map[string]*runHandle{}, warm: list.New(), wake: make(chan struct{}, 1),
+	}
+	if o.Engine != nil {
+		h.engine = o.Engine
+	} else {
+		if o.CacheDir != "" {
+			if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
+				return nil, fmt.Errorf("host: cache dir: %w", err)
+			}
+		}
+		e, err := NewWazeroEngine(ctx, o.CacheDir)
+		if err != nil {
+			return nil, err
+		}
+		h.engine, h.ownEngine = e, true
+	}
+	return h, nil
+}
+
+// OpenDir opens the embedded store in dir (created if needed) and a Host on
+// it, with compiled modules cached under dir. Close closes both.
+func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("host: data dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(dir, "sandflow.db"), nil)
+	if err != nil {
+		return nil, err
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.CacheDir == "" && o.Engine == nil {
+		o.CacheDir = filepath.Join(dir, "cache")
+	}
+	h, err := Open(ctx, st, &o)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	h.ownStore = true
+	return h, nil
+}
+
+// Store returns the store the host runs on.
+func (h *Host) Store() store.Store { return h.store }
+
+// Engine returns the engine that runs the guests.
+func (h *Host) Engine() Engine { return h.engine }
+
+// Close releases parked instances and compiled modules, and the engine and
+// store if the Host opened them.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	handles := make([]*runHandle, 0, len(h.runs))
+	for _, rh := range h.runs {
+		handles = append(handles, rh)
+	}
+	h.mu.Unlock()
+	for _, rh := range handles {
+		rh.mu.Lock()
+		h.dropWarm(ctx, rh)
+		rh.mu.Unlock()
+	}
+	var errs []error
+	h.mu.Lock()
+	for _, lp := range h.plugins {
+		lp.closeSteps(ctx)
+	}
+	for _, cm := range h.compiled {
+		errs = append(errs, cm.Close(ctx))
+	}
+	h.mu.Unlock()
+	if h.ownEngine {
+		errs = append(errs, h.engine.Close(ctx))
+	}
+	if h.ownStore {
+		errs = append(errs, h.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (h *Host) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+func (h *Host) wakeScheduler() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) metadata(rs *runState, stepID string) abi.Metadata {
+	m := abi.Metadata{WorkflowName: rs.rec.Tool, WorkflowRunID: rs.id, WorkflowStartedAt: rs.start.UTC().Format(time.RFC3339Nano), StepID: stepID}
+	if h.opts.BaseURL != "" {
+		m.URL = h.opts.BaseURL + "/runs/" + rs.id
+	}
+	return m
+}
+
+// CallOptions are the options of Call. The zero value is the default.
+type CallOptions struct {
+	// RunID names the run; empty means a new random id. A taken id fails
+	// with ErrRunExists.
+	RunID string
+	// Version pins a plugin version; 0 means the latest.
+	Version int
+	// NoAsk marks a caller no person stands behind (a scheduled run): its
+	// questions resolve as "unavailable" at once.
+	NoAsk bool
+}
+
+// Call starts a run of a tool with a JSON object input, and runs it until
+// it ends or waits on something outside it (a question, a timer, a hook, a
+// step retry). The returned RunInfo says which.
+//
+// Errors: ErrUnknownTool, ErrBadInput (or an *InputError), ErrRunExists;
+// nothing is stored when any of them is returned. A run that fails is not
+// an error: RunInfo.Status is failed and RunInfo.Error says why.
+func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
+	var o CallOptions
+	if opts != nil {
+		o = *opts
+	}
+	if h.isClosed() {
+		return RunInfo{}, ErrClosed
+	}
+	lp, err := h.plugin(ctx, tool, o.Version)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	in, err := lp.checkInput(input)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	id := o.RunID
+	if id == "" {
+		id = newID("run_", 10)
+	} else if err := store.ValidRunID(id); err != nil {
+		return RunInfo{}, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	seed := make([]byte, 32)
+	copy(seed, newSeed())
+	now := time.Now().UTC()
+	ev := mkEvent(EvRunCreated, now, &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk})
+	ev.Seq = 1
+	rec := store.Run{ID: id, Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash,
+		Status: store.StatusRunning, CreatedAt: now, UpdatedAt: now, LastSeq: 1}
+	if err := h.store.CreateRun(ctx, rec, store.Batch{Events: []store.Event{ev}}); err != nil {
+		if errors.Is(err, store.ErrRunExists) {
+			return RunInfo{}, fmt.Errorf("%w: %s", ErrRunExists, id)
+		}
+		return RunInfo{}, err
+	}
+	return h.withRun(ctx, id, func(rh *runHandle) error { return h.drive(ctx, rh) })
+}
+
+// Run returns a run's current state.
+func (h *Host) Run(ctx context.Context, id string) (RunInfo, error) {
+	return h.withRun(ctx, id, func(*runHandle) error { return nil })
+}
+
+// Runs lists runs, newest first.
+func (h *Host) Runs(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	return h.store.Runs(ctx, f)
+}
+
+// Events returns a run's log.
+func (h *Host) Events(ctx context.Context, id string) ([]store.Event, error) {
+	evs, err := h.store.Events(ctx, id, 0, 0)
+	if errors.Is(err, store.ErrRunNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, id)
+	}
+	return evs, err
+}
+
+// Drive continues a run that has work the host can do now (an activation
+// after a crash, a step left unfinished); a waiting run is left waiting.
+func (h *Host) Drive(ctx context.Context, id string) (RunInfo, error) {
+	return h.withRun(ctx, id, func(rh *runHandle) error { return h.drive(ctx, rh) })
+}
+
+// Cancel ends a run as cancelled: open questions are withdrawn, hooks
+// disposed, timers dropped. Cancelling an ended run returns ErrRunEnded.
+func (h *Host) Cancel(ctx context.Context, id, reason string) (RunInfo, error) {
+	return h.withRun(ctx, id, func(rh *runHandle) error {
+		rs := rh.rs
+		if rs.status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.status)
+		}
+		h.dropWarm(ctx, rh)
+		b := newBatch(rs)
+		now := time.Now()
+		if err := b.finish(now); err != nil {
+			return err
+		}
+		if reason == "" {
+			reason = "cancelled"
+		}
+		if _, err := b.pushAt(EvRunCancelled, now, &evData{Reason: reason}); err != nil {
+			return err
+		}
+		return h.commit(ctx, rh, b, nil)
+	})
+}
+
+func newSeed() []byte {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return b
+}

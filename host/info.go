@@ -1,0 +1,98 @@
+package host
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// RunInfo is a run as callers see it.
+type RunInfo struct {
+	ID         string          `json:"id"`
+	Tool       string          `json:"tool"`
+	Version    int             `json:"version"`
+	ModuleHash string          `json:"moduleHash"`
+	Status     store.RunStatus `json:"status"`
+	CreatedAt  time.Time       `json:"createdAt"`
+	UpdatedAt  time.Time       `json:"updatedAt"`
+	// Result is set when the run completed.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is set when the run failed.
+	Error *abi.ErrorObject `json:"error,omitempty"`
+	// Progress is the last progress snapshot.
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// Waiting lists what a waiting run waits on.
+	Waiting []Wait `json:"waiting,omitempty"`
+	// Stalled says why the run could not continue while it stays intact.
+	Stalled string `json:"stalled,omitempty"`
+}
+
+// Wait is one thing a run waits on.
+type Wait struct {
+	// Kind is "ask", "sleep", "hook", "step" (running) or "step_retry".
+	Kind     string     `json:"kind"`
+	Position uint32     `json:"position"`
+	AskID    string     `json:"askId,omitempty"`
+	Prompt   string     `json:"prompt,omitempty"`
+	Until    *time.Time `json:"until,omitempty"`
+	Token    string     `json:"token,omitempty"`
+	Step     string     `json:"step,omitempty"`
+	Attempt  int        `json:"attempt,omitempty"`
+}
+
+func (h *Host) info(rs *runState) RunInfo {
+	if rs == nil {
+		return RunInfo{}
+	}
+	ri := RunInfo{
+		ID: rs.id, Tool: rs.rec.Tool, Version: rs.rec.Version, ModuleHash: rs.rec.ModuleHash,
+		Status: rs.rec.Status, CreatedAt: rs.rec.CreatedAt, UpdatedAt: rs.rec.UpdatedAt,
+		Result: rs.result, Error: rs.failure, Progress: rs.lastProgress, Stalled: rs.detail.Stalled,
+	}
+	if ri.Status.Terminal() {
+		return ri
+	}
+	seen := map[uint32]bool{}
+	add := func(p uint32) {
+		o := rs.op(p)
+		if o == nil || o.settled || seen[p] {
+			return
+		}
+		seen[p] = true
+		w := Wait{Position: p}
+		switch o.kind {
+		case abi.OpAsk:
+			w.Kind, w.AskID = "ask", o.askID
+			var req abi.AskRequest
+			if json.Unmarshal(o.request, &req) == nil {
+				w.Prompt = req.Prompt
+			}
+		case abi.OpSleep:
+			t := o.fireAt
+			w.Kind, w.Until = "sleep", &t
+		case abi.OpHookNext:
+			w.Kind = "hook"
+			if hk := rs.hooks[o.hook]; hk != nil {
+				w.Token = hk.token
+			}
+		case abi.OpStep:
+			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt
+			if !o.attemptOpen && !o.retryAt.IsZero() {
+				t := o.retryAt
+				w.Kind, w.Until = "step_retry", &t
+			}
+		}
+		ri.Waiting = append(ri.Waiting, w)
+	}
+	for _, p := range rs.runnableSteps() {
+		add(p)
+	}
+	if ws := rs.detail.Waiting; ws != nil {
+		for _, p := range ws.Futures {
+			add(p)
+		}
+	}
+	return ri
+}

@@ -1,0 +1,431 @@
+package host
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// runHandle serialises the operations on one run and caches its state.
+type runHandle struct {
+	mu   sync.Mutex
+	id   string
+	rs   *runState
+	refs int // guarded by Host.mu
+
+	// warm and elem are guarded by Host.mu: a parked instance is not in use.
+	warm *wfInstance
+	elem *list.Element
+}
+
+func (h *Host) handle(id string) *runHandle {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rh := h.runs[id]
+	if rh == nil {
+		rh = &runHandle{id: id}
+		h.runs[id] = rh
+	}
+	rh.refs++
+	return rh
+}
+
+func (h *Host) release(rh *runHandle) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rh.refs--
+	if rh.refs == 0 && rh.warm == nil {
+		delete(h.runs, rh.id)
+	}
+}
+
+// takeWarm removes the run's parked instance from the pool and returns it.
+func (h *Host) takeWarm(rh *runHandle) *wfInstance {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := rh.warm
+	if w != nil {
+		h.warm.Remove(rh.elem)
+		rh.warm, rh.elem = nil, nil
+	}
+	return w
+}
+
+// park keeps a suspended instance for a warm resume, evicting the least
+// recently parked ones over the limit.
+func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
+	if h.opts.MaxWarm < 0 {
+		w.close(ctx)
+		return
+	}
+	var evicted []*wfInstance
+	h.mu.Lock()
+	rh.warm = w
+	rh.elem = h.warm.PushFront(rh)
+	for h.warm.Len() > h.opts.MaxWarm {
+		v := h.warm.Remove(h.warm.Back()).(*runHandle)
+		evicted = append(evicted, v.warm)
+		v.warm, v.elem = nil, nil
+		if v.refs == 0 {
+			delete(h.runs, v.id)
+		}
+	}
+	h.mu.Unlock()
+	for _, e := range evicted {
+		e.close(ctx)
+	}
+}
+
+func (h *Host) dropWarm(ctx context.Context, rh *runHandle) {
+	if w := h.takeWarm(rh); w != nil {
+		w.close(ctx)
+	}
+}
+
+// withRun runs fn with the run's handle locked and its state fresh, and
+// returns the run's state after it.
+func (h *Host) withRun(ctx context.Context, id string, fn func(rh *runHandle) error) (RunInfo, error) {
+	if h.isClosed() {
+		return RunInfo{}, ErrClosed
+	}
+	rh := h.handle(id)
+	defer h.release(rh)
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if err := h.refresh(ctx, rh); err != nil {
+		return RunInfo{}, err
+	}
+	err := fn(rh)
+	return h.info(rh.rs), err
+}
+
+// refresh makes the cached state match the store, reloading it when the
+// log moved on elsewhere.
+func (h *Host) refresh(ctx context.Context, rh *runHandle) error {
+	rec, err := h.store.Run(ctx, rh.id)
+	if err != nil {
+		if errors.Is(err, store.ErrRunNotFound) {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, rh.id)
+		}
+		return err
+	}
+	if rh.rs != nil && rh.rs.lastSeq == rec.LastSeq {
+		rh.rs.rec = rec
+		rh.rs.detail = runDetail{}
+		_ = json.Unmarshal(rec.Detail, &rh.rs.detail)
+		return nil
+	}
+	return h.reload(ctx, rh, rec)
+}
+
+func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
+	h.dropWarm(ctx, rh)
+	rh.rs = nil
+	if rec.ID == "" {
+		var err error
+		if rec, err = h.store.Run(ctx, rh.id); err != nil {
+			return err
+		}
+	}
+	evs, err := h.store.Events(ctx, rh.id, 0, 0)
+	if err != nil {
+		return err
+	}
+	rs := newRunState(rec)
+	for _, e := range evs {
+		if err := rs.apply(e); err != nil {
+			return fmt.Errorf("run %s: %w", rh.id, err)
+		}
+	}
+	if rs.lastSeq != rec.LastSeq {
+		return fmt.Errorf("%w: run %s record says seq %d, log ends at %d", ErrBadHistory, rh.id, rec.LastSeq, rs.lastSeq)
+	}
+	rh.rs = rs
+	return nil
+}
+
+// status says where a run stands from its state.
+func (rs *runState) currentStatus() store.RunStatus {
+	switch {
+	case rs.status.Terminal():
+		return rs.status
+	case len(rs.runnableSteps()) > 0, len(rs.markers) == 0, rs.satisfied(rs.detail.Waiting):
+		return store.StatusRunning
+	}
+	return store.StatusWaiting
+}
+
+// commit writes a batch and the run's updated record in one transaction. On
+// failure the cached state is reloaded, so it never holds what the store
+// does not.
+func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runDetail) error {
+	rs := rh.rs
+	if detail != nil {
+		rs.detail = *detail
+	}
+	switch rs.status {
+	case store.StatusCompleted:
+		rs.detail = runDetail{Result: rs.result}
+	case store.StatusFailed:
+		rs.detail = runDetail{Error: rs.failure}
+	case store.StatusCancelled:
+		rs.detail = runDetail{}
+	}
+	rec := rs.rec
+	rec.LastSeq = rs.lastSeq
+	rec.UpdatedAt = time.Now().UTC()
+	rec.Status = rs.currentStatus()
+	rec.Detail = mustJSON(rs.detail)
+	b.b.Run = &rec
+	if err := h.store.Append(ctx, rs.id, b.base, b.b); err != nil {
+		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	rs.rec = rec
+	return nil
+}
+
+// maxDriveRounds guards against a kernel bug looping forever.
+const maxDriveRounds = 1 << 20
+
+// drive does all the work a run has that needs nothing from outside:
+// unfinished step attempts, and an activation when what the guest waits for
+// has settled. It returns when the run has ended or waits.
+func (h *Host) drive(ctx context.Context, rh *runHandle) error {
+	for range maxDriveRounds {
+		rs := rh.rs
+		if rs.status.Terminal() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if steps := rs.runnableSteps(); len(steps) > 0 {
+			if err := h.runSteps(ctx, rh, steps); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(rs.markers) > 0 && !rs.satisfied(rs.detail.Waiting) {
+			return nil
+		}
+		if err := h.activate(ctx, rh); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("host: run %s did not settle after %d rounds", rh.id, maxDriveRounds)
+}
+
+// activate runs the workflow body until it suspends or completes: on the
+// parked instance when there is one, else on a fresh one that replays.
+func (h *Host) activate(ctx context.Context, rh *runHandle) error {
+	rs := rh.rs
+	lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
+	if err != nil {
+		return err
+	}
+	w := h.takeWarm(rh)
+	if w != nil && w.rs != rs {
+		w.close(ctx)
+		w = nil
+	}
+	b := newBatch(rs)
+	if _, err := b.push(EvRunResumed, &evData{Activation: len(rs.markers)}); err != nil {
+		return err
+	}
+	if w == nil {
+		if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
+			return h.failActivation(ctx, rh, b, nil, err)
+		}
+	}
+	w.begin(b)
+	res, err := w.inst.Call(ctx, abi.RunExport)
+	if err == nil {
+		err = w.err
+	}
+	dead := false
+	if errors.Is(err, errBlockSuspend) && w.suspended {
+		err, res, dead = nil, abi.RunSuspended, true
+	}
+	if err != nil {
+		return h.failActivation(ctx, rh, b, w, err)
+	}
+	switch {
+	case res == abi.RunSuspended && w.suspended:
+		if err := h.commit(ctx, rh, b, &runDetail{Waiting: w.wait}); err != nil {
+			w.close(ctx)
+			return err
+		}
+		if dead {
+			w.close(ctx)
+		} else {
+			h.park(ctx, rh, w)
+		}
+		return nil
+	case res == abi.RunDone && w.completed:
+		err := w.flushOutput()
+		if err == nil {
+			err = h.commit(ctx, rh, b, nil)
+		}
+		w.close(ctx)
+		return err
+	}
+	return h.failActivation(ctx, rh, b, w, &GuestError{Message: fmt.Sprintf(
+		"ABI violation: %s returned %d, but the guest had %s", abi.RunExport, res, map[bool]string{true: "completed", false: "neither suspended nor completed"}[w.completed])})
+}
+
+// failActivation handles an activation that ended in an error. A guest
+// that failed (trapped, exited, broke the ABI or a limit) fails its run,
+// with what it wrote to stderr. Anything else leaves the run as it was:
+// a non-deterministic guest (so a fixed plugin can continue the run), a
+// cancelled context, a store error.
+func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *wfInstance, cause error) error {
+	var out []byte
+	for _, e := range b.b.Events {
+		if e.Kind == EvOutput {
+			if d, err := decodeEvData(e); err == nil && d.Stream == "stderr" {
+				out = append(out, d.Data...)
+			}
+		}
+	}
+	if w != nil {
+		if w.outStream == "stderr" {
+			out = append(out, w.outBuf...)
+		}
+		w.close(ctx)
+	}
+	if err := h.reload(ctx, rh, store.Run{}); err != nil {
+		return errors.Join(cause, err)
+	}
+	var le *LimitError
+	var ge *GuestError
+	var pe *PluginError
+	if !(errors.As(cause, &le) || errors.As(cause, &ge) || errors.As(cause, &pe)) {
+		var nd *NonDeterminismError
+		if errors.As(cause, &nd) {
+			d := rh.rs.detail
+			d.Stalled = nd.Error()
+			nb := newBatch(rh.rs)
+			if err := h.commit(ctx, rh, nb, &d); err != nil {
+				return errors.Join(cause, err)
+			}
+		}
+		return cause
+	}
+	eo := errorObject(cause)
+	if pe != nil {
+		eo = &abi.ErrorObject{Type: abi.ErrTypeTrap, Message: pe.Error()}
+	}
+	if len(out) > 0 {
+		tail := out[max(0, len(out)-512):]
+		eo.Message += "; stderr: " + string(tail)
+	}
+	nb := newBatch(rh.rs)
+	now := time.Now()
+	if len(out) > 0 {
+		data, cut := capOutput(out, lpOutputRoom(rh.rs, h.limits))
+		if len(data) > 0 {
+			if _, err := nb.pushAt(EvOutput, now, &evData{Stream: "stderr", Data: string(data), Produced: rh.rs.outProduced, Cut: cut}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := nb.finish(now); err != nil {
+		return err
+	}
+	if _, err := nb.pushAt(EvRunFailed, now, &evData{Error: eo}); err != nil {
+		return err
+	}
+	return h.commit(ctx, rh, nb, nil)
+}
+
+func lpOutputRoom(rs *runState, l Limits) int64 { return l.OutputBytes - rs.outRecorded }
+
+// runSteps runs the given step attempts, in parallel up to the host's
+// step concurrency, and records each outcome as it arrives.
+func (h *Host) runSteps(ctx context.Context, rh *runHandle, steps []uint32) error {
+	rs := rh.rs
+	lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
+	if err != nil {
+		return err
+	}
+	type done struct {
+		p   uint32
+		a   *stepAttempt
+		out stepOutcome
+	}
+	ch := make(chan done, len(steps))
+	sem := make(chan struct{}, h.opts.StepConcurrency)
+	for _, p := range steps {
+		o := rs.op(p)
+		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
+			meta: mustJSON(h.metadata(rs, stepID(rs.id, p)))}
+		go func() {
+			sem <- struct{}{}
+			out := h.execStep(ctx, lp, a)
+			<-sem
+			ch <- done{p, a, out}
+		}()
+	}
+	var firstErr error
+	for range steps {
+		d := <-ch
+		if firstErr != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			// The attempt was cut short by the caller, not by the guest: it
+			// stays open and runs again.
+			firstErr = err
+			continue
+		}
+		firstErr = h.recordStep(ctx, rh, d.p, d.a, d.out)
+	}
+	return firstErr
+}
+
+func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepAttempt, out stepOutcome) error {
+	rs := rh.rs
+	o := rs.op(p)
+	if o == nil || !o.attemptOpen || o.attempt != a.attempt {
+		return nil // the run moved on (it was cancelled, say)
+	}
+	b := newBatch(rs)
+	now := time.Now()
+	for _, c := range out.output {
+		data, cut := capOutput(c.data, lpOutputRoom(rs, h.limits))
+		if len(data) == 0 && !cut {
+			continue
+		}
+		if _, err := b.pushAt(EvOutput, now, &evData{Stream: c.stream, Data: string(data), Step: p, Cut: cut}); err != nil {
+			return err
+		}
+	}
+	if out.err == nil {
+		if _, err := b.pushAt(EvStepCompleted, now, &evData{Op: p, Attempt: a.attempt, Result: out.result}); err != nil {
+			return err
+		}
+	} else {
+		d := &evData{Op: p, Attempt: a.attempt, Error: out.err}
+		if at, retry := retryAt(o.retry, a.attempt, out.err, now); retry {
+			d.RetryAt = &at
+			b.b.PutTimers = append(b.b.PutTimers, retryTimer(rs.id, p, a.attempt, at))
+		}
+		if _, err := b.pushAt(EvStepFailed, now, d); err != nil {
+			return err
+		}
+		if d.RetryAt != nil {
+			h.wakeScheduler()
+		}
+	}
+	return h.commit(ctx, rh, b, nil)
+}

@@ -1,0 +1,128 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// RunScheduler recovers runs a stopped process left running, then fires
+// timers as they come due (durable sleeps and step retries), until ctx is
+// done. Errors on single runs are logged to logger (nil: slog.Default) and
+// do not stop it.
+func (h *Host) RunScheduler(ctx context.Context, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := h.Recover(ctx, logger); err != nil {
+		return err
+	}
+	for {
+		if _, err := h.FireDue(ctx, time.Now(), logger); err != nil && ctx.Err() == nil {
+			logger.Error("firing timers", "err", err)
+		}
+		wait := time.Second
+		if t, ok, err := h.store.NextTimer(ctx); err == nil && ok {
+			wait = min(wait, max(0, time.Until(t.FireAt)))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		case <-h.wake:
+		}
+	}
+}
+
+// Recover continues every run a stopped process left running: an
+// activation that did not commit, or a step attempt that did not finish
+// (steps run at least once).
+func (h *Host) Recover(ctx context.Context, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	runs, err := h.store.Runs(ctx, store.RunFilter{Status: store.StatusRunning})
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if _, err := h.Drive(ctx, r.ID); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			logger.Error("recovering run", "run", r.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// FireDue fires the timers due at now and continues their runs. It returns
+// how many it fired.
+func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) (int, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	due, err := h.store.DueTimers(ctx, now, 256)
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	// Timers of one run fire in order on one goroutine; runs in parallel.
+	byRun := map[string][]store.Timer{}
+	var order []string
+	for _, t := range due {
+		if byRun[t.RunID] == nil {
+			order = append(order, t.RunID)
+		}
+		byRun[t.RunID] = append(byRun[t.RunID], t)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, id := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(ts []store.Timer) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for _, t := range ts {
+				if err := h.fireTimer(ctx, t); err != nil && ctx.Err() == nil {
+					logger.Error("firing timer", "run", t.RunID, "timer", t.ID, "err", err)
+				}
+			}
+		}(byRun[id])
+	}
+	wg.Wait()
+	return len(due), ctx.Err()
+}
+
+func (h *Host) fireTimer(ctx context.Context, t store.Timer) error {
+	_, err := h.withRun(ctx, t.RunID, func(rh *runHandle) error {
+		rs := rh.rs
+		b := newBatch(rs)
+		b.b.DeleteTimers = append(b.b.DeleteTimers, t)
+		o := rs.op(t.Position)
+		switch {
+		case rs.status.Terminal() || o == nil:
+		case t.Kind == timerSleep && o.kind == abi.OpSleep && !o.settled:
+			if _, err := b.push(EvTimerFired, &evData{Op: t.Position}); err != nil {
+				return err
+			}
+		case t.Kind == timerRetry && o.kind == abi.OpStep && !o.settled && !o.attemptOpen && !o.retryAt.IsZero():
+			if _, err := b.push(EvStepStarted, &evData{Op: t.Position, Name: o.name, Attempt: o.attempt + 1}); err != nil {
+				return err
+			}
+		}
+		if err := h.commit(ctx, rh, b, nil); err != nil {
+			return err
+		}
+		return h.drive(ctx, rh)
+	})
+	if errors.Is(err, ErrRunNotFound) {
+		return nil
+	}
+	return err
+}

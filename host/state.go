@@ -1,0 +1,411 @@
+package host
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// runState is a run's model, rebuilt from its log by apply and kept in
+// step with it: every event the host appends goes through apply too. It is
+// not safe for concurrent use; the run's handle lock guards it.
+type runState struct {
+	id      string
+	rec     store.Run
+	created *evData
+	start   time.Time
+	seed    [32]byte
+	lastSeq uint64
+
+	ops     []*opRec // ops[p-1] is the op at position p
+	markers []marker // the run_resumed events: one per activation
+	hooks   map[uint32]*hookRec
+
+	outProduced int64 // guest output bytes produced, including dropped ones
+	outRecorded int64 // bytes of output recorded in the log
+
+	lastProgress json.RawMessage
+	status       store.RunStatus
+	result       json.RawMessage
+	failure      *abi.ErrorObject
+	detail       runDetail
+}
+
+type marker struct {
+	seq uint64
+	t   time.Time
+}
+
+// opRec is one recorded op and, for ops that make futures, its settlement.
+type opRec struct {
+	kind abi.OpKind
+	name string
+	seq  uint64    // the op's first event
+	t    time.Time // and its time
+	act  int       // activation it was issued in
+
+	settled   bool
+	settleSeq uint64
+	// byGuest: settled by an event of the guest's own activation (an
+	// immediate answer), so visible at once rather than from the next
+	// activation.
+	byGuest bool
+	state   abi.FutureState
+	value   []byte
+
+	// step
+	input       json.RawMessage
+	retry       *abi.RetryPolicy
+	attempt     int
+	attemptOpen bool
+	retryAt     time.Time
+	// sleep
+	fireAt time.Time
+	// ask
+	askID   string
+	request json.RawMessage
+	// hook_next
+	hook  uint32
+	index int
+	// refused is the status of an op the host refused; value holds the error.
+	refused abi.Status
+}
+
+type hookRec struct {
+	token    string
+	conflict string
+	disposed bool
+	received []hookPayload
+	nexts    []uint32 // positions of this hook's hook_next ops, in order
+}
+
+type hookPayload struct {
+	seq     uint64
+	payload json.RawMessage
+}
+
+// runDetail is the host's summary kept in the run record. The log is the
+// truth; the detail only saves work (what to wait for) and answers lists.
+type runDetail struct {
+	Waiting *waitSet         `json:"waiting,omitempty"`
+	Result  json.RawMessage  `json:"result,omitempty"`
+	Error   *abi.ErrorObject `json:"error,omitempty"`
+	// Stalled is why the last attempt to continue the run failed while the
+	// run stayed intact (a non-deterministic plugin, say).
+	Stalled string `json:"stalled,omitempty"`
+}
+
+// waitSet is the unsatisfied await a suspended guest repeats when resumed.
+type waitSet struct {
+	Mode    abi.AwaitMode `json:"mode"`
+	Futures []uint32      `json:"futures"`
+}
+
+func newRunState(rec store.Run) *runState {
+	rs := &runState{id: rec.ID, rec: rec, hooks: map[uint32]*hookRec{}, status: store.StatusRunning}
+	if len(rec.Detail) > 0 {
+		_ = json.Unmarshal(rec.Detail, &rs.detail) // a summary only; the log rules
+	}
+	return rs
+}
+
+func (rs *runState) op(p uint32) *opRec {
+	if p == 0 || int(p) > len(rs.ops) {
+		return nil
+	}
+	return rs.ops[p-1]
+}
+
+func (rs *runState) activation() int { return len(rs.markers) - 1 }
+
+// newOp adds the op that event e creates at position p.
+func (rs *runState) newOp(e store.Event, p uint32, kind abi.OpKind, name string) (*opRec, error) {
+	if int(p) != len(rs.ops)+1 {
+		return nil, fmt.Errorf("%w: event %d creates op %d, expected op %d", ErrBadHistory, e.Seq, p, len(rs.ops)+1)
+	}
+	if len(rs.markers) == 0 {
+		return nil, fmt.Errorf("%w: event %d records an op before any activation", ErrBadHistory, e.Seq)
+	}
+	o := &opRec{kind: kind, name: name, seq: e.Seq, t: e.Time, act: rs.activation()}
+	rs.ops = append(rs.ops, o)
+	return o, nil
+}
+
+func (rs *runState) existingOp(e store.Event, p uint32, kind abi.OpKind) (*opRec, error) {
+	o := rs.op(p)
+	if o == nil || o.kind != kind {
+		return nil, fmt.Errorf("%w: event %d (%s) names op %d, which is not a %s", ErrBadHistory, e.Seq, e.Kind, p, kind)
+	}
+	return o, nil
+}
+
+func (o *opRec) settle(seq uint64, st abi.FutureState, v []byte, byGuest bool) {
+	o.settled, o.settleSeq, o.state, o.value, o.byGuest = true, seq, st, v, byGuest
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// apply folds one event into the state. Events must come in order.
+func (rs *runState) apply(e store.Event) error {
+	if e.Seq != rs.lastSeq+1 {
+		return fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
+	}
+	d, err := decodeEvData(e)
+	if err != nil {
+		return err
+	}
+	if rs.created == nil && e.Kind != EvRunCreated {
+		return fmt.Errorf("%w: first event is %s, not %s", ErrBadHistory, e.Kind, EvRunCreated)
+	}
+	if rs.status.Terminal() && e.Kind != EvOutput {
+		return fmt.Errorf("%w: event %d (%s) after the run ended", ErrBadHistory, e.Seq, e.Kind)
+	}
+	switch e.Kind {
+	case EvRunCreated:
+		if rs.created != nil {
+			return fmt.Errorf("%w: second %s at event %d", ErrBadHistory, e.Kind, e.Seq)
+		}
+		seed, err := hex.DecodeString(d.Seed)
+		if err != nil || len(seed) != 32 {
+			return fmt.Errorf("%w: run seed %q", ErrBadHistory, d.Seed)
+		}
+		rs.created, rs.start = d, e.Time
+		copy(rs.seed[:], seed)
+	case EvRunResumed:
+		rs.markers = append(rs.markers, marker{seq: e.Seq, t: e.Time})
+	case EvStepStarted:
+		if o := rs.op(d.Op); o != nil && d.Attempt > 1 {
+			if o.kind != abi.OpStep || o.settled || o.attemptOpen {
+				return fmt.Errorf("%w: event %d starts attempt %d of op %d, which cannot retry", ErrBadHistory, e.Seq, d.Attempt, d.Op)
+			}
+			o.attempt, o.attemptOpen, o.retryAt = d.Attempt, true, time.Time{}
+			break
+		}
+		o, err := rs.newOp(e, d.Op, abi.OpStep, d.Name)
+		if err != nil {
+			return err
+		}
+		o.input, o.retry, o.attempt, o.attemptOpen = d.Input, d.Retry, 1, true
+	case EvStepCompleted, EvStepFailed:
+		o, err := rs.existingOp(e, d.Op, abi.OpStep)
+		if err != nil {
+			return err
+		}
+		if !o.attemptOpen {
+			return fmt.Errorf("%w: event %d ends an attempt of op %d that was not started", ErrBadHistory, e.Seq, d.Op)
+		}
+		o.attemptOpen = false
+		switch {
+		case e.Kind == EvStepCompleted:
+			o.settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Result), false)
+		case d.RetryAt != nil:
+			o.retryAt = *d.RetryAt
+		default:
+			o.settle(e.Seq, abi.FutureRejected, mustJSON(errOrUnknown(d.Error)), false)
+		}
+	case EvTimerSet:
+		o, err := rs.newOp(e, d.Op, abi.OpSleep, "")
+		if err != nil {
+			return err
+		}
+		if d.FireAt != nil {
+			o.fireAt = *d.FireAt
+		}
+		if d.Immediate {
+			o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), true)
+		}
+	case EvTimerFired:
+		o, err := rs.existingOp(e, d.Op, abi.OpSleep)
+		if err != nil {
+			return err
+		}
+		if o.settled {
+			return fmt.Errorf("%w: timer of op %d fired twice", ErrBadHistory, d.Op)
+		}
+		o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), false)
+	case EvAskOpened:
+		o, err := rs.newOp(e, d.Op, abi.OpAsk, "")
+		if err != nil {
+			return err
+		}
+		o.askID, o.request = d.AskID, d.Request
+		if d.Answer != nil {
+			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), true)
+		}
+	case EvAskSettled:
+		o, err := rs.existingOp(e, d.Op, abi.OpAsk)
+		if err != nil {
+			return err
+		}
+		if o.settled || d.Answer == nil {
+			return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
+		}
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), false)
+	case EvHookCreated:
+		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
+		if err != nil {
+			return err
+		}
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict}), true)
+		rs.hooks[d.Op] = &hookRec{token: d.Token, conflict: d.Conflict}
+	case EvHookNext:
+		h := rs.hooks[d.Hook]
+		if h == nil {
+			return fmt.Errorf("%w: event %d waits on unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
+		}
+		o, err := rs.newOp(e, d.Op, abi.OpHookNext, "")
+		if err != nil {
+			return err
+		}
+		o.hook, o.index = d.Hook, len(h.nexts)
+		h.nexts = append(h.nexts, d.Op)
+		switch {
+		case h.conflict != "":
+			o.settle(e.Seq, abi.FutureRejected, mustJSON(abi.ErrorObject{Type: abi.ErrTypeHookConflict,
+				Message: fmt.Sprintf("hook token %q is held by run %s", h.token, h.conflict)}), true)
+		case o.index < len(h.received):
+			r := h.received[o.index]
+			o.settle(r.seq, abi.FutureFulfilled, r.payload, false)
+		case h.disposed:
+			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), true)
+		}
+	case EvHookReceived:
+		h := rs.hooks[d.Hook]
+		if h == nil || h.disposed || h.conflict != "" {
+			return fmt.Errorf("%w: event %d delivers to hook %d, which cannot receive", ErrBadHistory, e.Seq, d.Hook)
+		}
+		h.received = append(h.received, hookPayload{seq: e.Seq, payload: nullIfEmpty(d.Payload)})
+		if i := len(h.received) - 1; i < len(h.nexts) {
+			rs.op(h.nexts[i]).settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Payload), false)
+		}
+	case EvHookDisposed:
+		h := rs.hooks[d.Hook]
+		if h == nil {
+			return fmt.Errorf("%w: event %d disposes unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
+		}
+		byGuest := d.Op != 0
+		if byGuest {
+			if _, err := rs.newOp(e, d.Op, abi.OpHookDispose, ""); err != nil {
+				return err
+			}
+		}
+		h.disposed = true
+		for _, p := range h.nexts {
+			if o := rs.op(p); !o.settled {
+				o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), byGuest)
+			}
+		}
+	case EvProgress:
+		if _, err := rs.newOp(e, d.Op, abi.OpProgress, ""); err != nil {
+			return err
+		}
+		rs.lastProgress = d.Value
+	case EvOutput:
+		if d.Step == 0 {
+			rs.outProduced = d.Produced
+		}
+		rs.outRecorded += int64(len(d.Data))
+	case EvRunCompleted, EvRunFailed:
+		if d.Op != 0 {
+			if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
+				return err
+			}
+		}
+		if e.Kind == EvRunCompleted {
+			rs.status, rs.result = store.StatusCompleted, nullIfEmpty(d.Result)
+		} else {
+			rs.status, rs.failure = store.StatusFailed, errOrUnknown(d.Error)
+		}
+	case EvRunCancelled:
+		rs.status = store.StatusCancelled
+	case EvOpRefused:
+		kind, ok := abi.OpKindByName(d.Kind)
+		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {
+			return fmt.Errorf("%w: event %d refuses op kind %q with status %d", ErrBadHistory, e.Seq, d.Kind, d.Status)
+		}
+		o, err := rs.newOp(e, d.Op, kind, d.Name)
+		if err != nil {
+			return err
+		}
+		o.refused, o.value = abi.Status(d.Status), mustJSON(d.Error)
+	case EvRunUpgraded:
+		// The record carries the new pin; nothing in the model changes.
+	default:
+		return fmt.Errorf("%w: unknown event kind %q at %d", ErrBadHistory, e.Kind, e.Seq)
+	}
+	rs.lastSeq = e.Seq
+	return nil
+}
+
+func hookDisposedErr(h *hookRec) []byte {
+	return mustJSON(abi.ErrorObject{Type: abi.ErrTypeHookDisposed, Message: fmt.Sprintf("hook %q was disposed", h.token)})
+}
+
+func nullIfEmpty(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func errOrUnknown(e *abi.ErrorObject) *abi.ErrorObject {
+	if e == nil {
+		return &abi.ErrorObject{Type: abi.ErrTypeError, Message: "unknown error"}
+	}
+	return e
+}
+
+// visible reports whether activation act can see the op's settlement:
+// settlements recorded before the activation began, and the guest's own.
+func (rs *runState) visible(o *opRec, act int) bool {
+	if !o.settled {
+		return false
+	}
+	if o.byGuest {
+		return true
+	}
+	return act < len(rs.markers) && o.settleSeq < rs.markers[act].seq
+}
+
+// satisfied reports whether a wait set is satisfied by everything recorded.
+func (rs *runState) satisfied(w *waitSet) bool {
+	if w == nil {
+		return true
+	}
+	any := w.Mode&^abi.AwaitBlock == abi.AwaitAny
+	done := 0
+	for _, p := range w.Futures {
+		o := rs.op(p)
+		if o == nil {
+			return true // an unknown future: let the guest find out
+		}
+		if o.settled {
+			if any || o.state == abi.FutureRejected {
+				return true
+			}
+			done++
+		}
+	}
+	return done == len(w.Futures)
+}
+
+// runnableSteps returns the steps with an attempt started and not finished.
+func (rs *runState) runnableSteps() []uint32 {
+	var out []uint32
+	for i, o := range rs.ops {
+		if o.kind == abi.OpStep && o.attemptOpen {
+			out = append(out, uint32(i+1))
+		}
+	}
+	return out
+}

@@ -1,0 +1,310 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// exitAbort is the exit code the host closes an instance with when an
+// OpHandler ends it; the handler's error is reported instead.
+const exitAbort = 0xabad
+
+// WazeroEngine runs guests on wazero, a WebAssembly runtime in pure Go.
+type WazeroEngine struct {
+	rt   wazero.Runtime
+	name string
+}
+
+// NewWazeroEngine makes a wazero engine. cacheDir, when not empty, holds
+// compiled artifacts across processes, keyed by module and wazero version.
+func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error) {
+	cfg := wazero.NewRuntimeConfig().
+		// The only way to stop a guest spinning without calling the host;
+		// it costs a check at loop heads and function entries.
+		WithCloseOnContextDone(true)
+	if cacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("wazero compilation cache: %w", err)
+		}
+		cfg = cfg.WithCompilationCache(cache)
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	i32 := api.ValueTypeI32
+	_, err := rt.NewHostModuleBuilder(abi.ImportModule).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wzOp), []api.ValueType{i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("kind", "name_ptr", "name_len", "payload_ptr", "payload_len", "resp_ptr", "resp_cap").Export(abi.FuncOp).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wzRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("ptr", "len").Export(abi.FuncRead).
+		Instantiate(ctx)
+	if err != nil {
+		rt.Close(ctx)
+		return nil, err
+	}
+	return &WazeroEngine{rt: rt, name: "wazero/" + wazeroVersion()}, nil
+}
+
+func wazeroVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/tetratelabs/wazero" {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+// Name implements Engine.
+func (e *WazeroEngine) Name() string { return e.name }
+
+// Close implements Engine.
+func (e *WazeroEngine) Close(ctx context.Context) error { return e.rt.Close(ctx) }
+
+// Compile implements Engine.
+func (e *WazeroEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule, error) {
+	cm, err := e.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
+	}
+	return &wzModule{e: e, cm: cm}, nil
+}
+
+type wzModule struct {
+	e  *WazeroEngine
+	cm wazero.CompiledModule
+}
+
+func (m *wzModule) Close(ctx context.Context) error { return m.cm.Close(ctx) }
+
+type instKey struct{}
+
+// wzInstance is one wazero module instance and what its host calls need.
+type wzInstance struct {
+	mod    api.Module
+	ops    OpHandler
+	cpu    time.Duration
+	memHit atomic.Bool
+	memMax uint64
+	held   []byte // a response body too big for the guest's buffer
+	abort  error  // why an OpHandler ended the instance
+	fns    map[string]api.Function
+	closed bool
+}
+
+func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
+	inst := &wzInstance{ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{}}
+	clock := cfg.Clock
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(). // _initialize runs below, under the CPU limit
+		WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).
+		WithWalltime(func() (int64, int32) {
+			n := clock.Now()
+			return n / 1e9, int32(n % 1e9)
+		}, sys.ClockResolution(1)).
+		WithNanotime(clock.Now, sys.ClockResolution(1)).
+		WithNanosleep(clock.Sleep).
+		WithOsyield(func() {}).
+		WithRandSource(cfg.Random)
+	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
+		return newLimitedMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
+	}))
+	ictx = context.WithValue(ictx, instKey{}, inst)
+	mod, err := m.e.rt.InstantiateModule(ictx, m.cm, mc)
+	if err != nil {
+		if inst.memHit.Load() {
+			return nil, &LimitError{Limit: "memory", Max: int64(inst.memMax), What: "instantiating guest"}
+		}
+		return nil, &GuestError{Message: "instantiate: " + err.Error()}
+	}
+	inst.mod = mod
+	if mod.ExportedFunction(abi.InitializeExport) != nil {
+		if err := inst.callResult(ctx, abi.InitializeExport, nil); err != nil {
+			return nil, err
+		}
+	}
+	return inst, nil
+}
+
+func (i *wzInstance) fn(name string) api.Function {
+	f, ok := i.fns[name]
+	if !ok {
+		f = i.mod.ExportedFunction(name)
+		i.fns[name] = f
+	}
+	return f
+}
+
+// Call implements Instance.
+func (i *wzInstance) Call(ctx context.Context, export string) (int32, error) {
+	if i.closed {
+		return 0, &GuestError{Message: "instance is closed"}
+	}
+	var res int32
+	err := i.callResult(ctx, export, &res)
+	return res, err
+}
+
+func (i *wzInstance) callResult(ctx context.Context, export string, res *int32) error {
+	f := i.fn(export)
+	if f == nil {
+		i.Close(ctx)
+		return &GuestError{Message: "module does not export " + export}
+	}
+	cctx, cancel := context.WithTimeout(ctx, i.cpu)
+	defer cancel()
+	cctx = context.WithValue(cctx, instKey{}, i)
+	i.held = nil
+	out, err := f.Call(cctx)
+	if err != nil {
+		i.closed = true
+		return i.classify(ctx, err)
+	}
+	if res != nil {
+		if len(out) != 1 {
+			i.Close(ctx)
+			return &GuestError{Message: export + " must return one i32"}
+		}
+		*res = int32(uint32(out[0]))
+	}
+	return nil
+}
+
+func (i *wzInstance) classify(ctx context.Context, err error) error {
+	if i.abort != nil {
+		return i.abort
+	}
+	if i.memHit.Load() {
+		return &LimitError{Limit: "memory", Max: int64(i.memMax), What: "guest"}
+	}
+	var ee *sys.ExitError
+	if errors.As(err, &ee) {
+		switch ee.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			if ctx.Err() == nil {
+				return &LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"}
+			}
+			return ctx.Err()
+		case sys.ExitCodeContextCanceled:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return context.Canceled
+		}
+		code := ee.ExitCode()
+		return &GuestError{ExitCode: &code, Message: "proc_exit"}
+	}
+	return &GuestError{Message: err.Error()}
+}
+
+// Close implements Instance.
+func (i *wzInstance) Close(ctx context.Context) error {
+	i.closed = true
+	if i.mod == nil {
+		return nil
+	}
+	return i.mod.Close(ctx)
+}
+
+// abortWith ends the running guest from inside a host call: close the
+// module, then unwind with an exit error so Call returns at once.
+func (i *wzInstance) abortWith(ctx context.Context, mod api.Module, err error) {
+	i.abort = err
+	_ = mod.CloseWithExitCode(ctx, exitAbort)
+	panic(sys.NewExitError(exitAbort))
+}
+
+func wzOp(ctx context.Context, mod api.Module, stack []uint64) {
+	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	if i == nil {
+		panic(sys.NewExitError(exitAbort))
+	}
+	mem := mod.Memory()
+	kind := abi.OpKind(uint32(stack[0]))
+	name, ok1 := mem.Read(uint32(stack[1]), uint32(stack[2]))
+	payload, ok2 := mem.Read(uint32(stack[3]), uint32(stack[4]))
+	respPtr, respCap := uint32(stack[5]), uint32(stack[6])
+	if !ok1 || !ok2 {
+		i.abortWith(ctx, mod, &GuestError{Message: fmt.Sprintf("ABI violation: %s op request outside guest memory", kind)})
+	}
+	i.held = nil
+	body, err := i.ops.Op(ctx, kind, name, payload)
+	if err != nil {
+		i.abortWith(ctx, mod, err)
+	}
+	if uint32(len(body)) <= respCap {
+		if !mem.Write(respPtr, body) {
+			i.abortWith(ctx, mod, &GuestError{Message: fmt.Sprintf("ABI violation: %s response buffer outside guest memory", kind)})
+		}
+	} else {
+		i.held = body
+	}
+	stack[0] = uint64(uint32(len(body)))
+}
+
+func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
+	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	if i == nil || i.held == nil || n < uint32(len(i.held)) {
+		stack[0] = uint64(uint32(0xffffffff)) // -1
+		return
+	}
+	if !mod.Memory().Write(ptr, i.held) {
+		i.abortWith(ctx, mod, &GuestError{Message: "ABI violation: read buffer outside guest memory"})
+	}
+	stack[0] = uint64(uint32(len(i.held)))
+}
+
+// limitedMemory backs a linear memory and refuses to grow past a limit,
+// noting that it did so the failure can be reported as the memory limit
+// rather than as whatever the guest does when memory.grow fails.
+type limitedMemory struct {
+	buf   []byte
+	limit uint64
+	hit   *atomic.Bool
+}
+
+// initialReserve is the capacity reserved up front, so a typical guest's
+// first growths do not copy its memory.
+const initialReserve = 16 << 20
+
+func newLimitedMemory(capBytes, limit uint64, hit *atomic.Bool) *limitedMemory {
+	c := max(capBytes, initialReserve)
+	c = min(c, limit)
+	return &limitedMemory{buf: make([]byte, 0, c), limit: limit, hit: hit}
+}
+
+func (m *limitedMemory) Reallocate(size uint64) []byte {
+	if size > m.limit {
+		m.hit.Store(true)
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	c := min(max(size, 2*uint64(cap(m.buf))), m.limit)
+	nb := make([]byte, size, c)
+	copy(nb, m.buf)
+	m.buf = nb
+	return nb
+}
+
+func (m *limitedMemory) Free() { m.buf = nil }

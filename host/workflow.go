@@ -1,0 +1,596 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// errBlockSuspend ends an instance whose blocking await cannot be
+// satisfied; the activation counts as suspended.
+var errBlockSuspend = errors.New("blocking await suspended the instance")
+
+// frontierError ends a check-only replay when the guest goes past the
+// recorded history.
+type frontierError struct{ next OpRef }
+
+func (e *frontierError) Error() string {
+	return "history ends; guest continues with " + e.next.String()
+}
+
+// wfInstance is a workflow instance bound to one run for its whole life. It
+// answers the guest's ops: from the run's log while the guest replays, by
+// doing them and recording events once it is past the log.
+type wfInstance struct {
+	h      *Host
+	rs     *runState
+	plugin *loadedPlugin
+	inst   Instance
+	limits Limits
+
+	act    int    // the activation the guest is in (its view of the log)
+	cursor uint32 // recorded ops the guest has issued
+	clock  logicalClock
+	rng    *rand.ChaCha8
+
+	// checkOnly: a replay that must not do anything new (a history check,
+	// an upgrade check). The guest is stopped at the end of the history.
+	checkOnly bool
+
+	// State of the current activation.
+	batch     *batch
+	suspended bool
+	completed bool
+	wait      *waitSet
+	err       error // a host-side failure to report after the call
+
+	outProduced int64
+	outStream   string
+	outBuf      []byte
+
+	buf  []byte
+	meta []byte
+}
+
+func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
+	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: rand.NewChaCha8(rs.seed)}
+	w.clock.advance(rs.start)
+	inst, err := lp.cm.Instantiate(ctx, InstanceConfig{
+		Clock:       &w.clock,
+		Random:      w.rng,
+		Stdout:      outWriter{w, "stdout"},
+		Stderr:      outWriter{w, "stderr"},
+		MemoryLimit: lp.limits.MemoryBytes,
+		CPULimit:    lp.limits.CPUTime,
+		Ops:         w,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.inst = inst
+	if err := checkVersion(ctx, inst); err != nil {
+		inst.Close(ctx)
+		return nil, err
+	}
+	return w, nil
+}
+
+func checkVersion(ctx context.Context, inst Instance) error {
+	v, err := inst.Call(ctx, abi.VersionExport)
+	if err != nil {
+		return err
+	}
+	if v != abi.Version {
+		return &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("guest reports ABI version %d; this host implements version %d", v, abi.Version)}
+	}
+	return nil
+}
+
+// begin prepares the instance for an activation of its run.
+func (w *wfInstance) begin(b *batch) {
+	w.batch, w.suspended, w.completed, w.wait, w.err = b, false, false, nil, nil
+}
+
+func (w *wfInstance) close(ctx context.Context) {
+	if w.inst != nil {
+		w.inst.Close(ctx)
+		w.inst = nil
+	}
+}
+
+// Op implements OpHandler.
+func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	if !kind.InWorkflow() {
+		if kind.Valid() {
+			return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a step", kind)), nil
+		}
+		return w.refuse(abi.StatusUnknownOp, fmt.Sprintf("unknown op kind %d", uint32(kind))), nil
+	}
+	if w.suspended || w.completed {
+		return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s after the workflow suspended or completed", kind)}
+	}
+	switch kind {
+	case abi.OpInput:
+		return w.ok(0, w.rs.created.Input), nil
+	case abi.OpMetadata:
+		if w.meta == nil {
+			w.meta = mustJSON(w.h.metadata(w.rs, ""))
+		}
+		return w.ok(0, w.meta), nil
+	case abi.OpAwait:
+		return w.await(payload)
+	}
+
+	p := w.cursor + 1
+	if o := w.rs.op(p); o != nil {
+		// Replay: the guest must ask for what the history recorded.
+		if o.kind != kind || o.name != string(name) {
+			return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
+		}
+		if o.act != w.act {
+			return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
+				fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
+		}
+		w.cursor = p
+		w.clock.advance(o.t)
+		return w.answer(o, p), nil
+	}
+
+	// Past the history: the op runs for real.
+	actual := OpRef{Kind: kind, Name: string(name), Activation: w.act}
+	if w.checkOnly {
+		return nil, &frontierError{next: actual}
+	}
+	if w.act != w.rs.activation() {
+		return nil, w.nondet(p, actual, fmt.Sprintf("the history has no such op but goes on to activation %d", w.act+1))
+	}
+	if w.rs.lastSeq >= uint64(w.limits.Events) {
+		return nil, &LimitError{Limit: "events", Max: int64(w.limits.Events), What: "run " + w.rs.id}
+	}
+	if err := w.flushOutput(); err != nil {
+		return nil, err
+	}
+	return w.live(ctx, kind, string(name), payload, p)
+}
+
+func (w *wfInstance) nondet(p uint32, actual OpRef, detail string) error {
+	var exp OpRef
+	if o := w.rs.op(p); o != nil {
+		exp = OpRef{Kind: o.kind, Name: o.name, Activation: o.act}
+	}
+	return &NonDeterminismError{RunID: w.rs.id, Position: p, Expected: exp, Actual: actual, Detail: detail}
+}
+
+// answer responds to a replayed op.
+func (w *wfInstance) answer(o *opRec, p uint32) []byte {
+	if o.refused != 0 {
+		return w.body(o.refused, 0, o.value)
+	}
+	switch o.kind {
+	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext:
+		return w.future(o, p)
+	case abi.OpHookCreate:
+		return w.ok(p, o.value)
+	case abi.OpComplete:
+		w.completed = true
+	}
+	return w.ok(0, nil)
+}
+
+func (w *wfInstance) future(o *opRec, p uint32) []byte {
+	if !w.rs.visible(o, w.act) {
+		return w.body(abi.StatusPending, p, nil)
+	}
+	if o.state == abi.FutureRejected {
+		return w.body(abi.StatusRejected, p, o.value)
+	}
+	return w.ok(p, o.value)
+}
+
+// live performs a recorded op for the first time. A refused op is
+// recorded too, and takes its position: on replay the guest gets the same
+// refusal from the log, so a guest that carries on after a refusal replays.
+func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) ([]byte, error) {
+	rs, b := w.rs, w.batch
+	ev, st, msg, err := w.perform(ctx, kind, name, payload, p)
+	if err != nil {
+		return nil, err
+	}
+	if st != abi.StatusOK {
+		ev, err = b.push(EvOpRefused, &evData{Op: p, Kind: kind.String(), Name: name, Status: uint32(st),
+			Error: &abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: kind.String() + ": " + msg}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	w.cursor = p
+	w.clock.advance(ev.Time)
+	return w.answer(rs.op(p), p), nil
+}
+
+// perform validates a live op and pushes its event. A refusal is returned
+// as a status and a message, with no event pushed.
+func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) (ev store.Event, st abi.Status, msg string, err error) {
+	rs, b := w.rs, w.batch
+	bad := func(m string) (store.Event, abi.Status, string, error) { return ev, abi.StatusBadRequest, m, nil }
+	if maxPayload := w.limits.PayloadBytes; len(payload) > maxPayload {
+		return ev, abi.StatusTooLarge, fmt.Sprintf("payload of %d bytes is over the limit of %d", len(payload), maxPayload), nil
+	}
+	switch kind {
+	case abi.OpStep:
+		var req abi.StepRequest
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		if name == "" || len(name) > 256 || !utf8.ValidString(name) {
+			return bad("name must be 1-256 bytes of UTF-8")
+		}
+		if m := checkRetry(req.Retry); m != "" {
+			return bad(m)
+		}
+		ev, err = b.push(EvStepStarted, &evData{Op: p, Name: name, Input: clone(nullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry})
+	case abi.OpSleep:
+		var req abi.SleepRequest
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		now := w.clock.time()
+		var at time.Time
+		switch {
+		case (req.Ms == nil) == (req.Until == nil):
+			return bad("give exactly one of ms and until")
+		case req.Ms != nil && (*req.Ms < 0 || *req.Ms > maxSleepMs):
+			return bad(fmt.Sprintf("ms must be 0-%d", int64(maxSleepMs)))
+		case req.Ms != nil:
+			at = now.Add(time.Duration(*req.Ms) * time.Millisecond)
+		default:
+			at = time.UnixMilli(*req.Until).UTC()
+		}
+		d := &evData{Op: p, FireAt: &at, Immediate: !at.After(now)}
+		ev, err = b.push(EvTimerSet, d)
+		if err == nil && !d.Immediate {
+			b.b.PutTimers = append(b.b.PutTimers, sleepTimer(rs.id, p, at))
+			w.h.wakeScheduler()
+		}
+	case abi.OpAsk:
+		req, m := parseAsk(payload)
+		if m != "" {
+			return bad(m)
+		}
+		d := &evData{Op: p, Request: mustJSON(req)}
+		if rs.created.NoAsk {
+			d.Answer = &abi.AskAnswer{Status: abi.AnswerUnavailable}
+		} else {
+			d.AskID = newID("ask_", 8)
+		}
+		ev, err = b.push(EvAskOpened, d)
+		if err == nil && d.AskID != "" {
+			b.b.PutAsks = append(b.b.PutAsks, store.Ask{ID: d.AskID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: true, Request: d.Request, CreatedAt: ev.Time})
+		}
+	case abi.OpHookCreate:
+		var req abi.HookRequest
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		if len(req.Metadata) > 0 && !json.Valid(req.Metadata) {
+			return bad("metadata is not JSON")
+		}
+		tok := req.Token
+		if tok == "" {
+			tok = newID("hook_", 16) // 128 bits
+		} else if m := checkToken(tok); m != "" {
+			return bad(m)
+		}
+		holder, cerr := w.h.store.ClaimHook(ctx, tok, rs.id, p)
+		if cerr != nil {
+			return ev, 0, "", cerr
+		}
+		ev, err = b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder})
+	case abi.OpHookNext, abi.OpHookDispose:
+		var ref abi.HookRef
+		if m := decodeStrict(payload, &ref); m != "" {
+			return bad(m)
+		}
+		h := rs.hooks[ref.Hook]
+		if h == nil || ref.Hook > w.cursor {
+			return ev, abi.StatusNotFound, fmt.Sprintf("no hook %d", ref.Hook), nil
+		}
+		if kind == abi.OpHookNext {
+			ev, err = b.push(EvHookNext, &evData{Op: p, Hook: ref.Hook})
+		} else {
+			ev, err = b.push(EvHookDisposed, &evData{Op: p, Hook: ref.Hook})
+			if err == nil && h.conflict == "" {
+				b.b.ReleaseHooks = append(b.b.ReleaseHooks, h.token)
+			}
+		}
+	case abi.OpProgress:
+		if !json.Valid(payload) {
+			return bad("payload is not JSON")
+		}
+		ev, err = b.push(EvProgress, &evData{Op: p, Value: clone(payload)})
+	case abi.OpComplete:
+		var out abi.Outcome
+		if m := decodeStrict(payload, &out); m != "" {
+			return bad(m)
+		}
+		if out.Error != nil && out.Error.Type == "" {
+			return bad("error.type is required")
+		}
+		now := time.Now()
+		if err := b.finish(now); err != nil {
+			return ev, 0, "", err
+		}
+		if out.Error != nil {
+			ev, err = b.pushAt(EvRunFailed, now, &evData{Op: p, Error: out.Error})
+		} else {
+			res := nullIfEmpty(out.Result)
+			if string(res) == "null" && rs.lastProgress != nil {
+				res = rs.lastProgress
+			}
+			ev, err = b.pushAt(EvRunCompleted, now, &evData{Op: p, Result: clone(res)})
+		}
+	default:
+		return ev, abi.StatusUnknownOp, "unknown op", nil
+	}
+	return ev, abi.StatusOK, "", err
+}
+
+// maxSleepMs bounds a sleep at about 100 years.
+const maxSleepMs = 100 * 365 * 24 * 3600 * 1000
+
+// await answers an OpAwait: from what the guest's activation can see, moving
+// through the recorded activations on replay, suspending at the end.
+func (w *wfInstance) await(payload []byte) ([]byte, error) {
+	if len(payload) < 8 || len(payload)%4 != 0 {
+		return w.refuse(abi.StatusBadRequest, "await: payload must be a u32 mode and 1 or more u32 future ids"), nil
+	}
+	mode := abi.AwaitMode(binary.LittleEndian.Uint32(payload))
+	if m := mode &^ abi.AwaitBlock; m != abi.AwaitAll && m != abi.AwaitAny {
+		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: unknown mode %#x", uint32(mode))), nil
+	}
+	n := (len(payload) - 4) / 4
+	if n > abi.MaxFuturesPerAwait {
+		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: %d futures is over the limit of %d", n, abi.MaxFuturesPerAwait)), nil
+	}
+	futures := make([]uint32, n)
+	for i := range futures {
+		f := binary.LittleEndian.Uint32(payload[4+4*i:])
+		o := w.rs.op(f)
+		if o == nil || f > w.cursor {
+			return w.refuse(abi.StatusNotFound, fmt.Sprintf("await: no future %d", f)), nil
+		}
+		switch o.kind {
+		case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext:
+		default:
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) is not a future", f, o.kind)), nil
+		}
+		futures[i] = f
+	}
+	for {
+		if body, ok := w.evalAwait(mode, futures); ok {
+			return body, nil
+		}
+		// The original execution suspended here. Every op it issued in this
+		// activation must have been issued again.
+		if o := w.rs.op(w.cursor + 1); o != nil && o.act <= w.act {
+			return nil, w.nondet(w.cursor+1, OpRef{}, "the guest waits where the history goes on")
+		}
+		if w.act < w.rs.activation() {
+			w.act++
+			w.clock.advance(w.rs.markers[w.act].t)
+			continue
+		}
+		break
+	}
+	w.suspended = true
+	w.wait = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
+	if !w.checkOnly {
+		if err := w.flushOutput(); err != nil {
+			return nil, err
+		}
+	}
+	if mode&abi.AwaitBlock != 0 {
+		return nil, errBlockSuspend
+	}
+	return w.body(abi.StatusSuspend, 0, nil), nil
+}
+
+func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bool) {
+	anyMode := mode&^abi.AwaitBlock == abi.AwaitAny
+	settled, rejected := 0, false
+	for _, f := range futures {
+		if o := w.rs.op(f); w.rs.visible(o, w.act) {
+			settled++
+			rejected = rejected || o.state == abi.FutureRejected
+		}
+	}
+	if !(anyMode && settled > 0 || settled == len(futures) || rejected) {
+		return nil, false
+	}
+	w.buf = appendHeader(w.buf[:0], abi.StatusOK, 0)
+	for _, f := range futures {
+		o := w.rs.op(f)
+		if !w.rs.visible(o, w.act) {
+			continue
+		}
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, f)
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(o.state))
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(o.value)))
+		w.buf = append(w.buf, o.value...)
+	}
+	return w.buf, true
+}
+
+func appendHeader(b []byte, st abi.Status, future uint32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(st))
+	return binary.LittleEndian.AppendUint32(b, future)
+}
+
+func (w *wfInstance) body(st abi.Status, future uint32, payload []byte) []byte {
+	w.buf = appendHeader(w.buf[:0], st, future)
+	w.buf = append(w.buf, payload...)
+	return w.buf
+}
+
+func (w *wfInstance) ok(future uint32, payload []byte) []byte {
+	return w.body(abi.StatusOK, future, payload)
+}
+
+func (w *wfInstance) refuse(st abi.Status, msg string) []byte {
+	return w.body(st, 0, mustJSON(abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: msg}))
+}
+
+// outWriter captures a workflow instance's stdout or stderr.
+type outWriter struct {
+	w      *wfInstance
+	stream string
+}
+
+func (o outWriter) Write(p []byte) (int, error) {
+	o.w.output(o.stream, p)
+	return len(p), nil
+}
+
+// output takes guest output. Output the log already holds (the guest is
+// replaying) is skipped by count: a deterministic guest writes the same
+// bytes again.
+func (w *wfInstance) output(stream string, p []byte) {
+	start := w.outProduced
+	w.outProduced += int64(len(p))
+	if w.checkOnly || w.outProduced <= w.rs.outProduced {
+		return
+	}
+	if start < w.rs.outProduced {
+		p = p[w.rs.outProduced-start:]
+	}
+	if w.outStream != stream && len(w.outBuf) > 0 {
+		w.err = errors.Join(w.err, w.flushOutput())
+	}
+	w.outStream = stream
+	w.outBuf = append(w.outBuf, p...)
+}
+
+// flushOutput records buffered output as one event, within the run's cap.
+func (w *wfInstance) flushOutput() error {
+	if len(w.outBuf) == 0 || w.batch == nil {
+		return nil
+	}
+	data, cut := capOutput(w.outBuf, w.limits.OutputBytes-w.rs.outRecorded)
+	w.outBuf = w.outBuf[:0]
+	if len(data) == 0 && !cut {
+		return nil
+	}
+	_, err := w.batch.push(EvOutput, &evData{Stream: w.outStream, Data: string(data), Produced: w.outProduced, Cut: cut})
+	return err
+}
+
+func capOutput(b []byte, room int64) ([]byte, bool) {
+	if room <= 0 {
+		return nil, len(b) > 0
+	}
+	if int64(len(b)) > room {
+		return b[:room], true
+	}
+	return b, false
+}
+
+// decodeStrict decodes a JSON object payload and returns a message saying
+// what is wrong with it, or "".
+func decodeStrict(payload []byte, v any) string {
+	if len(payload) == 0 {
+		return "payload is empty"
+	}
+	dec := json.NewDecoder(strings.NewReader(string(payload)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return "malformed payload: " + err.Error()
+	}
+	if dec.More() {
+		return "malformed payload: trailing data"
+	}
+	return ""
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+func checkToken(tok string) string {
+	if len(tok) > 256 {
+		return "token is over 256 bytes"
+	}
+	for _, r := range tok {
+		if r < 0x21 || r > 0x7e {
+			return "token must be printable ASCII without spaces"
+		}
+	}
+	return ""
+}
+
+func checkRetry(r *abi.RetryPolicy) string {
+	if r == nil {
+		return ""
+	}
+	switch {
+	case r.MaxAttempts < 0 || r.MaxAttempts > 100:
+		return "retry.maxAttempts must be 1-100"
+	case r.InitialBackoffMs < 0 || r.MaxBackoffMs < 0:
+		return "retry backoff must not be negative"
+	case r.BackoffFactor != 0 && (r.BackoffFactor < 1 || r.BackoffFactor > 100):
+		return "retry.backoffFactor must be 1-100"
+	}
+	return ""
+}
+
+// parseAsk validates an ask request and fills its defaults.
+func parseAsk(payload []byte) (abi.AskRequest, string) {
+	var req abi.AskRequest
+	if msg := decodeStrict(payload, &req); msg != "" {
+		return req, msg
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return req, "prompt is required"
+	}
+	if req.Display == "" {
+		req.Display = abi.DisplayText
+		if len(req.Options) > 0 {
+			req.Display = abi.DisplayConfirmation
+		}
+	}
+	switch req.Display {
+	case abi.DisplayConfirmation, abi.DisplaySelect, abi.DisplayText:
+	default:
+		return req, fmt.Sprintf("display %q is not confirmation, select or text", req.Display)
+	}
+	seen := map[string]bool{}
+	for _, o := range req.Options {
+		if o.ID == "" || o.Label == "" {
+			return req, "every option needs an id and a label"
+		}
+		if seen[o.ID] {
+			return req, fmt.Sprintf("option id %q is repeated", o.ID)
+		}
+		seen[o.ID] = true
+		switch o.Style {
+		case "", abi.StylePrimary, abi.StyleDanger, abi.StyleDefault:
+		default:
+			return req, fmt.Sprintf("option %q has style %q, not primary, danger or default", o.ID, o.Style)
+		}
+	}
+	if len(req.Options) == 0 && req.Display != abi.DisplayText && !req.AllowFreeform {
+		return req, "a question with no options must allow a text answer"
+	}
+	return req, ""
+}

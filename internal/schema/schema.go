@@ -1,0 +1,197 @@
+// Package schema compiles and applies the JSON Schemas of tool manifests:
+// draft 2020-12 unless the schema names another, validation with one
+// message per failed check, and filling omitted properties from their
+// defaults.
+//
+// Schemas come from plugin uploads, so they are untrusted: references to
+// anything outside the schema itself are refused, never loaded.
+package schema
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// ErrCompile is returned when a schema is malformed or refers outside itself.
+var ErrCompile = errors.New("schema does not compile")
+
+// Schema is a compiled schema. It is safe for concurrent use.
+type Schema struct {
+	sch *jsonschema.Schema
+	doc any
+}
+
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema references %s; only references within the schema are allowed", url)
+}
+
+// Compile compiles a schema given as JSON.
+func Compile(raw []byte) (*Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: not JSON: %v", ErrCompile, err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	const loc = "sandflow:///schema.json"
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
+	}
+	sch, err := c.Compile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
+	}
+	return &Schema{sch: sch, doc: doc}, nil
+}
+
+// Decode parses JSON the way Validate expects it (numbers kept exact).
+func Decode(raw []byte) (any, error) {
+	return jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+}
+
+// Validate checks a decoded value and returns one "location: message" per
+// failed check, or nil when it is valid.
+func (s *Schema) Validate(v any) []string {
+	err := s.sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []string{err.Error()}
+	}
+	var out []string
+	var walk func(u jsonschema.OutputUnit)
+	walk = func(u jsonschema.OutputUnit) {
+		if u.Error != nil && len(u.Errors) == 0 {
+			loc := u.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			out = append(out, loc+": "+u.Error.String())
+		}
+		for _, e := range u.Errors {
+			walk(e)
+		}
+	}
+	walk(*ve.BasicOutput())
+	if len(out) == 0 {
+		out = []string{strings.ReplaceAll(ve.Error(), "\n", " ")}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsObjectSchema reports whether the schema can only accept JSON objects:
+// it says "type": "object".
+func (s *Schema) IsObjectSchema() bool {
+	m, ok := s.doc.(map[string]any)
+	if !ok {
+		return false
+	}
+	switch t := m["type"].(type) {
+	case string:
+		return t == "object"
+	case []any:
+		return len(t) == 1 && t[0] == "object"
+	}
+	return false
+}
+
+// ApplyDefaults fills properties missing from v (and from objects nested in
+// it under "properties") with their schema's "default". It follows local
+// "$ref"s to "#/$defs/..." and "#/definitions/...". It changes v in place.
+func (s *Schema) ApplyDefaults(v any) {
+	applyDefaults(s.doc, s.doc, v, 0)
+}
+
+func applyDefaults(root, sch, v any, depth int) {
+	if depth > 32 {
+		return
+	}
+	m, ok := sch.(map[string]any)
+	if !ok {
+		return
+	}
+	if ref, ok := m["$ref"].(string); ok {
+		if target := resolveLocal(root, ref); target != nil {
+			applyDefaults(root, target, v, depth+1)
+		}
+	}
+	for _, key := range []string{"allOf"} {
+		if subs, ok := m[key].([]any); ok {
+			for _, sub := range subs {
+				applyDefaults(root, sub, v, depth+1)
+			}
+		}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	props, ok := m["properties"].(map[string]any)
+	if !ok {
+		return
+	}
+	names := make([]string, 0, len(props))
+	for name := range props {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ps, _ := props[name].(map[string]any)
+		if ps == nil {
+			continue
+		}
+		if _, present := obj[name]; !present {
+			if d, ok := ps["default"]; ok {
+				obj[name] = deepCopy(d)
+			}
+		}
+		if child, present := obj[name]; present {
+			applyDefaults(root, ps, child, depth+1)
+		}
+	}
+}
+
+func resolveLocal(root any, ref string) any {
+	if !strings.HasPrefix(ref, "#/") {
+		return nil
+	}
+	cur := root
+	for _, part := range strings.Split(ref[2:], "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[part]
+	}
+	return cur
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(t))
+		for k, e := range t {
+			c[k] = deepCopy(e)
+		}
+		return c
+	case []any:
+		c := make([]any, len(t))
+		for i, e := range t {
+			c[i] = deepCopy(e)
+		}
+		return c
+	}
+	return v
+}

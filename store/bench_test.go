@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepBatch is what one host step typically commits: two events.
+func stepBatch(last uint64) Batch {
+	data := []byte(fmt.Sprintf(`{"step":%d,"output":%q}`, last, strings.Repeat("x", 120)))
+	return Batch{Events: []Event{
+		{Seq: last + 1, Time: time.Unix(1750000000, int64(last)), Kind: "step.started", Data: data},
+		{Seq: last + 2, Time: time.Unix(1750000000, int64(last)+1), Kind: "step.finished", Data: data},
+	}}
+}
+
+func benchAppendStep(b *testing.B, opts Options) {
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), &opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.CreateRun(ctx, Run{ID: "bench", Status: StatusRunning}, Batch{}); err != nil {
+		b.Fatal(err)
+	}
+	var last uint64
+	commits := 0
+	for b.Loop() {
+		if err := s.Append(ctx, "bench", last, stepBatch(last)); err != nil {
+			b.Fatal(err)
+		}
+		last += 2
+		commits++
+	}
+	b.ReportMetric(float64(commits)/b.Elapsed().Seconds(), "commits/s")
+	if r, err := s.Run(ctx, "bench"); err != nil || r.LastSeq != last {
+		b.Fatalf("after the benchmark: LastSeq %d, %v; want %d", r.LastSeq, err, last)
+	}
+}
+
+// BenchmarkAppendStep appends a 2-event batch per commit with fsync on.
+func BenchmarkAppendStep(b *testing.B) { benchAppendStep(b, Options{}) }
+
+// BenchmarkAppendStepNoSync is the same without fsync.
+func BenchmarkAppendStepNoSync(b *testing.B) { benchAppendStep(b, Options{NoSync: true}) }
+
+// BenchmarkEventsRead1000 reads the 1000 events of one run.
+func BenchmarkEventsRead1000(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), &Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.CreateRun(ctx, Run{ID: "bench", Status: StatusRunning}, Batch{}); err != nil {
+		b.Fatal(err)
+	}
+	for last := uint64(0); last < 1000; last += 2 {
+		if err := s.Append(ctx, "bench", last, stepBatch(last)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		evs, err := s.Events(ctx, "bench", 0, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(evs) != 1000 {
+			b.Fatalf("read %d events", len(evs))
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "events/s")
+}

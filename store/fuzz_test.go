@@ -1,0 +1,119 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Seed corpora live in testdata/fuzz/<FuzzName>/: valid raw and zstd
+// values, a truncated zstd frame, an unknown flag byte, a frame that
+// claims a huge content size, and events with broken kind lengths.
+
+var fuzzThresholds = []int{-1, 1, 64}
+
+// FuzzUnpackValue: unpackValue never panics and fails only with
+// ErrCorrupt; packValue followed by unpackValue gives the data back, and
+// packing never makes a value more than one byte longer than its data.
+func FuzzUnpackValue(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{flagRaw})
+	f.Add([]byte{flagZstd})
+	f.Add(append([]byte{flagRaw}, `{"a":1}`...))
+	f.Add(packValue(nil, bytes.Repeat([]byte("abc"), 100), 1))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		out, err := unpackValue(v)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("unpackValue(%x): error %v is not ErrCorrupt", v, err)
+			}
+		} else if v[0] == flagRaw && !bytes.Equal(out, v[1:]) {
+			t.Fatalf("unpackValue of a raw value changed it")
+		}
+
+		// Roundtrip, with the data itself as input, appended after a prefix
+		// as encodeEvent does.
+		prefix := []byte("prefix")
+		for _, thr := range fuzzThresholds {
+			packed := packValue(bytes.Clone(prefix), v, thr)
+			if !bytes.HasPrefix(packed, prefix) {
+				t.Fatalf("packValue(thr %d) clobbered dst", thr)
+			}
+			stored := packed[len(prefix):]
+			if len(stored) > len(v)+1 {
+				t.Fatalf("packValue(thr %d) stored %d bytes for %d", thr, len(stored), len(v))
+			}
+			if stored[0] == flagZstd && (thr <= 0 || len(v) < thr) {
+				t.Fatalf("packValue(thr %d) compressed %d bytes", thr, len(v))
+			}
+			got, err := unpackValue(stored)
+			if err != nil {
+				t.Fatalf("unpackValue(packValue(%x, thr %d)): %v", v, thr, err)
+			}
+			if !bytes.Equal(got, v) {
+				t.Fatalf("roundtrip with thr %d: got %x, want %x", thr, got, v)
+			}
+		}
+	})
+}
+
+// FuzzDecodeEvent: decodeEvent never panics and fails only with
+// ErrCorrupt; what it decodes re-encodes to the same event; and
+// encodeEvent followed by decodeEvent gives the event back, in UTC.
+func FuzzDecodeEvent(f *testing.F) {
+	raw, _ := encodeEvent(Event{Time: time.Unix(0, 1), Kind: "k", Data: []byte(`{}`)}, -1)
+	f.Add(uint64(1), raw, int64(1736000000123456789), "step", []byte(`{"x":1}`))
+	f.Add(uint64(0), []byte{}, int64(-1), "", []byte(nil))
+	f.Fuzz(func(t *testing.T, seq uint64, v []byte, nanos int64, kind string, data []byte) {
+		e, err := decodeEvent(seq, v)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("decodeEvent(%x): error %v is not ErrCorrupt", v, err)
+			}
+		} else {
+			if e.Seq != seq || len(e.Kind) == 0 || len(e.Kind) > 255 || e.Time.Location() != time.UTC {
+				t.Fatalf("decodeEvent(%d, %x) = %+v", seq, v, e)
+			}
+			for _, thr := range fuzzThresholds {
+				again, err := encodeEvent(e, thr)
+				if err != nil {
+					t.Fatalf("re-encoding a decoded event: %v", err)
+				}
+				e2, err := decodeEvent(seq, again)
+				if err != nil {
+					t.Fatalf("decoding a re-encoded event: %v", err)
+				}
+				if d := diffEvent(e2, e); d != "" {
+					t.Fatalf("re-encoded event differs: %s", d)
+				}
+			}
+		}
+
+		zones := []*time.Location{time.UTC, time.FixedZone("", -7*3600)}
+		ev := Event{Seq: seq, Time: time.Unix(0, nanos).In(zones[nanos&1]), Kind: kind, Data: data}
+		for _, thr := range fuzzThresholds {
+			enc, err := encodeEvent(ev, thr)
+			if len(kind) == 0 || len(kind) > 255 {
+				if !errors.Is(err, ErrBadBatch) {
+					t.Fatalf("encodeEvent with a %d-byte kind: %v, want ErrBadBatch", len(kind), err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("encodeEvent: %v", err)
+			}
+			got, err := decodeEvent(seq, enc)
+			if err != nil {
+				t.Fatalf("decodeEvent(encodeEvent(%+v)): %v", ev, err)
+			}
+			want := ev
+			if len(want.Data) == 0 {
+				want.Data = nil
+			}
+			if d := diffEvent(got, want); d != "" {
+				t.Fatalf("roundtrip with thr %d: %s", thr, d)
+			}
+		}
+	})
+}
