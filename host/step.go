@@ -264,4 +264,3 @@ func retryAt(pol *abi.RetryPolicy, attempt int, e *abi.ErrorObject, now time.Tim
 	d = d/2 + mrand.Float64()*d/2
 	return now.Add(time.Duration(d * float64(time.Millisecond))), true
 }
-

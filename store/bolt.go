@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -191,15 +192,20 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 	if b.Run.ID != runID || b.Run.LastSeq != newLast {
 		return fmt.Errorf("%w: run record %s at seq %d does not match log at %d", ErrBadBatch, b.Run.ID, b.Run.LastSeq, newLast)
 	}
-	rv, err := json.Marshal(b.Run)
+	r := *b.Run
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	rv, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: run record: %v", ErrBadBatch, err)
 	}
 	if err := tx.Bucket(bucketRuns).Put([]byte(runID), rv); err != nil {
 		return err
 	}
 	timers := tx.Bucket(bucketTimers)
 	for _, t := range b.DeleteTimers {
+		if t.RunID != runID {
+			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
+		}
 		if err := timers.Delete(timerKey(t)); err != nil {
 			return err
 		}
@@ -208,6 +214,10 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if t.RunID != runID {
 			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
 		}
+		if err := checkTime(t.FireAt, "timer"); err != nil {
+			return err
+		}
+		t.FireAt = t.FireAt.UTC()
 		tv, err := json.Marshal(t)
 		if err != nil {
 			return err
@@ -221,9 +231,19 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if a.RunID != runID || a.ID == "" {
 			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
 		}
+		if v := asks.Get([]byte(a.ID)); v != nil {
+			var prev Ask
+			if err := json.Unmarshal(v, &prev); err != nil {
+				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, a.ID, err)
+			}
+			if prev.RunID != runID {
+				return fmt.Errorf("%w: question %s belongs to run %s", ErrBadBatch, a.ID, prev.RunID)
+			}
+		}
+		a.CreatedAt = a.CreatedAt.UTC()
 		av, err := json.Marshal(a)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: question %s: %v", ErrBadBatch, a.ID, err)
 		}
 		if err := asks.Put([]byte(a.ID), av); err != nil {
 			return err
@@ -294,6 +314,10 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 // Events implements Store.
 func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int) ([]Event, error) {
 	var out []Event
+	if after == math.MaxUint64 {
+		_, err := s.Run(ctx, runID)
+		return nil, err
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketRuns).Get([]byte(runID)) == nil {
 			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
@@ -321,7 +345,7 @@ func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int
 // DueTimers implements Store.
 func (s *Bolt) DueTimers(ctx context.Context, now time.Time, limit int) ([]Timer, error) {
 	var out []Timer
-	end := uint64(now.UnixNano())
+	end := timeKey(now)
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketTimers).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -402,8 +426,8 @@ func (s *Bolt) Asks(ctx context.Context, openOnly bool) ([]Ask, error) {
 
 // ClaimHook implements Store.
 func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32) (string, error) {
-	if token == "" {
-		return "", fmt.Errorf("%w: empty hook token", ErrBadBatch)
+	if token == "" || runID == "" {
+		return "", fmt.Errorf("%w: hook token and run id must not be empty", ErrBadBatch)
 	}
 	var holder string
 	err := s.update(func(tx *bolt.Tx) error {
@@ -463,9 +487,10 @@ func (s *Bolt) PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, 
 		}
 		p.Version = latest + 1
 		p.Size = len(module)
+		p.CreatedAt = p.CreatedAt.UTC()
 		v, err := json.Marshal(p)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: plugin %s: %v", ErrBadBatch, p.Name, err)
 		}
 		if err := plugins.Put(pluginKey(p.Name, p.Version), v); err != nil {
 			return err
@@ -485,6 +510,9 @@ func (s *Bolt) PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, 
 // Plugin implements Store.
 func (s *Bolt) Plugin(ctx context.Context, name string, version int) (Plugin, error) {
 	var p Plugin
+	if version < 0 || version > math.MaxUint32 {
+		return p, fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		plugins := tx.Bucket(bucketPlugins)
 		var v []byte

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -85,6 +86,9 @@ func encodeEvent(e Event, threshold int) ([]byte, error) {
 	if len(e.Kind) == 0 || len(e.Kind) > 255 {
 		return nil, fmt.Errorf("%w: event kind %q must be 1-255 bytes", ErrBadBatch, e.Kind)
 	}
+	if err := checkTime(e.Time, "event time"); err != nil {
+		return nil, err
+	}
 	b := make([]byte, 0, 9+len(e.Kind)+1+len(e.Data))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
 	b = append(b, byte(len(e.Kind)))
@@ -118,14 +122,40 @@ func eventKey(runID string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
+// Times are stored as unix nanoseconds, which cover the years 1678-2262;
+// times outside that range are refused rather than silently wrapped.
+var (
+	minTime = time.Unix(0, math.MinInt64).UTC()
+	maxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+func checkTime(t time.Time, what string) error {
+	if t.Before(minTime) || t.After(maxTime) {
+		return fmt.Errorf("%w: %s %s is outside the years 1678-2262", ErrBadBatch, what, t.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// timeKey encodes a time so that byte order is time order, before 1970 too.
+func timeKey(t time.Time) uint64 {
+	switch {
+	case t.Before(minTime):
+		t = minTime
+	case t.After(maxTime):
+		t = maxTime
+	}
+	return uint64(t.UnixNano()) ^ (1 << 63)
+}
+
 func timerKey(t Timer) []byte {
 	k := make([]byte, 0, 8+len(t.RunID)+1+len(t.ID))
-	k = binary.BigEndian.AppendUint64(k, uint64(t.FireAt.UnixNano()))
+	k = binary.BigEndian.AppendUint64(k, timeKey(t.FireAt))
 	k = append(k, t.RunID...)
 	k = append(k, 0)
 	return append(k, t.ID...)
 }
 
+// pluginKey encodes a version the caller has checked is in 1..MaxUint32.
 func pluginKey(name string, version int) []byte {
 	k := make([]byte, 0, len(name)+5)
 	k = append(k, name...)

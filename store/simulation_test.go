@@ -172,8 +172,17 @@ func (m *model) apply(runID string, last uint64, rec Run, b Batch) error {
 			return ErrBadBatch
 		}
 	}
+	for _, tm := range b.DeleteTimers {
+		if tm.RunID != runID {
+			return ErrBadBatch
+		}
+	}
 	for _, a := range b.PutAsks {
 		if a.RunID != runID || a.ID == "" {
+			return ErrBadBatch
+		}
+		// A question id belongs to the run that first stored it.
+		if prev, ok := m.asks[a.ID]; ok && prev.RunID != runID {
 			return ErrBadBatch
 		}
 	}
@@ -325,7 +334,10 @@ func (m *model) putPlugin(p Plugin, module []byte) (Plugin, error) {
 
 func (m *model) plugin(name string, version int) (Plugin, error) {
 	vs := m.plugins[name]
-	if version <= 0 {
+	if version < 0 {
+		return Plugin{}, ErrPluginNotFound
+	}
+	if version == 0 {
 		if len(vs) == 0 {
 			return Plugin{}, ErrPluginNotFound
 		}

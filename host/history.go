@@ -1,0 +1,259 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// HistoryFormat names the history file format.
+const HistoryFormat = "sandflow.history"
+
+// History is a run's log with what is needed to replay it elsewhere. As a
+// file it is JSON, zstd-compressed by ExportHistory; ReadHistory reads
+// either form.
+type History struct {
+	Format  string         `json:"format"`
+	Version int            `json:"version"`
+	Run     store.Run      `json:"run"`
+	Events  []HistoryEvent `json:"events"`
+}
+
+// HistoryEvent is an event in a history file.
+type HistoryEvent struct {
+	Seq  uint64          `json:"seq"`
+	Time time.Time       `json:"time"`
+	Kind string          `json:"kind"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Limits on history files, which may come from anywhere.
+const (
+	maxHistoryBytes  = 512 << 20
+	maxHistoryEvents = 10_000_000
+)
+
+// ExportHistory writes a run's history to w, zstd-compressed.
+func (h *Host) ExportHistory(ctx context.Context, runID string, w io.Writer) error {
+	rec, err := h.store.Run(ctx, runID)
+	if err != nil {
+		if errors.Is(err, store.ErrRunNotFound) {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		return err
+	}
+	evs, err := h.store.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return err
+	}
+	hist := History{Format: HistoryFormat, Version: 1, Run: rec, Events: make([]HistoryEvent, len(evs))}
+	for i, e := range evs {
+		hist.Events[i] = HistoryEvent{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Data: e.Data}
+	}
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(zw)
+	enc.SetIndent("", " ")
+	if err := enc.Encode(hist); err != nil {
+		zw.Close()
+		return err
+	}
+	return zw.Close()
+}
+
+// ReadHistory reads a history file, compressed or not. Malformed input is
+// an error wrapping ErrBadHistory.
+func ReadHistory(r io.Reader) (*History, error) {
+	head := make([]byte, 4)
+	n, _ := io.ReadFull(r, head)
+	r = io.MultiReader(bytes.NewReader(head[:n]), r)
+	if n == 4 && bytes.Equal(head, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(maxHistoryBytes), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxHistoryBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
+	}
+	if len(data) > maxHistoryBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBadHistory, maxHistoryBytes)
+	}
+	var hist History
+	if err := json.Unmarshal(data, &hist); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
+	}
+	if hist.Format != HistoryFormat || hist.Version != 1 {
+		return nil, fmt.Errorf("%w: format %q version %d, want %q version 1", ErrBadHistory, hist.Format, hist.Version, HistoryFormat)
+	}
+	if len(hist.Events) == 0 || len(hist.Events) > maxHistoryEvents {
+		return nil, fmt.Errorf("%w: %d events", ErrBadHistory, len(hist.Events))
+	}
+	if store.ValidRunID(hist.Run.ID) != nil {
+		return nil, fmt.Errorf("%w: run id %q", ErrBadHistory, hist.Run.ID)
+	}
+	return &hist, nil
+}
+
+// state rebuilds the run's state from the history, checking its events.
+func (hist *History) state() (*runState, error) {
+	rs := newRunState(hist.Run)
+	for _, he := range hist.Events {
+		if err := rs.apply(store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// ReplayReport says how a replay check went.
+type ReplayReport struct {
+	RunID string `json:"runId"`
+	// Module is the hash of the module the history was replayed against.
+	Module string `json:"module"`
+	// Ops is how many recorded ops the guest asked for again.
+	Ops int `json:"ops"`
+	// RecordedOps is how many the history has.
+	RecordedOps int `json:"recordedOps"`
+	Activations int `json:"activations"`
+	// End is how the guest stopped: "completed", "suspended", or "beyond"
+	// (it went past the history, with Next its next op).
+	End  string `json:"end"`
+	Next string `json:"next,omitempty"`
+}
+
+// CheckReplay replays a history against a module without recording
+// anything, and reports whether the module asks for what the history
+// recorded. wasm nil means the module the history's run is pinned to,
+// which must be registered on this host. A divergence is returned as a
+// *NonDeterminismError along with the report so far.
+func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*ReplayReport, error) {
+	rs, err := hist.state()
+	if err != nil {
+		return nil, err
+	}
+	var lp *loadedPlugin
+	if wasm == nil {
+		lp, err = h.plugin(ctx, hist.Run.Plugin, hist.Run.Version)
+		if err == nil && lp.p.ModuleHash != hist.Run.ModuleHash {
+			err = fmt.Errorf("%w: %s version %d here is module %s, the history's run used %s; give the module to check against",
+				ErrUnknownTool, hist.Run.Plugin, hist.Run.Version, short(lp.p.ModuleHash), short(hist.Run.ModuleHash))
+		}
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		lp, err = h.adHocPlugin(ctx, wasm, hist.Run.Plugin)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return h.checkReplay(ctx, rs, lp)
+}
+
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}
+
+// adHocPlugin compiles a module for a replay check without registering it.
+func (h *Host) adHocPlugin(ctx context.Context, wasm []byte, name string) (*loadedPlugin, error) {
+	if err := CheckModule(wasm); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(wasm)
+	hash := hex.EncodeToString(sum[:])
+	cm, err := h.compile(ctx, hash, wasm)
+	if err != nil {
+		return nil, err
+	}
+	return &loadedPlugin{p: store.Plugin{Name: name, ModuleHash: hash}, limits: h.limits, cm: cm, caps: map[string]bool{}}, nil
+}
+
+func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) (*ReplayReport, error) {
+	rep := &ReplayReport{RunID: rs.id, Module: lp.p.ModuleHash, RecordedOps: len(rs.ops), Activations: len(rs.markers)}
+	if len(rs.markers) == 0 {
+		rep.End = "suspended"
+		return rep, nil
+	}
+	w, err := h.newWorkflowInstance(ctx, rs, lp, true)
+	if err != nil {
+		return rep, err
+	}
+	defer w.close(ctx)
+	w.begin(nil)
+	res, err := w.inst.Call(ctx, abi.RunExport)
+	rep.Ops = int(w.cursor)
+	var fe *frontierError
+	switch {
+	case errors.As(err, &fe):
+		rep.End, rep.Next = "beyond", fe.next.String()
+		return rep, nil
+	case errors.Is(err, errBlockSuspend):
+		rep.End = "suspended"
+		return rep, nil
+	case err != nil:
+		return rep, err
+	case res == abi.RunSuspended && w.suspended:
+		rep.End = "suspended"
+	case res == abi.RunDone && w.completed:
+		rep.End = "completed"
+	default:
+		return rep, &GuestError{Message: fmt.Sprintf("ABI violation: %s returned %d", abi.RunExport, res)}
+	}
+	return rep, nil
+}
+
+// Upgrade moves a run to another version of its plugin, after checking
+// that the new version replays the run's history. If it does not, the
+// *NonDeterminismError is returned and nothing changes; the run goes on on
+// its old version. On success the switch is recorded in the log and the
+// run continues on the new version.
+func (h *Host) Upgrade(ctx context.Context, runID string, version int) (RunInfo, *ReplayReport, error) {
+	var rep *ReplayReport
+	info, err := h.withRun(ctx, runID, func(rh *runHandle) error {
+		rs := rh.rs
+		if rs.status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, runID, rs.status)
+		}
+		lp, err := h.plugin(ctx, rs.rec.Plugin, version)
+		if err != nil {
+			return err
+		}
+		if rep, err = h.checkReplay(ctx, rs, lp); err != nil {
+			return err
+		}
+		from, fromHash := rs.rec.Version, rs.rec.ModuleHash
+		h.dropWarm(ctx, rh)
+		b := newBatch(rs)
+		if _, err := b.push(EvRunUpgraded, &evData{FromVersion: from, FromHash: fromHash, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash}); err != nil {
+			return err
+		}
+		rs.rec.Version, rs.rec.ModuleHash = lp.p.Version, lp.p.ModuleHash
+		d := rs.detail
+		d.Stalled = ""
+		if err := h.commit(ctx, rh, b, &d); err != nil {
+			return err
+		}
+		return h.drive(ctx, rh)
+	})
+	return info, rep, err
+}
