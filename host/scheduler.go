@@ -89,8 +89,12 @@ func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) 
 			defer wg.Done()
 			defer func() { <-sem }()
 			for _, t := range ts {
-				if err := h.fireTimer(ctx, t); err != nil && ctx.Err() == nil {
+				ri, err := h.fireTimer(ctx, t)
+				switch {
+				case err != nil && ctx.Err() == nil:
 					logger.Error("firing timer", "run", t.RunID, "timer", t.ID, "err", err)
+				case err == nil && ri.ID != "":
+					logger.Info("timer fired", "run", t.RunID, "timer", t.ID, "status", ri.Status)
 				}
 			}
 		}(byRun[id])
@@ -99,8 +103,8 @@ func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) 
 	return len(due), ctx.Err()
 }
 
-func (h *Host) fireTimer(ctx context.Context, t store.Timer) error {
-	_, err := h.withRun(ctx, t.RunID, func(rh *runHandle) error {
+func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
+	ri, err := h.withRun(ctx, t.RunID, func(rh *runHandle) error {
 		rs := rh.rs
 		b := newBatch(rs)
 		b.b.DeleteTimers = append(b.b.DeleteTimers, t)
@@ -122,7 +126,7 @@ func (h *Host) fireTimer(ctx context.Context, t store.Timer) error {
 		return h.drive(ctx, rh)
 	})
 	if errors.Is(err, ErrRunNotFound) {
-		return nil
+		return RunInfo{}, nil
 	}
-	return err
+	return ri, err
 }

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/store"
+)
+
+func demoCmd(a *app) *cobra.Command {
+	var keep bool
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Build the example tools from source, call them, answer their questions, print their timelines",
+		Long: `Demo builds the example guests in examples/ with the Go toolchain
+(GOOS=wasip1), registers them in a fresh data directory, and runs them:
+deploy waits for a person, who approves; remind sleeps durably; and
+approve-deadline races its question against a deadline, pages on-call
+when the deadline passes, and deploys once approved. It prints each run's
+timeline. Run it from the repository.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := os.MkdirTemp("", "sandflow-demo-")
+			if err != nil {
+				return err
+			}
+			if keep {
+				fmt.Fprintf(a.out, "data directory: %s (kept)\n", dir)
+			} else {
+				defer os.RemoveAll(dir)
+			}
+			return runDemo(cmd.Context(), a.out, dir)
+		},
+	}
+	c.Flags().BoolVar(&keep, "keep", false, "keep the demo's data directory and print where it is")
+	return c
+}
+
+func runDemo(ctx context.Context, out io.Writer, dir string) error {
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("the demo builds the examples from source: %w", err)
+	}
+	h, err := host.OpenDir(ctx, dir, nil)
+	if err != nil {
+		return err
+	}
+	defer h.Close(context.Background())
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+
+	say("== building the example tools from source (GOOS=wasip1 GOARCH=wasm)")
+	for _, name := range []string{"deploy", "remind", "approve-deadline"} {
+		t0 := time.Now()
+		src := filepath.Join(root, "examples", name)
+		wasmPath, err := guestbuild.Build(src)
+		if err != nil {
+			return err
+		}
+		wasm, err := os.ReadFile(wasmPath)
+		if err != nil {
+			return err
+		}
+		raw, err := os.ReadFile(filepath.Join(src, "manifest.json"))
+		if err != nil {
+			return err
+		}
+		m, err := host.ParseManifest(raw)
+		if err != nil {
+			return err
+		}
+		p, err := h.AddPlugin(ctx, wasm, m)
+		if err != nil {
+			return err
+		}
+		say("   %-17s %d KiB, module %s, built and compiled in %s", p.Name, len(wasm)>>10, p.ModuleHash[:12], time.Since(t0).Round(time.Millisecond))
+	}
+
+	say("\n== deploy: plan, ask a person, apply")
+	ri, err := h.Call(ctx, "deploy", json.RawMessage(`{"service":"api"}`), nil)
+	if err != nil {
+		return err
+	}
+	printRun(out, ri)
+	if ri.Status != store.StatusWaiting || len(ri.Waiting) == 0 || ri.Waiting[0].AskID == "" {
+		return fmt.Errorf("deploy should wait on its question, but is %s", ri.Status)
+	}
+	say("-- a person approves (sandflow asks answer %s approve)", ri.Waiting[0].AskID)
+	if ri, err = h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "approve"}); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	deployRun := ri.ID
+
+	say("\n== remind: progress, then a durable 2s sleep")
+	if ri, err = h.Call(ctx, "remind", json.RawMessage(`{"note":"stretch your legs","delay":"2s"}`), nil); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	say("-- the scheduler fires the timer")
+	if ri, err = schedulerUntil(ctx, h, ri.ID, func(ri host.RunInfo) bool { return ri.Status.Terminal() }, 30*time.Second); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	remindRun := ri.ID
+
+	say("\n== approve-deadline: a question raced against a 1s deadline, escalation, a second race")
+	if ri, err = h.Call(ctx, "approve-deadline", json.RawMessage(`{"service":"web","firstDeadline":"1s","secondDeadline":"1h"}`), nil); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	say("-- nobody answers; the first deadline passes and on-call is paged")
+	paged := func(ri host.RunInfo) bool {
+		for _, w := range ri.Waiting {
+			if w.Kind == "sleep" && w.Until.Sub(ri.CreatedAt) > 30*time.Minute {
+				return true
+			}
+		}
+		return ri.Status.Terminal()
+	}
+	if ri, err = schedulerUntil(ctx, h, ri.ID, paged, 30*time.Second); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	var askID string
+	for _, w := range ri.Waiting {
+		if w.Kind == "ask" {
+			askID = w.AskID
+		}
+	}
+	if askID == "" {
+		return fmt.Errorf("approve-deadline should still wait on its question, but is %s", ri.Status)
+	}
+	say("-- on-call approves (sandflow asks answer %s approve)", askID)
+	if ri, err = h.AnswerAsk(ctx, askID, host.Answer{OptionID: "approve"}); err != nil {
+		return err
+	}
+	printRun(out, ri)
+	deadlineRun := ri.ID
+
+	for _, id := range []string{deployRun, remindRun, deadlineRun} {
+		evs, err := h.Events(ctx, id)
+		if err != nil {
+			return err
+		}
+		say("\n== timeline of %s", id)
+		printTimeline(out, evs)
+	}
+	return nil
+}
+
+// schedulerUntil runs the scheduler until the run satisfies done.
+func schedulerUntil(ctx context.Context, h *host.Host, runID string, done func(host.RunInfo) bool, limit time.Duration) (host.RunInfo, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	deadline := time.Now().Add(limit)
+	for {
+		ri, err := h.Run(ctx, runID)
+		if err != nil || done(ri) {
+			return ri, err
+		}
+		if time.Now().After(deadline) {
+			return ri, fmt.Errorf("run %s did not get there within %s", runID, limit)
+		}
+		if _, err := h.FireDue(ctx, time.Now(), quiet); err != nil {
+			return ri, err
+		}
+		select {
+		case <-ctx.Done():
+			return ri, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

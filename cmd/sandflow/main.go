@@ -1,0 +1,182 @@
+// Command sandflow runs durable workflow tools for AI agents in sandboxes:
+// add plugins, call tools, answer their questions, resume their hooks,
+// inspect, export and replay runs, and serve the scheduler that fires
+// their timers.
+//
+// Data lives in ./.sandflow unless --data or SANDFLOW_DATA says otherwise.
+// Exit codes are listed by `sandflow help exit-codes`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// Exit codes a script can rely on.
+const (
+	exitOK             = 0
+	exitError          = 1 // anything not listed below
+	exitUsage          = 2 // bad flags or arguments
+	exitRunFailed      = 3 // the run failed or was cancelled
+	exitNonDeterminism = 4 // a replay diverged from its history
+	exitNotFound       = 5 // unknown tool, run, question, hook token or file
+	exitInvalid        = 6 // invalid input, answer, plugin or manifest
+	exitConflict       = 7 // question already settled, run id taken, run ended
+	exitLocked         = 8 // another process has the data directory open
+)
+
+const exitCodesHelp = `Exit codes:
+  0  success (a call whose run waits on something is a success)
+  1  any other error
+  2  bad flags or arguments
+  3  the run failed or was cancelled
+  4  a replay diverged from its history (non-deterministic plugin)
+  5  not found: tool, run, question, hook token or file
+  6  invalid: tool input, answer, plugin module or manifest
+  7  conflict: question already settled, run id taken, run has ended
+  8  the data directory is in use by another sandflow process
+`
+
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error { return &codedError{code, err} }
+
+// codeOf maps an error to its exit code.
+func codeOf(err error) int {
+	var ee *codedError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	switch {
+	case errors.Is(err, host.ErrNonDeterminism):
+		return exitNonDeterminism
+	case errors.Is(err, host.ErrUnknownTool), errors.Is(err, host.ErrRunNotFound), errors.Is(err, host.ErrUnknownAsk),
+		errors.Is(err, host.ErrUnknownHook), errors.Is(err, os.ErrNotExist):
+		return exitNotFound
+	case errors.Is(err, host.ErrBadInput), errors.Is(err, host.ErrBadAnswer), errors.Is(err, host.ErrBadPlugin),
+		errors.Is(err, host.ErrBadManifest), errors.Is(err, host.ErrBadHistory), errors.Is(err, host.ErrLimit):
+		return exitInvalid
+	case errors.Is(err, host.ErrAskClosed), errors.Is(err, host.ErrRunExists), errors.Is(err, host.ErrRunEnded):
+		return exitConflict
+	case errors.Is(err, store.ErrLocked):
+		return exitLocked
+	}
+	return exitError
+}
+
+type app struct {
+	dataDir string
+	asJSON  bool
+	out     io.Writer
+	errOut  io.Writer
+}
+
+func (a *app) open(ctx context.Context) (*host.Host, error) {
+	return host.OpenDir(ctx, a.dataDir, nil)
+}
+
+// withHost opens the data directory, runs fn, and closes it.
+func (a *app) withHost(ctx context.Context, fn func(h *host.Host) error) error {
+	h, err := a.open(ctx)
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+		}
+		return err
+	}
+	defer h.Close(context.Background())
+	return fn(h)
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("SANDFLOW_DATA"); d != "" {
+		return d
+	}
+	return ".sandflow"
+}
+
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sandflow",
+		Short:         "Durable workflow tools for AI agents, in sandboxes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&a.dataDir, "data", defaultDataDir(), "data directory (env SANDFLOW_DATA)")
+	root.PersistentFlags().BoolVar(&a.asJSON, "json", false, "print JSON for scripts")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
+	root.AddCommand(
+		pluginCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), demoCmd(a),
+		&cobra.Command{Use: "exit-codes", Short: "List the exit codes", Run: func(c *cobra.Command, _ []string) {
+			fmt.Fprint(a.out, exitCodesHelp)
+		}},
+	)
+	return root
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{out: stdout, errOut: stderr}
+	root := newRoot(a)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		code := codeOf(err)
+		if code == exitError && isUsageError(err) {
+			code = exitUsage
+		}
+		fmt.Fprintln(stderr, "sandflow:", err)
+		return code
+	}
+	return exitOK
+}
+
+// isUsageError recognises cobra's argument errors, which are plain.
+func isUsageError(err error) bool {
+	var ue *usageError
+	return errors.As(err, &ue)
+}
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// args wraps a cobra positional-args check so its failures exit 2.
+func args(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(c *cobra.Command, a []string) error {
+		if err := check(c, a); err != nil {
+			return &usageError{err.Error() + "\nusage: " + c.UseLine()}
+		}
+		return nil
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,127 @@
+package host
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandflow/sandflow/store"
+)
+
+// DescribeEvent renders one event as a line of a run's timeline.
+func DescribeEvent(e store.Event) string {
+	d, err := decodeEvData(e)
+	if err != nil {
+		return fmt.Sprintf("%s (undecodable: %v)", e.Kind, err)
+	}
+	op := ""
+	if d.Op != 0 {
+		op = fmt.Sprintf("op %d ", d.Op)
+	}
+	switch e.Kind {
+	case EvRunCreated:
+		return fmt.Sprintf("run created: tool %s (plugin %s v%d, module %s), input %s", d.Tool, d.Plugin, d.Version, short(d.ModuleHash), clip(d.Input))
+	case EvRunResumed:
+		if d.Activation == 0 {
+			return "activation 0: started"
+		}
+		return fmt.Sprintf("activation %d: resumed", d.Activation)
+	case EvStepStarted:
+		if d.Attempt > 1 {
+			return fmt.Sprintf("%sstep %s: attempt %d started", op, d.Name, d.Attempt)
+		}
+		return fmt.Sprintf("%sstep %s started with %s", op, d.Name, clip(d.Input))
+	case EvStepCompleted:
+		return fmt.Sprintf("%sstep completed (attempt %d): %s", op, d.Attempt, clip(d.Result))
+	case EvStepFailed:
+		msg := fmt.Sprintf("%sstep attempt %d failed: %s", op, d.Attempt, errText(d))
+		if d.RetryAt != nil {
+			return msg + "; retry at " + d.RetryAt.Format(time.RFC3339)
+		}
+		return msg + "; no more attempts"
+	case EvTimerSet:
+		if d.Immediate {
+			return fmt.Sprintf("%ssleep: already due", op)
+		}
+		return fmt.Sprintf("%ssleep until %s", op, d.FireAt.Format(time.RFC3339))
+	case EvTimerFired:
+		return fmt.Sprintf("%stimer fired", op)
+	case EvAskOpened:
+		var req struct{ Prompt string }
+		_ = json.Unmarshal(d.Request, &req)
+		if d.Answer != nil {
+			return fmt.Sprintf("%squestion %q: %s at once", op, firstLine(req.Prompt), d.Answer.Status)
+		}
+		return fmt.Sprintf("%squestion %s opened: %q", op, d.AskID, firstLine(req.Prompt))
+	case EvAskSettled:
+		a := d.Answer
+		switch {
+		case a == nil:
+			return op + "question settled"
+		case a.OptionID != "":
+			return fmt.Sprintf("%squestion %s answered: %s", op, d.AskID, a.OptionID)
+		case a.Text != "":
+			return fmt.Sprintf("%squestion %s answered: %q", op, d.AskID, clip([]byte(a.Text)))
+		}
+		return fmt.Sprintf("%squestion %s %s", op, d.AskID, a.Status)
+	case EvHookCreated:
+		if d.Conflict != "" {
+			return fmt.Sprintf("%shook %s created, but run %s holds the token", op, d.Token, d.Conflict)
+		}
+		return fmt.Sprintf("%shook %s created", op, d.Token)
+	case EvHookNext:
+		return fmt.Sprintf("%swaits for the next payload of hook %d", op, d.Hook)
+	case EvHookReceived:
+		return fmt.Sprintf("hook %d received payload %d: %s", d.Hook, d.Index, clip(d.Payload))
+	case EvHookDisposed:
+		return fmt.Sprintf("%shook %d disposed", op, d.Hook)
+	case EvProgress:
+		return fmt.Sprintf("%sprogress: %s", op, clip(d.Value))
+	case EvOutput:
+		who := "workflow"
+		if d.Step != 0 {
+			who = fmt.Sprintf("step op %d", d.Step)
+		}
+		cut := ""
+		if d.Cut {
+			cut = " [cut at the output limit]"
+		}
+		return fmt.Sprintf("%s %s: %s%s", who, d.Stream, strings.TrimRight(clip([]byte(d.Data)), "\n"), cut)
+	case EvRunCompleted:
+		return fmt.Sprintf("%srun completed: %s", op, clip(d.Result))
+	case EvRunFailed:
+		return fmt.Sprintf("%srun failed: %s", op, errText(d))
+	case EvRunCancelled:
+		return "run cancelled: " + d.Reason
+	case EvRunUpgraded:
+		return fmt.Sprintf("run upgraded from version %d (module %s) to version %d (module %s)", d.FromVersion, short(d.FromHash), d.Version, short(d.ModuleHash))
+	case EvOpRefused:
+		return fmt.Sprintf("%s%s %s refused: %s", op, d.Kind, d.Name, errText(d))
+	}
+	return e.Kind
+}
+
+func errText(d *evData) string {
+	if d.Error == nil {
+		return "unknown error"
+	}
+	return d.Error.Type + ": " + firstLine(d.Error.Message)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+// clip shortens a value for a one-line display.
+func clip(b []byte) string {
+	const max = 160
+	s := strings.ReplaceAll(string(b), "\n", `\n`)
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
