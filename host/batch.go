@@ -46,6 +46,9 @@ func (b *batch) finish(now time.Time) error {
 	rs := b.rs
 	for i, o := range rs.ops {
 		p := uint32(i + 1)
+		if o.refused != 0 {
+			continue
+		}
 		switch {
 		case o.kind == abi.OpAsk && !o.settled:
 			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {

@@ -1,0 +1,16 @@
+module github.com/sandflow/sandflow/host/testdata/guests
+
+go 1.26.8
+
+require (
+	github.com/sandflow/sandflow/examples v0.0.0
+	github.com/sandflow/sandflow/guest-sdk v0.0.0
+)
+
+require github.com/sandflow/sandflow v0.0.0 // indirect
+
+replace (
+	github.com/sandflow/sandflow => ../../..
+	github.com/sandflow/sandflow/examples => ../../../examples
+	github.com/sandflow/sandflow/guest-sdk => ../../../guest-sdk
+)
