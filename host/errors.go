@@ -205,6 +205,22 @@ type RunError struct {
 
 func (e *RunError) Error() string { return e.Type + ": " + e.Message }
 
+// Is matches ErrCPULimit and ErrMemoryLimit (and ErrLimit) for runs that
+// failed on those limits, and ErrGuest for runs whose guest trapped.
+func (e *RunError) Is(target error) bool {
+	switch target {
+	case ErrCPULimit:
+		return e.Type == abi.ErrTypeCPULimit
+	case ErrMemoryLimit:
+		return e.Type == abi.ErrTypeMemoryLimit
+	case ErrLimit:
+		return e.Type == abi.ErrTypeCPULimit || e.Type == abi.ErrTypeMemoryLimit || e.Type == abi.ErrTypeTooLarge || e.Type == "LimitError"
+	case ErrGuest:
+		return e.Type == abi.ErrTypeTrap
+	}
+	return false
+}
+
 func errorObject(err error) *abi.ErrorObject {
 	var le *LimitError
 	var ge *GuestError

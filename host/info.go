@@ -42,6 +42,14 @@ type Wait struct {
 	Attempt  int        `json:"attempt,omitempty"`
 }
 
+// Err returns the error a failed run ended with, as a *RunError, or nil.
+func (ri RunInfo) Err() error {
+	if ri.Status != store.StatusFailed || ri.Error == nil {
+		return nil
+	}
+	return &RunError{Type: ri.Error.Type, Message: ri.Error.Message, Retryable: ri.Error.Retryable}
+}
+
 func (h *Host) info(rs *runState) RunInfo {
 	if rs == nil {
 		return RunInfo{}

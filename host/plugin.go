@@ -3,11 +3,13 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"sync"
@@ -166,10 +168,15 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	if err := CheckModule(wasm); err != nil {
 		return Plugin{}, err
 	}
-	if _, _, err := m.check(h.limits); err != nil {
+	_, limits, err := m.check(h.limits)
+	if err != nil {
 		return Plugin{}, err
 	}
-	if _, err := h.compile(ctx, hash, wasm); err != nil {
+	cm, err := h.compile(ctx, hash, wasm)
+	if err != nil {
+		return Plugin{}, err
+	}
+	if err := probe(ctx, cm, limits); err != nil {
 		return Plugin{}, err
 	}
 	raw, err := json.Marshal(m)
@@ -181,6 +188,39 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 		return Plugin{}, err
 	}
 	return toPlugin(p, m), nil
+}
+
+// probe instantiates a module once, as a run would, and asks its ABI
+// version: a module whose initialisation traps or that was built for
+// another ABI is refused at upload rather than at its first call.
+func probe(ctx context.Context, cm CompiledModule, l Limits) error {
+	inst, err := cm.Instantiate(ctx, InstanceConfig{
+		Clock: &realClock{}, Random: rand.Reader, Stdout: io.Discard, Stderr: io.Discard,
+		MemoryLimit: l.MemoryBytes, CPULimit: l.CPUTime, Ops: refuseOps{},
+	})
+	if err != nil {
+		var pe *PluginError
+		if errors.As(err, &pe) {
+			return err
+		}
+		return &PluginError{Reason: "instantiate", Detail: err.Error()}
+	}
+	defer inst.Close(ctx)
+	if err := checkVersion(ctx, inst); err != nil {
+		var pe *PluginError
+		if errors.As(err, &pe) {
+			return err
+		}
+		return &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("calling %s: %v", abi.VersionExport, err)}
+	}
+	return nil
+}
+
+// refuseOps serves an instance that must not issue ops.
+type refuseOps struct{}
+
+func (refuseOps) Op(ctx context.Context, kind abi.OpKind, _, _ []byte) ([]byte, error) {
+	return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s during initialisation", kind)}
 }
 
 func toPlugin(p store.Plugin, m Manifest) Plugin {
