@@ -128,7 +128,8 @@ fires the run's timers for up to that long, so a short sleep completes.`,
 				if err != nil {
 					return err
 				}
-				if wait > 0 {
+				if wait > 0 && !ri.Status.Terminal() {
+					fmt.Fprintf(a.errOut, "run %s is %s; firing its timers for up to %s\n", ri.ID, ri.Status, wait)
 					ri, err = waitTimers(ctx, h, ri, wait)
 					if err != nil {
 						return err
