@@ -146,9 +146,11 @@ func TestUploadRefusals(t *testing.T) {
 		"no entry":           bad(func(m *host.Manifest) { m.Entry = "" }),
 		"schema not JSON":    bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":`) }),
 		"schema bad keyword": bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":"object","minProperties":"x"}`) }),
-		"schema remote ref":  bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":"object","$ref":"file:///etc/passwd"}`) }),
-		"schema not object":  bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":"string"}`) }),
-		"limit over host":    bad(func(m *host.Manifest) { m.Limits = &host.ManifestLimits{MemoryMiB: 1 << 20} }),
+		"schema remote ref": bad(func(m *host.Manifest) {
+			m.InputSchema = json.RawMessage(`{"type":"object","$ref":"file:///etc/passwd"}`)
+		}),
+		"schema not object": bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":"string"}`) }),
+		"limit over host":   bad(func(m *host.Manifest) { m.Limits = &host.ManifestLimits{MemoryMiB: 1 << 20} }),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := f.h.AddPlugin(ctx, good, bm); !errors.Is(err, host.ErrBadManifest) {
