@@ -48,6 +48,14 @@ const (
 	OpCall OpKind = 14
 )
 
+// OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
+// then answers the op from the log when the history has it, as usual, and
+// otherwise answers StatusLive without recording anything or taking a
+// position; the guest then issues the op again, without the flag and with
+// its payload. A guest sends the payload empty with the flag, so a replay
+// never pays to encode payloads the host would not read.
+const OpFlagIfRecorded OpKind = 1 << 31
+
 var opNames = [...]string{
 	OpInput:        "input",
 	OpMetadata:     "metadata",

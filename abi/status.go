@@ -20,6 +20,10 @@ const (
 	// op; the host calls RunExport again when something the guest waits on
 	// may have settled, and the guest repeats the await.
 	StatusSuspend Status = 3
+	// StatusLive answers an op sent with OpFlagIfRecorded that the history
+	// does not have: nothing was recorded; send the op again, with its
+	// payload and without the flag.
+	StatusLive Status = 4
 
 	// Codes from 16 up are refusals; the payload is an error object that
 	// says what was wrong, and nothing was recorded.
@@ -46,6 +50,7 @@ var statusNames = map[Status]string{
 	StatusPending:    "pending",
 	StatusRejected:   "rejected",
 	StatusSuspend:    "suspend",
+	StatusLive:       "live",
 	StatusBadRequest: "bad_request",
 	StatusUnknownOp:  "unknown_op",
 	StatusNotAllowed: "not_allowed",

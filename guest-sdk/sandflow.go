@@ -66,7 +66,6 @@ func doOp(kind abi.OpKind, name string, payload []byte) response {
 	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
 }
 
-func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // The entry point and the coroutine that runs it. sandflow_run starts the
 // body on its own goroutine and returns when the body completes or waits;
@@ -157,13 +156,16 @@ func complete(res json.RawMessage, eo *abi.ErrorObject) {
 }
 
 func outcome(res json.RawMessage, eo *abi.ErrorObject) []byte {
-	var b []byte
-	var err error
-	if eo != nil {
-		b, err = json.Marshal(abi.Outcome{Error: eo})
-	} else {
-		b, err = json.Marshal(abi.Outcome{Result: res})
+	if eo == nil {
+		if len(res) == 0 {
+			return []byte(`{}`)
+		}
+		b := make([]byte, 0, len(res)+11)
+		b = append(b, `{"result":`...)
+		b = append(b, res...)
+		return append(b, '}')
 	}
+	b, err := json.Marshal(abi.Outcome{Error: eo})
 	if err != nil {
 		panic(err)
 	}
@@ -194,12 +196,10 @@ type Awaitable interface{ settleable }
 // Future is a value that will be there later: a step's result, a timer, an
 // answer, a hook payload. Its methods are for the workflow body.
 type Future[T any] struct {
-	id      uint32
-	done    bool
-	raw     []byte
-	err     error
-	val     T
-	decoded bool
+	id   uint32
+	done bool
+	err  error
+	val  T
 }
 
 func newFuture[T any](r response) *Future[T] {
@@ -207,7 +207,7 @@ func newFuture[T any](r response) *Future[T] {
 	switch r.status {
 	case abi.StatusPending:
 	case abi.StatusOK:
-		f.done, f.raw = true, clone(r.payload)
+		f.settle(abi.FutureFulfilled, r.payload)
 	default: // rejected or refused
 		f.done, f.err = true, decodeError(r.payload)
 	}
@@ -219,12 +219,16 @@ func failedFuture[T any](err error) *Future[T] { return &Future[T]{done: true, e
 func (f *Future[T]) futureID() uint32 { return f.id }
 func (f *Future[T]) isDone() bool     { return f.done }
 
+// settle takes the future's value; v aliases the response buffer, so it is
+// decoded (which copies) right away.
 func (f *Future[T]) settle(st abi.FutureState, v []byte) {
 	f.done = true
 	if st == abi.FutureRejected {
 		f.err = decodeError(v)
-	} else {
-		f.raw = v
+		return
+	}
+	if err := decodeValue(v, &f.val); err != nil {
+		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", f.val, err)}
 	}
 }
 
@@ -235,25 +239,9 @@ func (f *Future[T]) Done() bool { return f.done }
 // no compute: the run is suspended until the future settles.
 func (f *Future[T]) Await(ctx *Context) (T, error) {
 	if !f.done {
-		awaitFutures(abi.AwaitAll, []settleable{f})
+		awaitOne(f)
 	}
-	return f.result()
-}
-
-func (f *Future[T]) result() (T, error) {
-	if f.err != nil {
-		var zero T
-		return zero, f.err
-	}
-	if !f.decoded {
-		if err := json.Unmarshal(f.raw, &f.val); err != nil {
-			f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", f.val, err)}
-			var zero T
-			return zero, f.err
-		}
-		f.decoded = true
-	}
-	return f.val, nil
+	return f.val, f.err
 }
 
 // All waits until every future has settled, or one is rejected, and
@@ -310,8 +298,37 @@ func futureErr(f settleable) error {
 
 func (f *Future[T]) rejection() error { return f.err }
 
+// awaitOne is awaitFutures for a single future, without the slice.
+func awaitOne(f settleable) {
+	if f.futureID() == 0 {
+		panic("sandflow: awaiting a future the host never made")
+	}
+	payload := binary.LittleEndian.AppendUint32(awaitBuf[:0], uint32(abi.AwaitAll))
+	payload = binary.LittleEndian.AppendUint32(payload, f.futureID())
+	awaitBuf = payload
+	for {
+		r := doOp(abi.OpAwait, "", payload)
+		switch r.status {
+		case abi.StatusOK:
+			b := r.payload
+			if len(b) < 12 || binary.LittleEndian.Uint32(b) != f.futureID() || uint64(len(b)-12) < uint64(binary.LittleEndian.Uint32(b[8:])) {
+				panic("sandflow: malformed await response")
+			}
+			f.settle(abi.FutureState(binary.LittleEndian.Uint32(b[4:])), b[12:12+binary.LittleEndian.Uint32(b[8:])])
+			return
+		case abi.StatusSuspend:
+			suspend()
+		default:
+			panic(fmt.Sprintf("sandflow: the host refused an await (%s): %s", r.status, r.payload))
+		}
+	}
+}
+
+// awaitBuf is reused for await payloads: the host reads them during the op.
+var awaitBuf []byte
+
 func awaitFutures(mode abi.AwaitMode, fs []settleable) {
-	payload := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+4*len(fs)), uint32(mode))
+	payload := binary.LittleEndian.AppendUint32(awaitBuf[:0], uint32(mode))
 	n := 0
 	for _, f := range fs {
 		if !f.isDone() {
@@ -322,6 +339,7 @@ func awaitFutures(mode abi.AwaitMode, fs []settleable) {
 			n++
 		}
 	}
+	awaitBuf = payload
 	if n == 0 {
 		return
 	}
@@ -347,7 +365,7 @@ func settleEntries(b []byte, fs []settleable) {
 		if uint64(len(b)-12) < uint64(n) {
 			panic("sandflow: truncated await response")
 		}
-		v := clone(b[12 : 12+n])
+		v := b[12 : 12+n]
 		b = b[12+n:]
 		for _, f := range fs {
 			if f.futureID() == id && !f.isDone() {
@@ -394,6 +412,9 @@ const (
 // The question stays open until someone answers it or the run ends; a run
 // that cannot ask anyone gets Status "unavailable" at once.
 func Ask(ctx *Context, req AskRequest) *Future[Answer] {
+	if r := doOp(abi.OpAsk|abi.OpFlagIfRecorded, "", nil); r.status != abi.StatusLive {
+		return newFuture[Answer](r)
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return failedFuture[Answer](err)
@@ -404,11 +425,15 @@ func Ask(ctx *Context, req AskRequest) *Future[Answer] {
 // Progress publishes a progress snapshot (the spec's yield). When the body
 // returns nothing (null), the last snapshot is the run's result.
 func Progress(ctx *Context, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
+	r := doOp(abi.OpProgress|abi.OpFlagIfRecorded, "", nil)
+	if r.status == abi.StatusLive {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		r = doOp(abi.OpProgress, "", b)
 	}
-	if r := doOp(abi.OpProgress, "", b); r.status != abi.StatusOK {
+	if r.status != abi.StatusOK {
 		return decodeError(r.payload)
 	}
 	return nil

@@ -73,6 +73,9 @@ func (s *Step[In, Out]) Name() string { return s.name }
 // Start schedules the step and returns a future for its result; the step
 // runs once the body waits.
 func (s *Step[In, Out]) Start(ctx *Context, in In) *Future[Out] {
+	if r := doOp(abi.OpStep|abi.OpFlagIfRecorded, s.name, nil); r.status != abi.StatusLive {
+		return newFuture[Out](r) // answered from the log: no need to encode the input
+	}
 	inb, err := json.Marshal(in)
 	if err != nil {
 		return failedFuture[Out](&Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, err)})

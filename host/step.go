@@ -115,7 +115,9 @@ func (s *stepInstance) call(ctx context.Context, name string, payload []byte) []
 	if !json.Valid(payload) {
 		return s.refuse(abi.StatusBadRequest, "call: input is not JSON")
 	}
+	resume := PauseCPU(ctx)
 	res, err := fn(ctx, CapabilityCall{RunID: s.cur.runID, StepID: stepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, Input: clone(payload)})
+	resume()
 	if err != nil {
 		return s.body(abi.StatusFailed, mustJSON(abi.ErrorObject{Type: abi.ErrTypeCapability, Message: fmt.Sprintf("capability %s: %v", name, err)}))
 	}

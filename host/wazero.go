@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/meter"
 )
 
 // exitAbort is the exit code the host closes an instance with when an
@@ -30,10 +31,10 @@ type WazeroEngine struct {
 // NewWazeroEngine makes a wazero engine. cacheDir, when not empty, holds
 // compiled artifacts across processes, keyed by module and wazero version.
 func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error) {
-	cfg := wazero.NewRuntimeConfig().
-		// The only way to stop a guest spinning without calling the host;
-		// it costs a check at loop heads and function entries.
-		WithCloseOnContextDone(true)
+	// No WithCloseOnContextDone: its check at every loop head is an
+	// indirect call that slows guest code several times over. Modules are
+	// metered instead (internal/meter), and a watchdog stops them.
+	cfg := wazero.NewRuntimeConfig()
 	if cacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
 		if err != nil {
@@ -52,6 +53,7 @@ func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error
 		WithParameterNames("kind", "name_ptr", "name_len", "payload_ptr", "payload_len", "resp_ptr", "resp_cap").Export(abi.FuncOp).
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wzRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
 		WithParameterNames("ptr", "len").Export(abi.FuncRead).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wzTick), nil, nil).Export(meter.TickName).
 		Instantiate(ctx)
 	if err != nil {
 		rt.Close(ctx)
@@ -79,7 +81,11 @@ func (e *WazeroEngine) Close(ctx context.Context) error { return e.rt.Close(ctx)
 
 // Compile implements Engine.
 func (e *WazeroEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule, error) {
-	cm, err := e.rt.CompileModule(ctx, wasm)
+	metered, err := meter.Instrument(wasm)
+	if err != nil {
+		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
+	}
+	cm, err := e.rt.CompileModule(ctx, metered)
 	if err != nil {
 		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
 	}
@@ -106,6 +112,7 @@ type wzInstance struct {
 	abort  error  // why an OpHandler ended the instance
 	fns    map[string]api.Function
 	closed bool
+	meter  cpuMeter
 }
 
 func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
@@ -168,10 +175,9 @@ func (i *wzInstance) callResult(ctx context.Context, export string, res *int32) 
 		i.Close(ctx)
 		return &GuestError{Message: "module does not export " + export}
 	}
-	cctx, cancel := context.WithTimeout(ctx, i.cpu)
-	defer cancel()
-	cctx = context.WithValue(cctx, instKey{}, i)
+	cctx := context.WithValue(ctx, instKey{}, i)
 	i.held = nil
+	i.meter.start(ctx, i.cpu)
 	out, err := f.Call(cctx)
 	if err != nil {
 		i.closed = true
@@ -196,18 +202,6 @@ func (i *wzInstance) classify(ctx context.Context, err error) error {
 	}
 	var ee *sys.ExitError
 	if errors.As(err, &ee) {
-		switch ee.ExitCode() {
-		case sys.ExitCodeDeadlineExceeded:
-			if ctx.Err() == nil {
-				return &LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"}
-			}
-			return ctx.Err()
-		case sys.ExitCodeContextCanceled:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return context.Canceled
-		}
 		code := ee.ExitCode()
 		return &GuestError{ExitCode: &code, Message: "proc_exit"}
 	}
@@ -270,6 +264,66 @@ func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
 		i.abortWith(ctx, mod, &GuestError{Message: "ABI violation: read buffer outside guest memory"})
 	}
 	stack[0] = uint64(uint32(len(i.held)))
+}
+
+// cpuMeter keeps a call's CPU budget. The metered guest calls back into
+// the host every meter.Interval loop iterations (wzTick), and the call ends
+// there once the budget is spent or its context is done. Only the guest's
+// goroutine touches it.
+type cpuMeter struct {
+	deadline time.Time
+	pausedAt time.Time
+	ctx      context.Context
+}
+
+func (m *cpuMeter) start(ctx context.Context, budget time.Duration) {
+	m.ctx, m.deadline, m.pausedAt = ctx, time.Now().Add(budget), time.Time{}
+}
+
+// check returns why the call must end, or nil.
+func (m *cpuMeter) check(i *wzInstance) error {
+	if err := m.ctx.Err(); err != nil {
+		return err
+	}
+	if m.pausedAt.IsZero() && time.Now().After(m.deadline) {
+		return &LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"}
+	}
+	return nil
+}
+
+// pause stops the budget's clock and returns the function that restarts it.
+func (m *cpuMeter) pause() func() {
+	if !m.pausedAt.IsZero() {
+		return func() {}
+	}
+	m.pausedAt = time.Now()
+	return func() {
+		m.deadline = m.deadline.Add(time.Since(m.pausedAt))
+		m.pausedAt = time.Time{}
+	}
+}
+
+// PauseCPU stops the CPU-time clock of the guest whose host call ctx
+// belongs to, while the call waits on something slow outside the guest (a
+// capability, say). It returns the function that restarts the clock.
+func PauseCPU(ctx context.Context) (resume func()) {
+	if i, _ := ctx.Value(instKey{}).(*wzInstance); i != nil {
+		return i.meter.pause()
+	}
+	return func() {}
+}
+
+// wzTick is the host function metered modules call every meter.Interval
+// loop iterations: a safe point for the Go runtime, and where a guest over
+// its budget is stopped.
+func wzTick(ctx context.Context, mod api.Module, _ []uint64) {
+	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	if i == nil {
+		panic(sys.NewExitError(exitAbort))
+	}
+	if err := i.meter.check(i); err != nil {
+		i.abortWith(ctx, mod, err)
+	}
 }
 
 // limitedMemory backs a linear memory and refuses to grow past a limit,

@@ -62,7 +62,7 @@ type wfInstance struct {
 }
 
 func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
-	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: rand.NewChaCha8(rs.seed)}
+	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: newRNG(rs)}
 	w.clock.advance(rs.start)
 	inst, err := lp.cm.Instantiate(ctx, InstanceConfig{
 		Clock:       &w.clock,
@@ -83,6 +83,9 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 	}
 	return w, nil
 }
+
+// newRNG is the run's generator: seeded per run, recorded in the log.
+func newRNG(rs *runState) *rand.ChaCha8 { return rand.NewChaCha8(rs.seed) }
 
 func checkVersion(ctx context.Context, inst Instance) error {
 	v, err := inst.Call(ctx, abi.VersionExport)
@@ -109,6 +112,11 @@ func (w *wfInstance) close(ctx context.Context) {
 
 // Op implements OpHandler.
 func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	probe := kind&abi.OpFlagIfRecorded != 0
+	kind &^= abi.OpFlagIfRecorded
+	if probe && !kind.Recorded() {
+		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no if-recorded flag: it is not recorded", kind)), nil
+	}
 	if !kind.InWorkflow() {
 		if kind.Valid() {
 			return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a step", kind)), nil
@@ -152,6 +160,9 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 	}
 	if w.act != w.rs.activation() {
 		return nil, w.nondet(p, actual, fmt.Sprintf("the history has no such op but goes on to activation %d", w.act+1))
+	}
+	if probe {
+		return w.body(abi.StatusLive, 0, nil), nil
 	}
 	if w.rs.lastSeq >= uint64(w.limits.Events) {
 		return nil, &LimitError{Limit: "events", Max: int64(w.limits.Events), What: "run " + w.rs.id}

@@ -1,0 +1,162 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/store"
+)
+
+// benchHost opens a host on a fresh store with the kitchen guest.
+func benchHost(b *testing.B, opts *Options) (*Host, *loadedPlugin) {
+	b.Helper()
+	ctx := context.Background()
+	st, err := store.Open(filepath.Join(b.TempDir(), "db"), &store.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := Open(ctx, st, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(ctx); st.Close() })
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(root, "host/testdata/guests/kitchen")
+	wasm := guestbuild.MustRead(dir)
+	m := Manifest{Name: "kitchen", Entry: EntryExecute, InputSchema: json.RawMessage(`{"type":"object"}`), Capabilities: []string{"count"}}
+	if _, err := h.AddPlugin(ctx, wasm, m); err != nil {
+		b.Fatal(err)
+	}
+	lp, err := h.plugin(ctx, "kitchen", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h, lp
+}
+
+// stepsHistory runs the kitchen guest through n sequential steps and
+// returns the completed run's state.
+func stepsHistory(b *testing.B, h *Host, n int) *runState {
+	b.Helper()
+	ctx := context.Background()
+	ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":`+itoa(n)+`}`), nil)
+	if err != nil || ri.Status != store.StatusCompleted {
+		b.Fatalf("%+v %v", ri, err)
+	}
+	var rs *runState
+	if _, err := h.withRun(ctx, ri.ID, func(rh *runHandle) error { rs = rh.rs; return nil }); err != nil {
+		b.Fatal(err)
+	}
+	return rs
+}
+
+func itoa(n int) string { return string(json.RawMessage(mustJSON(n))) }
+
+// BenchmarkReplayOpHost is the host's share of one op round trip on the
+// replay path: the guest asks for a recorded step and gets its answer from
+// the log (the wazero host call itself adds some 60-80 ns).
+func BenchmarkReplayOpHost(b *testing.B) {
+	h, lp := benchHost(b, nil)
+	rs := stepsHistory(b, h, 1000)
+	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: true}
+	name := []byte("echo")
+	payload := []byte(`{"input":1}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := uint32(i%1000) + 1
+		w.cursor, w.act = p-1, rs.op(p).act
+		body, err := w.Op(ctx, abi.OpStep, name, payload)
+		if err != nil || len(body) < 8 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReplay1000Steps replays a 1,000-step history in an instance
+// that is already instantiated: 1,000 step ops and 1,000 awaits answered
+// from the log, through the guest SDK's encoding and decoding.
+func BenchmarkReplay1000Steps(b *testing.B) {
+	h, lp := benchHost(b, nil)
+	rs := stepsHistory(b, h, 1000)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		w, err := h.newWorkflowInstance(ctx, rs, lp, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.begin(nil)
+		b.StartTimer()
+		res, err := w.inst.Call(ctx, abi.RunExport)
+		b.StopTimer()
+		if err != nil || res != abi.RunDone || w.cursor != uint32(len(rs.ops)) {
+			b.Fatalf("replay: res %d err %v cursor %d of %d", res, err, w.cursor, len(rs.ops))
+		}
+		w.close(ctx)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/step")
+}
+
+// BenchmarkInstantiate is the cost of a fresh workflow instance of a Go
+// guest: instantiation, _initialize and the ABI version check.
+func BenchmarkInstantiate(b *testing.B) {
+	h, lp := benchHost(b, nil)
+	rs := stepsHistory(b, h, 1)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w, err := h.newWorkflowInstance(ctx, rs, lp, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		w.close(ctx)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkLiveStep is one step done live, end to end: the op recorded,
+// the activation committed, the step run in a step instance, its result
+// committed, and the warm workflow instance resumed. The store does not
+// fsync (see the store's BenchmarkAppendStep for the cost of a durable
+// commit).
+func BenchmarkLiveStep(b *testing.B) {
+	h, _ := benchHost(b, nil)
+	ctx := context.Background()
+	b.ResetTimer()
+	ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":`+itoa(b.N)+`}`), nil)
+	if err != nil || ri.Status != store.StatusCompleted {
+		b.Fatalf("%+v %v", ri, err)
+	}
+}
+
+// BenchmarkResumeByReplay is a resume on a fresh instance of a run with a
+// 100-step history: instantiate, replay 100 steps, reach the new ground.
+func BenchmarkResumeByReplay100(b *testing.B) {
+	h, lp := benchHost(b, nil)
+	rs := stepsHistory(b, h, 100)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w, err := h.newWorkflowInstance(ctx, rs, lp, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.begin(nil)
+		if res, err := w.inst.Call(ctx, abi.RunExport); err != nil || res != abi.RunDone {
+			b.Fatal(res, err)
+		}
+		w.close(ctx)
+	}
+}
