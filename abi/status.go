@@ -1,6 +1,9 @@
 package abi
 
-import "strconv"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // Status is the first u32 of every op response body.
 type Status uint32
@@ -106,6 +109,6 @@ type ErrorObject struct {
 	Message      string `json:"message"`
 	Retryable    bool   `json:"retryable,omitempty"`
 	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
-	// Details is any JSON value the thrower attached.
-	Details any `json:"details,omitempty"`
+	// Details is any JSON value the thrower attached, kept as it was sent.
+	Details json.RawMessage `json:"details,omitempty"`
 }

@@ -15,7 +15,9 @@ type Error struct {
 	Message    string
 	Retryable  bool
 	RetryAfter time.Duration
-	Details    any
+	// Details is any JSON-encodable value; on an error that crossed the
+	// boundary it is a json.RawMessage.
+	Details any
 }
 
 func (e *Error) Error() string { return e.Type + ": " + e.Message }
@@ -57,7 +59,11 @@ func ErrorType(err error) string {
 func errorObject(err error) *abi.ErrorObject {
 	var e *Error
 	if errors.As(err, &e) {
-		return &abi.ErrorObject{Type: e.Type, Message: e.Message, Retryable: e.Retryable, RetryAfterMs: e.RetryAfter.Milliseconds(), Details: e.Details}
+		eo := &abi.ErrorObject{Type: e.Type, Message: e.Message, Retryable: e.Retryable, RetryAfterMs: e.RetryAfter.Milliseconds()}
+		if e.Details != nil {
+			eo.Details, _ = json.Marshal(e.Details)
+		}
+		return eo
 	}
 	return &abi.ErrorObject{Type: abi.ErrTypeError, Message: err.Error()}
 }
@@ -67,7 +73,11 @@ func decodeError(b []byte) *Error {
 	if err := json.Unmarshal(b, &eo); err != nil || eo.Type == "" {
 		return &Error{Type: abi.ErrTypeError, Message: string(b)}
 	}
-	return &Error{Type: eo.Type, Message: eo.Message, Retryable: eo.Retryable, RetryAfter: time.Duration(eo.RetryAfterMs) * time.Millisecond, Details: eo.Details}
+	e := &Error{Type: eo.Type, Message: eo.Message, Retryable: eo.Retryable, RetryAfter: time.Duration(eo.RetryAfterMs) * time.Millisecond}
+	if len(eo.Details) > 0 {
+		e.Details = eo.Details
+	}
+	return e
 }
 
 // decodeError returns *Error; these keep the error interface for callers.

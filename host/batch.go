@@ -16,6 +16,38 @@ type batch struct {
 	rs   *runState
 	base uint64 // the run's last seq before the batch
 	b    store.Batch
+	// hooks is the last claim (hookID > 0) or release (0) of each token in
+	// the batch, in the order tokens were first touched: the store applies
+	// releases and claims as two sets, so the batch keeps only the net.
+	hooks  map[string]uint32
+	tokens []string
+}
+
+func (b *batch) claimHook(token string, hookID uint32) { b.hookChange(token, hookID) }
+func (b *batch) releaseHook(token string)              { b.hookChange(token, 0) }
+
+func (b *batch) hookChange(token string, hookID uint32) {
+	if b.hooks == nil {
+		b.hooks = map[string]uint32{}
+	}
+	if _, seen := b.hooks[token]; !seen {
+		b.tokens = append(b.tokens, token)
+	}
+	b.hooks[token] = hookID
+}
+
+// storeBatch returns the store batch, with the net hook changes.
+func (b *batch) storeBatch() store.Batch {
+	sb := b.b
+	sb.ReleaseHooks, sb.ClaimHooks = nil, nil
+	for _, tok := range b.tokens {
+		if id := b.hooks[tok]; id > 0 {
+			sb.ClaimHooks = append(sb.ClaimHooks, store.Hook{Token: tok, RunID: b.rs.id, HookID: id})
+		} else {
+			sb.ReleaseHooks = append(sb.ReleaseHooks, tok)
+		}
+	}
+	return sb
 }
 
 func newBatch(rs *runState) *batch { return &batch{rs: rs, base: rs.lastSeq} }
@@ -37,7 +69,7 @@ func (b *batch) pushAt(kind string, t time.Time, d *evData) (store.Event, error)
 
 func (b *batch) empty() bool {
 	return len(b.b.Events) == 0 && len(b.b.PutTimers) == 0 && len(b.b.DeleteTimers) == 0 &&
-		len(b.b.PutAsks) == 0 && len(b.b.ReleaseHooks) == 0
+		len(b.b.PutAsks) == 0 && len(b.tokens) == 0
 }
 
 // finish pushes what ending a run implies, before its terminal event: open
@@ -74,7 +106,7 @@ func (b *batch) finish(now time.Time) error {
 		if _, err := b.pushAt(EvHookDisposed, now, &evData{Hook: id}); err != nil {
 			return err
 		}
-		b.b.ReleaseHooks = append(b.b.ReleaseHooks, h.token)
+		b.releaseHook(h.token)
 	}
 	return nil
 }

@@ -176,7 +176,7 @@ func short(hash string) string {
 
 // adHocPlugin compiles a module for a replay check without registering it.
 func (h *Host) adHocPlugin(ctx context.Context, wasm []byte, name string) (*loadedPlugin, error) {
-	if err := CheckModule(wasm); err != nil {
+	if err := checkModuleLimits(wasm, h.limits); err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(wasm)

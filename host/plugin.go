@@ -66,6 +66,9 @@ func ParseManifest(raw []byte) (Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return m, fmt.Errorf("%w: %v", ErrBadManifest, err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return m, fmt.Errorf("%w: data after the manifest object", ErrBadManifest)
+	}
 	_, _, err := m.check(DefaultLimits)
 	return m, err
 }
@@ -165,11 +168,11 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
-	if err := CheckModule(wasm); err != nil {
-		return Plugin{}, err
-	}
 	_, limits, err := m.check(h.limits)
 	if err != nil {
+		return Plugin{}, err
+	}
+	if err := checkModuleLimits(wasm, limits); err != nil {
 		return Plugin{}, err
 	}
 	cm, err := h.compile(ctx, hash, wasm)
@@ -279,54 +282,71 @@ func sigString(t *wasmparse.FuncType) string {
 // CheckModule checks a module's structure, imports and exports against
 // the ABI without compiling it.
 func CheckModule(wasm []byte) error {
+	_, err := checkModule(wasm)
+	return err
+}
+
+// checkModuleLimits checks a module and that its initial memory fits l.
+func checkModuleLimits(wasm []byte, l Limits) error {
+	mod, err := checkModule(wasm)
+	if err != nil {
+		return err
+	}
+	if need := uint64(mod.MemoryMinPages) << 16; need > l.MemoryBytes {
+		return &PluginError{Reason: "memory", Detail: fmt.Sprintf("the module starts with %d bytes of memory, over the limit of %d", need, l.MemoryBytes)}
+	}
+	return nil
+}
+
+func checkModule(wasm []byte) (*wasmparse.Module, error) {
 	mod, err := wasmparse.Parse(wasm)
 	if err != nil {
 		if errors.Is(err, wasmparse.ErrNotWasm) {
-			return &PluginError{Reason: "not_wasm", Detail: "the bytes are not a WebAssembly module (no \\0asm header)"}
+			return nil, &PluginError{Reason: "not_wasm", Detail: "the bytes are not a WebAssembly module (no \\0asm header)"}
 		}
-		return &PluginError{Reason: "malformed", Detail: err.Error()}
+		return nil, &PluginError{Reason: "malformed", Detail: err.Error()}
 	}
 	for _, imp := range mod.Imports {
 		what := fmt.Sprintf("%s.%s", imp.Module, imp.Name)
 		if imp.Kind != wasmparse.KindFunc {
-			return &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function; a guest may import only functions of %s and %s", what, abi.ImportModule, abi.WASIModule)}
+			return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function; a guest may import only functions of %s and %s", what, abi.ImportModule, abi.WASIModule)}
 		}
 		switch imp.Module {
 		case abi.ImportModule:
 			want := map[string]wasmparse.FuncType{abi.FuncOp: sigOp, abi.FuncRead: sigRead}
 			sig, ok := want[imp.Name]
 			if !ok {
-				return &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function of the sandflow ABI version %d", what, abi.Version)}
+				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function of the sandflow ABI version %d", what, abi.Version)}
 			}
 			if !sameSig(imp.Type, sig) {
-				return &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s has type %s, the ABI says %s", what, sigString(imp.Type), sigString(&sig))}
+				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s has type %s, the ABI says %s", what, sigString(imp.Type), sigString(&sig))}
 			}
 		case abi.WASIModule:
 			if !allowedWASI[imp.Name] {
-				return &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a WASI preview1 function this host provides", what)}
+				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a WASI preview1 function this host provides", what)}
 			}
 		default:
-			return &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not allowed: a guest may import only from %s and %s", what, abi.ImportModule, abi.WASIModule)}
+			return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not allowed: a guest may import only from %s and %s", what, abi.ImportModule, abi.WASIModule)}
 		}
 	}
 	if e, ok := mod.Export(abi.VersionExport); !ok {
-		return &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("module does not export %s, so it was not built for the sandflow ABI", abi.VersionExport)}
+		return nil, &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("module does not export %s, so it was not built for the sandflow ABI", abi.VersionExport)}
 	} else if !sameSig(e.Type, sigI32) {
-		return &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", abi.VersionExport, sigString(e.Type))}
+		return nil, &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", abi.VersionExport, sigString(e.Type))}
 	}
 	for _, name := range []string{abi.RunExport, abi.StepExport} {
 		e, ok := mod.Export(name)
 		if !ok {
-			return &PluginError{Reason: "missing_export", Detail: "module does not export " + name}
+			return nil, &PluginError{Reason: "missing_export", Detail: "module does not export " + name}
 		}
 		if !sameSig(e.Type, sigI32) {
-			return &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
+			return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
 		}
 	}
 	if e, ok := mod.Export(abi.MemoryExport); !ok || e.Kind != wasmparse.KindMemory {
-		return &PluginError{Reason: "missing_export", Detail: "module does not export its memory as \"memory\""}
+		return nil, &PluginError{Reason: "missing_export", Detail: "module does not export its memory as \"memory\""}
 	}
-	return nil
+	return mod, nil
 }
 
 // loadedPlugin is a plugin version ready to run: compiled module, input

@@ -183,8 +183,9 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.UpdatedAt = time.Now().UTC()
 	rec.Status = rs.currentStatus()
 	rec.Detail = mustJSON(rs.detail)
-	b.b.Run = &rec
-	if err := h.store.Append(ctx, rs.id, b.base, b.b); err != nil {
+	sb := b.storeBatch()
+	sb.Run = &rec
+	if err := h.store.Append(ctx, rs.id, b.base, sb); err != nil {
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
@@ -219,6 +220,12 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			return nil
 		}
 		if err := h.activate(ctx, rh); err != nil {
+			if errors.Is(err, store.ErrHookTaken) {
+				// Another run claimed a token this activation meant to
+				// take; the state was reloaded, and the next activation
+				// sees the conflict.
+				continue
+			}
 			return err
 		}
 	}

@@ -50,12 +50,13 @@ type opRec struct {
 
 	settled   bool
 	settleSeq uint64
-	// byGuest: settled by an event of the guest's own activation (an
-	// immediate answer), so visible at once rather than from the next
-	// activation.
-	byGuest bool
-	state   abi.FutureState
-	value   []byte
+	// byGuest: settled by an event of the guest's own (an immediate answer,
+	// or a dispose), so visible from the op at position settleOp on, rather
+	// than from the next activation.
+	byGuest  bool
+	settleOp uint32
+	state    abi.FutureState
+	value    []byte
 
 	// step
 	input       json.RawMessage
@@ -143,8 +144,10 @@ func (rs *runState) existingOp(e store.Event, p uint32, kind abi.OpKind) (*opRec
 	return o, nil
 }
 
-func (o *opRec) settle(seq uint64, st abi.FutureState, v []byte, byGuest bool) {
-	o.settled, o.settleSeq, o.state, o.value, o.byGuest = true, seq, st, v, byGuest
+// settle settles the op's future: by the event seq, or (byOp > 0) by the
+// guest's own op at that position.
+func (o *opRec) settle(seq uint64, st abi.FutureState, v []byte, byOp uint32) {
+	o.settled, o.settleSeq, o.state, o.value, o.byGuest, o.settleOp = true, seq, st, v, byOp > 0, byOp
 }
 
 func mustJSON(v any) []byte {
@@ -207,11 +210,11 @@ func (rs *runState) apply(e store.Event) error {
 		o.attemptOpen = false
 		switch {
 		case e.Kind == EvStepCompleted:
-			o.settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Result), false)
+			o.settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Result), 0)
 		case d.RetryAt != nil:
 			o.retryAt = *d.RetryAt
 		default:
-			o.settle(e.Seq, abi.FutureRejected, mustJSON(errOrUnknown(d.Error)), false)
+			o.settle(e.Seq, abi.FutureRejected, mustJSON(errOrUnknown(d.Error)), 0)
 		}
 	case EvTimerSet:
 		o, err := rs.newOp(e, d.Op, abi.OpSleep, "")
@@ -222,7 +225,7 @@ func (rs *runState) apply(e store.Event) error {
 			o.fireAt = *d.FireAt
 		}
 		if d.Immediate {
-			o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), true)
+			o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), d.Op)
 		}
 	case EvTimerFired:
 		o, err := rs.existingOp(e, d.Op, abi.OpSleep)
@@ -232,7 +235,7 @@ func (rs *runState) apply(e store.Event) error {
 		if o.settled {
 			return fmt.Errorf("%w: timer of op %d fired twice", ErrBadHistory, d.Op)
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), false)
+		o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), 0)
 	case EvAskOpened:
 		o, err := rs.newOp(e, d.Op, abi.OpAsk, "")
 		if err != nil {
@@ -240,7 +243,7 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.askID, o.request = d.AskID, d.Request
 		if d.Answer != nil {
-			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), true)
+			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), d.Op)
 		}
 	case EvAskSettled:
 		o, err := rs.existingOp(e, d.Op, abi.OpAsk)
@@ -250,13 +253,13 @@ func (rs *runState) apply(e store.Event) error {
 		if o.settled || d.Answer == nil {
 			return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), false)
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 		if err != nil {
 			return err
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict}), true)
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict}), d.Op)
 		rs.hooks[d.Op] = &hookRec{token: d.Token, conflict: d.Conflict}
 	case EvHookNext:
 		h := rs.hooks[d.Hook]
@@ -272,12 +275,12 @@ func (rs *runState) apply(e store.Event) error {
 		switch {
 		case h.conflict != "":
 			o.settle(e.Seq, abi.FutureRejected, mustJSON(abi.ErrorObject{Type: abi.ErrTypeHookConflict,
-				Message: fmt.Sprintf("hook token %q is held by run %s", h.token, h.conflict)}), true)
+				Message: fmt.Sprintf("hook token %q is held by run %s", h.token, h.conflict)}), d.Op)
 		case o.index < len(h.received):
 			r := h.received[o.index]
-			o.settle(r.seq, abi.FutureFulfilled, r.payload, false)
+			o.settle(r.seq, abi.FutureFulfilled, r.payload, 0)
 		case h.disposed:
-			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), true)
+			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
 		}
 	case EvHookReceived:
 		h := rs.hooks[d.Hook]
@@ -286,15 +289,14 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		h.received = append(h.received, hookPayload{seq: e.Seq, payload: nullIfEmpty(d.Payload)})
 		if i := len(h.received) - 1; i < len(h.nexts) {
-			rs.op(h.nexts[i]).settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Payload), false)
+			rs.op(h.nexts[i]).settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Payload), 0)
 		}
 	case EvHookDisposed:
 		h := rs.hooks[d.Hook]
 		if h == nil {
 			return fmt.Errorf("%w: event %d disposes unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
 		}
-		byGuest := d.Op != 0
-		if byGuest {
+		if d.Op != 0 { // disposed by the guest, not when the run ended
 			if _, err := rs.newOp(e, d.Op, abi.OpHookDispose, ""); err != nil {
 				return err
 			}
@@ -302,7 +304,7 @@ func (rs *runState) apply(e store.Event) error {
 		h.disposed = true
 		for _, p := range h.nexts {
 			if o := rs.op(p); !o.settled {
-				o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), byGuest)
+				o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
 			}
 		}
 	case EvProgress:
@@ -365,14 +367,15 @@ func errOrUnknown(e *abi.ErrorObject) *abi.ErrorObject {
 	return e
 }
 
-// visible reports whether activation act can see the op's settlement:
-// settlements recorded before the activation began, and the guest's own.
-func (rs *runState) visible(o *opRec, act int) bool {
+// visible reports whether a guest in activation act, having issued ops up
+// to position cursor, can see the op's settlement: settlements recorded
+// before the activation began, and those of its own ops it has issued.
+func (rs *runState) visible(o *opRec, act int, cursor uint32) bool {
 	if !o.settled {
 		return false
 	}
 	if o.byGuest {
-		return true
+		return cursor >= o.settleOp
 	}
 	return act < len(rs.markers) && o.settleSeq < rs.markers[act].seq
 }

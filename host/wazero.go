@@ -115,7 +115,7 @@ type wzInstance struct {
 	meter  cpuMeter
 }
 
-func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
+func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Instance, err error) {
 	inst := &wzInstance{ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{}}
 	clock := cfg.Clock
 	mc := wazero.NewModuleConfig().
@@ -134,6 +134,16 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instanc
 		return newLimitedMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 	}))
 	ictx = context.WithValue(ictx, instKey{}, inst)
+	defer func() {
+		// wazero indexes the buffer the allocator gave for the initial
+		// memory; a refused one (over the limit) panics there.
+		if r := recover(); r != nil {
+			if !inst.memHit.Load() {
+				panic(r)
+			}
+			err = &LimitError{Limit: "memory", Max: int64(inst.memMax), What: "instantiating guest"}
+		}
+	}()
 	mod, err := m.e.rt.InstantiateModule(ictx, m.cm, mc)
 	if err != nil {
 		if inst.memHit.Load() {

@@ -126,6 +126,14 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 	if w.suspended || w.completed {
 		return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s after the workflow suspended or completed", kind)}
 	}
+	if kind.Recorded() {
+		// A malformed name is refused before anything else and takes no
+		// position: the refusal depends on nothing but the op, so a replay
+		// gets it again without its being recorded.
+		if msg := checkName(kind, name); msg != "" {
+			return w.refuse(abi.StatusBadRequest, kind.String()+": "+msg), nil
+		}
+	}
 	switch kind {
 	case abi.OpInput:
 		return w.ok(0, w.rs.created.Input), nil
@@ -198,7 +206,7 @@ func (w *wfInstance) answer(o *opRec, p uint32) []byte {
 }
 
 func (w *wfInstance) future(o *opRec, p uint32) []byte {
-	if !w.rs.visible(o, w.act) {
+	if !w.rs.visible(o, w.act, w.cursor) {
 		return w.body(abi.StatusPending, p, nil)
 	}
 	if o.state == abi.FutureRejected {
@@ -242,9 +250,6 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		if m := decodeStrict(payload, &req); m != "" {
 			return bad(m)
 		}
-		if name == "" || len(name) > 256 || !utf8.ValidString(name) {
-			return bad("name must be 1-256 bytes of UTF-8")
-		}
 		if m := checkRetry(req.Retry); m != "" {
 			return bad(m)
 		}
@@ -263,6 +268,8 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return bad(fmt.Sprintf("ms must be 0-%d", int64(maxSleepMs)))
 		case req.Ms != nil:
 			at = now.Add(time.Duration(*req.Ms) * time.Millisecond)
+		case *req.Until < 0 || *req.Until > maxUntilMs:
+			return bad(fmt.Sprintf("until must be 0-%d (unix milliseconds, up to the year 2200)", int64(maxUntilMs)))
 		default:
 			at = time.UnixMilli(*req.Until).UTC()
 		}
@@ -301,11 +308,14 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		} else if m := checkToken(tok); m != "" {
 			return bad(m)
 		}
-		holder, cerr := w.h.store.ClaimHook(ctx, tok, rs.id, p)
-		if cerr != nil {
-			return ev, 0, "", cerr
+		holder, herr := w.hookHolder(ctx, tok)
+		if herr != nil {
+			return ev, 0, "", herr
 		}
 		ev, err = b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder})
+		if err == nil && holder == "" {
+			b.claimHook(tok, p)
+		}
 	case abi.OpHookNext, abi.OpHookDispose:
 		var ref abi.HookRef
 		if m := decodeStrict(payload, &ref); m != "" {
@@ -320,7 +330,7 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		} else {
 			ev, err = b.push(EvHookDisposed, &evData{Op: p, Hook: ref.Hook})
 			if err == nil && h.conflict == "" {
-				b.b.ReleaseHooks = append(b.b.ReleaseHooks, h.token)
+				b.releaseHook(h.token)
 			}
 		}
 	case abi.OpProgress:
@@ -335,6 +345,9 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		}
 		if out.Error != nil && out.Error.Type == "" {
 			return bad("error.type is required")
+		}
+		if out.Error != nil && len(out.Result) > 0 {
+			return bad("give a result or an error, not both")
 		}
 		now := time.Now()
 		if err := b.finish(now); err != nil {
@@ -355,8 +368,48 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 	return ev, abi.StatusOK, "", err
 }
 
-// maxSleepMs bounds a sleep at about 100 years.
-const maxSleepMs = 100 * 365 * 24 * 3600 * 1000
+// hookHolder returns the run that holds a token, other than through a hook
+// this run has disposed: "" when it is free. A token held by another live
+// hook of this run is held by this run.
+func (w *wfInstance) hookHolder(ctx context.Context, tok string) (string, error) {
+	for _, h := range w.rs.hooks {
+		if h.token == tok && !h.disposed && h.conflict == "" {
+			return w.rs.id, nil
+		}
+	}
+	hk, err := w.h.store.Hook(ctx, tok)
+	switch {
+	case errors.Is(err, store.ErrHookNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	case hk.RunID == w.rs.id:
+		return "", nil // a claim of this run's, released by a dispose not yet committed
+	}
+	return hk.RunID, nil
+}
+
+// maxSleepMs bounds a sleep at about 100 years, and maxUntilMs a wake-up
+// time at the start of 2200: the store keeps times up to 2262.
+const (
+	maxSleepMs = 100 * 365 * 24 * 3600 * 1000
+	maxUntilMs = 7258118400000
+)
+
+// checkName checks a recorded op's name: a step's is 1-256 bytes of UTF-8,
+// the others have none.
+func checkName(kind abi.OpKind, name []byte) string {
+	if kind != abi.OpStep {
+		if len(name) != 0 {
+			return "takes no name"
+		}
+		return ""
+	}
+	if len(name) == 0 || len(name) > 256 || !utf8.Valid(name) {
+		return "name must be 1-256 bytes of UTF-8"
+	}
+	return ""
+}
 
 // await answers an OpAwait: from what the guest's activation can see, moving
 // through the recorded activations on replay, suspending at the end.
@@ -379,9 +432,10 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 		if o == nil || f > w.cursor {
 			return w.refuse(abi.StatusNotFound, fmt.Sprintf("await: no future %d", f)), nil
 		}
-		switch o.kind {
-		case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext:
-		default:
+		switch {
+		case o.refused != 0:
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) was refused and made no future", f, o.kind)), nil
+		case o.kind != abi.OpStep && o.kind != abi.OpSleep && o.kind != abi.OpAsk && o.kind != abi.OpHookNext:
 			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) is not a future", f, o.kind)), nil
 		}
 		futures[i] = f
@@ -419,7 +473,7 @@ func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bo
 	anyMode := mode&^abi.AwaitBlock == abi.AwaitAny
 	settled, rejected := 0, false
 	for _, f := range futures {
-		if o := w.rs.op(f); w.rs.visible(o, w.act) {
+		if o := w.rs.op(f); w.rs.visible(o, w.act, w.cursor) {
 			settled++
 			rejected = rejected || o.state == abi.FutureRejected
 		}
@@ -430,7 +484,7 @@ func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bo
 	w.buf = appendHeader(w.buf[:0], abi.StatusOK, 0)
 	for _, f := range futures {
 		o := w.rs.op(f)
-		if !w.rs.visible(o, w.act) {
+		if !w.rs.visible(o, w.act, w.cursor) {
 			continue
 		}
 		w.buf = binary.LittleEndian.AppendUint32(w.buf, f)

@@ -202,14 +202,6 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		return err
 	}
 	timers := tx.Bucket(bucketTimers)
-	for _, t := range b.DeleteTimers {
-		if t.RunID != runID {
-			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
-		}
-		if err := timers.Delete(timerKey(t)); err != nil {
-			return err
-		}
-	}
 	for _, t := range b.PutTimers {
 		if t.RunID != runID {
 			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
@@ -223,6 +215,14 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 			return err
 		}
 		if err := timers.Put(timerKey(t), tv); err != nil {
+			return err
+		}
+	}
+	for _, t := range b.DeleteTimers {
+		if t.RunID != runID {
+			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
+		}
+		if err := timers.Delete(timerKey(t)); err != nil {
 			return err
 		}
 	}
@@ -263,6 +263,27 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 			if err := hooks.Delete([]byte(tok)); err != nil {
 				return err
 			}
+		}
+	}
+	for _, c := range b.ClaimHooks {
+		if c.Token == "" || c.RunID != runID {
+			return fmt.Errorf("%w: hook claim %+v in a batch of run %s", ErrBadBatch, c, runID)
+		}
+		if v := hooks.Get([]byte(c.Token)); v != nil {
+			var h Hook
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, c.Token, err)
+			}
+			if h.RunID != runID {
+				return fmt.Errorf("%w: %q is held by run %s", ErrHookTaken, c.Token, h.RunID)
+			}
+		}
+		v, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		if err := hooks.Put([]byte(c.Token), v); err != nil {
+			return err
 		}
 	}
 	return nil

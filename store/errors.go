@@ -16,6 +16,9 @@ var (
 	ErrBadBatch = errors.New("store: malformed batch")
 	// ErrAskNotFound is returned when no question has the id.
 	ErrAskNotFound = errors.New("store: question not found")
+	// ErrHookTaken is returned by Append and CreateRun when a batch claims
+	// a hook token another run holds; nothing of the batch is applied.
+	ErrHookTaken = errors.New("store: hook token held by another run")
 	// ErrHookNotFound is returned when no run holds the token.
 	ErrHookNotFound = errors.New("store: hook token not found")
 	// ErrPluginNotFound is returned when no plugin version matches.

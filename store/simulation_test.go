@@ -195,12 +195,12 @@ func (m *model) apply(runID string, last uint64, rec Run, b Batch) error {
 		r.events = append(r.events, Event{Seq: e.Seq, Time: e.Time.UTC(), Kind: e.Kind, Data: storedBytes(e.Data)})
 	}
 	r.rec = storedRun(rec)
-	for _, tm := range b.DeleteTimers {
-		delete(m.timers, tid(tm))
-	}
 	for _, tm := range b.PutTimers {
 		tm.FireAt = tm.FireAt.UTC()
 		m.timers[tid(tm)] = tm
+	}
+	for _, tm := range b.DeleteTimers {
+		delete(m.timers, tid(tm))
 	}
 	for _, a := range b.PutAsks {
 		a.CreatedAt = a.CreatedAt.UTC()

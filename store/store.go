@@ -127,6 +127,10 @@ type RunFilter struct {
 // Batch is one atomic change to a run: its new events and the index changes
 // that go with them. Run, when set, replaces the run's record; its LastSeq
 // must equal the last event's Seq.
+//
+// Index changes apply in this order: timers are put, then deleted (so a
+// batch may set a timer and drop it again); hooks are released, then
+// claimed.
 type Batch struct {
 	Events       []Event
 	Run          *Run
@@ -136,6 +140,9 @@ type Batch struct {
 	// ReleaseHooks frees tokens this run holds; tokens it does not hold are
 	// left alone.
 	ReleaseHooks []string
+	// ClaimHooks gives tokens to this run's hooks. A token another run holds
+	// fails the whole batch with ErrHookTaken.
+	ClaimHooks []Hook
 }
 
 // Timer is a due-timer index entry.

@@ -32,11 +32,24 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("schema references %s; only references within the schema are allowed", url)
 }
 
+// Bounds on an uploaded schema: compiling one costs more than linear time
+// in its nesting, so a small hostile schema could hold a CPU for minutes.
+const (
+	MaxSchemaBytes = 256 << 10
+	MaxSchemaDepth = 64
+)
+
 // Compile compiles a schema given as JSON.
 func Compile(raw []byte) (*Schema, error) {
+	if len(raw) > MaxSchemaBytes {
+		return nil, fmt.Errorf("%w: %d bytes is over the limit of %d", ErrCompile, len(raw), MaxSchemaBytes)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("%w: not JSON: %v", ErrCompile, err)
+	}
+	if d := depth(doc, 0); d > MaxSchemaDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrCompile, MaxSchemaDepth)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -106,15 +119,49 @@ func (s *Schema) IsObjectSchema() bool {
 	return false
 }
 
-// ApplyDefaults fills properties missing from v (and from objects nested in
-// it under "properties") with their schema's "default". It follows local
-// "$ref"s to "#/$defs/..." and "#/definitions/...". It changes v in place.
-func (s *Schema) ApplyDefaults(v any) {
-	applyDefaults(s.doc, s.doc, v, 0)
+// depth returns how deeply a JSON value nests, stopping past the limit.
+func depth(v any, d int) int {
+	if d > MaxSchemaDepth {
+		return d
+	}
+	max := d
+	switch t := v.(type) {
+	case map[string]any:
+		for _, e := range t {
+			max = maxInt(max, depth(e, d+1))
+		}
+	case []any:
+		for _, e := range t {
+			max = maxInt(max, depth(e, d+1))
+		}
+	}
+	return max
 }
 
-func applyDefaults(root, sch, v any, depth int) {
-	if depth > 32 {
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// applyBudget bounds the schema nodes one ApplyDefaults visits: "$ref"s
+// and "allOf"s can fan out exponentially.
+const applyBudget = 10_000
+
+// ApplyDefaults fills properties missing from v (and from objects nested in
+// it under "properties") with their schema's "default". It follows local
+// "$ref"s to "#/$defs/..." and "#/definitions/...", and "allOf". It changes
+// v in place, and gives up past a fixed amount of work (defaults are a
+// convenience; validation still runs on the result).
+func (s *Schema) ApplyDefaults(v any) {
+	budget := applyBudget
+	applyDefaults(s.doc, s.doc, v, 0, &budget)
+}
+
+func applyDefaults(root, sch, v any, depth int, budget *int) {
+	*budget--
+	if depth > 32 || *budget < 0 {
 		return
 	}
 	m, ok := sch.(map[string]any)
@@ -123,13 +170,13 @@ func applyDefaults(root, sch, v any, depth int) {
 	}
 	if ref, ok := m["$ref"].(string); ok {
 		if target := resolveLocal(root, ref); target != nil {
-			applyDefaults(root, target, v, depth+1)
+			applyDefaults(root, target, v, depth+1, budget)
 		}
 	}
 	for _, key := range []string{"allOf"} {
 		if subs, ok := m[key].([]any); ok {
 			for _, sub := range subs {
-				applyDefaults(root, sub, v, depth+1)
+				applyDefaults(root, sub, v, depth+1, budget)
 			}
 		}
 	}
@@ -157,7 +204,7 @@ func applyDefaults(root, sch, v any, depth int) {
 			}
 		}
 		if child, present := obj[name]; present {
-			applyDefaults(root, ps, child, depth+1)
+			applyDefaults(root, ps, child, depth+1, budget)
 		}
 	}
 }

@@ -61,7 +61,14 @@ type Export struct {
 type Module struct {
 	Imports []Import
 	Exports []Export
+	// MemoryMinPages is the initial size of the defined memory, in 64 KiB
+	// pages (0 when the module defines none).
+	MemoryMinPages uint32
 }
+
+// MaxTableElements bounds a table's initial size: an engine allocates it
+// whole when it instantiates the module.
+const MaxTableElements = 1 << 20
 
 // Export returns the export with the given name.
 func (m *Module) Export(name string) (Export, bool) {
@@ -148,19 +155,24 @@ func (r *reader) count(minEntry int) (uint32, error) {
 }
 
 func (r *reader) limits() error {
-	flag, err := r.byte()
-	if err != nil {
-		return err
+	_, _, err := r.limitsValues()
+	return err
+}
+
+// limitsValues reads limits and returns the minimum and the flag byte.
+func (r *reader) limitsValues() (min uint32, flag byte, err error) {
+	if flag, err = r.byte(); err != nil {
+		return 0, 0, err
 	}
-	if _, err := r.u32(); err != nil {
-		return err
+	if min, err = r.u32(); err != nil {
+		return 0, 0, err
 	}
 	if flag&1 != 0 {
 		if _, err := r.u32(); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
-	return nil
+	return min, flag, nil
 }
 
 func (r *reader) valtypes() ([]byte, error) {
@@ -307,6 +319,58 @@ func Parse(b []byte) (*Module, error) {
 					return nil, s.fail("function uses type %d of %d", ti, len(types))
 				}
 				funcTypes = append(funcTypes, ti)
+			}
+		case 4: // table: reftype, limits
+			n, err := s.count(3)
+			if err != nil {
+				return nil, err
+			}
+			for range n {
+				if _, err := s.byte(); err != nil {
+					return nil, err
+				}
+				min, _, err := s.limitsValues()
+				if err != nil {
+					return nil, err
+				}
+				if min > MaxTableElements {
+					return nil, s.fail("table of %d elements is over the limit of %d", min, MaxTableElements)
+				}
+			}
+		case 5: // memory
+			n, err := s.count(2)
+			if err != nil {
+				return nil, err
+			}
+			for i := range n {
+				min, flag, err := s.limitsValues()
+				if err != nil {
+					return nil, err
+				}
+				if flag&^1 != 0 {
+					return nil, s.fail("memory flags %#x: shared and 64-bit memories are not supported", flag)
+				}
+				if min > 65536 {
+					return nil, s.fail("memory of %d pages is over the 32-bit maximum of 65536", min)
+				}
+				if i == 0 {
+					m.MemoryMinPages = min
+				}
+			}
+		case 6, 9, 10, 11, 13: // global, element, code, data, tag
+			// Their entries are not needed here, but an engine allocates by
+			// a vector's count before reading it: a count the section cannot
+			// hold must not reach one.
+			if _, err := s.count(1); err != nil {
+				return nil, err
+			}
+		case 12: // data count
+			n, err := s.u32()
+			if err != nil {
+				return nil, err
+			}
+			if int(n) > len(b) {
+				return nil, s.fail("data count %d is more than the module holds", n)
 			}
 		case 7: // export
 			n, err := s.count(3)

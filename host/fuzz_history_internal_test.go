@@ -1,0 +1,86 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"testing"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// FuzzHistoryState: a history file ReadHistory accepts is folded into a
+// run's state (what CheckReplay does first) without a panic; a log the
+// state machine refuses is an error wrapping ErrBadHistory; and a state it
+// accepts can be summarised for callers (RunInfo) and encoded.
+//
+// Seeds: the golden histories (added here), and in
+// testdata/fuzz/FuzzHistoryState/ logs that each exercise or break one rule
+// of the state machine (retries, hooks, refusals, gaps, events after the
+// end, unknown kinds).
+func FuzzHistoryState(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no golden histories: %v", err)
+	}
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hist, err := ReadHistory(bytes.NewReader(b))
+		if err != nil {
+			return // FuzzReadHistory checks ReadHistory's refusals
+		}
+		var rs *runState
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("folding the history panics: %v\n%s", r, debug.Stack())
+				}
+			}()
+			rs, err = hist.state()
+		}()
+		if err != nil {
+			if !errors.Is(err, ErrBadHistory) {
+				t.Fatalf("refused with %v, which does not wrap ErrBadHistory", err)
+			}
+			if rs != nil {
+				t.Fatalf("state() returned a state with error %v", err)
+			}
+			return
+		}
+		if rs.lastSeq != hist.Events[len(hist.Events)-1].Seq {
+			t.Fatalf("the state is at event %d, the history ends at %d", rs.lastSeq, hist.Events[len(hist.Events)-1].Seq)
+		}
+		for i, o := range rs.ops {
+			if o.kind == 0 || !o.kind.Recorded() {
+				t.Fatalf("op %d has kind %s, which is not recorded", i+1, o.kind)
+			}
+			if o.settled && (o.state != abi.FutureFulfilled && o.state != abi.FutureRejected || !json.Valid(o.value)) {
+				t.Fatalf("op %d settled as %s with value %q", i+1, o.state, o.value)
+			}
+		}
+		for id, h := range rs.hooks {
+			if o := rs.op(id); o == nil || o.kind != abi.OpHookCreate {
+				t.Fatalf("hook %d is not a hook_create op", id)
+			}
+			for _, p := range h.nexts {
+				if o := rs.op(p); o == nil || o.hook != id {
+					t.Fatalf("hook %d lists op %d, which is not its hook_next", id, p)
+				}
+			}
+		}
+		_ = rs.currentStatus()
+		ri := (&Host{}).info(rs)
+		if _, err := json.Marshal(ri); err != nil {
+			t.Fatalf("the run's info does not encode: %v", err)
+		}
+	})
+}
