@@ -66,7 +66,6 @@ func doOp(kind abi.OpKind, name string, payload []byte) response {
 	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
 }
 
-
 // The entry point and the coroutine that runs it. sandflow_run starts the
 // body on its own goroutine and returns when the body completes or waits;
 // the next sandflow_run lets the waiting body go on.
