@@ -1,9 +1,11 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -443,5 +445,53 @@ func TestCapabilities(t *testing.T) {
 	}
 	if k.count.get("1") != 0 {
 		t.Errorf("an unlisted capability ran")
+	}
+}
+
+// A guest written from the ABI spec alone, awaiting with the block flag:
+// every activation ends its instance and the next replays from the start.
+func TestBlockingGuestFromTheSpec(t *testing.T) {
+	k := newKitchen(t, nil)
+	k.add("host/testdata/guests/rawabi")
+	ri := k.call("rawabi", `{"n":3}`)
+	ri = k.settle(ri.ID, 10*time.Second)
+	if got := result[map[string]int](t, ri); got["total"] != 12 {
+		t.Fatalf("total %v, want 2+4+6", got)
+	}
+	evs, _ := k.h.Events(context.Background(), ri.ID)
+	activations := 0
+	for _, e := range evs {
+		if e.Kind == host.EvRunResumed {
+			activations++
+		}
+	}
+	// One to start, and one after each step and each sleep.
+	if activations != 7 {
+		t.Errorf("%d activations, want 7", activations)
+	}
+	// The history replays, blocking awaits and all.
+	var buf bytes.Buffer
+	if err := k.h.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := host.ReadHistory(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := k.h.CheckReplay(context.Background(), hist, nil)
+	if err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
+		t.Errorf("replay: %+v %v", rep, err)
+	}
+}
+
+// A guest cannot read or write host files, and its sleeps are virtual.
+func TestSandbox(t *testing.T) {
+	k := newKitchen(t, nil)
+	got := result[map[string]any](t, k.run(`{"mode":"sandbox"}`))
+	if got["read"] != true || got["write"] != true || got["slept"] != "1h0m0s" {
+		t.Errorf("%v", got)
+	}
+	if _, err := os.Stat("/tmp/sandflow-escape"); err == nil {
+		t.Errorf("the guest wrote a host file")
 	}
 }

@@ -285,6 +285,15 @@ func init() {
 			_, err := stepLoop.Run(ctx, 1)
 			return map[string]string{"type": sandflow.ErrorType(err)}, nil
 
+		case "sandbox":
+			// No files, no real sleep.
+			_, readErr := os.ReadFile("/etc/hostname")
+			writeErr := os.WriteFile("/tmp/sandflow-escape", []byte("x"), 0o644)
+			before := time.Now()
+			time.Sleep(time.Hour)
+			slept := time.Since(before)
+			return map[string]any{"read": readErr != nil, "write": writeErr != nil, "slept": slept.String()}, nil
+
 		case "loop":
 			for {
 			}
