@@ -51,6 +51,14 @@ func (h *Host) Questions(ctx context.Context, openOnly bool) ([]Question, error)
 // when the question was answered or withdrawn; ErrBadAnswer when the
 // answer matches no option or is text the question does not allow.
 func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, error) {
+	return h.settleAsk(ctx, askID, func(req abi.AskRequest) (abi.AskAnswer, error) {
+		return checkAnswer(req, a, h.limits.PayloadBytes)
+	})
+}
+
+// settleAsk settles an open question with the answer decide gives, then
+// continues the run.
+func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskRequest) (abi.AskAnswer, error)) (RunInfo, error) {
 	ask, err := h.store.Ask(ctx, askID)
 	if err != nil {
 		if errors.Is(err, store.ErrAskNotFound) {
@@ -61,7 +69,7 @@ func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, 
 	if !ask.Open {
 		return RunInfo{}, fmt.Errorf("%w: %s", ErrAskClosed, askID)
 	}
-	answered := false
+	settled := false
 	info, err := h.withRun(ctx, ask.RunID, func(rh *runHandle) error {
 		rs := rh.rs
 		o := rs.op(ask.Position)
@@ -75,7 +83,7 @@ func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, 
 		if err := json.Unmarshal(o.request, &req); err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
 		}
-		ans, err := checkAnswer(req, a, h.limits.PayloadBytes)
+		ans, err := decide(req)
 		if err != nil {
 			return err
 		}
@@ -87,13 +95,23 @@ func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, 
 		if err := h.commit(ctx, rh, b, nil); err != nil {
 			return err
 		}
-		answered = true
+		settled = true
 		return h.drive(ctx, rh)
 	})
-	if err != nil && !answered {
+	if err != nil && !settled {
 		return RunInfo{}, err
 	}
 	return info, err
+}
+
+// WithdrawAsk withdraws an open question: its ask resolves as
+// "cancelled", and the run continues until it ends or waits again.
+// Errors: ErrUnknownAsk; ErrAskClosed when it was already answered or
+// withdrawn.
+func (h *Host) WithdrawAsk(ctx context.Context, askID string) (RunInfo, error) {
+	return h.settleAsk(ctx, askID, func(abi.AskRequest) (abi.AskAnswer, error) {
+		return abi.AskAnswer{Status: abi.AnswerCancelled}, nil
+	})
 }
 
 func checkAnswer(req abi.AskRequest, a Answer, maxText int) (abi.AskAnswer, error) {

@@ -373,6 +373,14 @@ func TestAsks(t *testing.T) {
 	if got := result[[]string](t, ri); mustJSON(t, got) != `["a","b"]` {
 		t.Errorf("%v", got)
 	}
+	// A withdrawn question resolves as cancelled, once.
+	ri = k.run(`{"mode":"ask-text"}`)
+	if ri, err = k.h.WithdrawAsk(ctx, ri.Waiting[0].AskID); err != nil {
+		t.Fatal(err)
+	}
+	if got := result[abi.AskAnswer](t, ri); got.Status != abi.AnswerCancelled {
+		t.Errorf("withdrawn: %+v", got)
+	}
 	// Text answers.
 	ri = k.run(`{"mode":"ask-text"}`)
 	if ri, err = k.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{Text: "Ada"}); err != nil {

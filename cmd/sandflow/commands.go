@@ -435,7 +435,24 @@ func asksCmd(a *app) *cobra.Command {
 		},
 	}
 	answer.Flags().StringVar(&text, "text", "", "answer with text")
-	c.AddCommand(list, answer)
+	withdraw := &cobra.Command{
+		Use:   "withdraw QUESTION",
+		Short: "Withdraw a question: it resolves as cancelled, and its run continues",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withHost(cmd.Context(), func(h *host.Host) error {
+				ri, err := h.WithdrawAsk(cmd.Context(), argv[0])
+				if err != nil && ri.ID == "" {
+					return err
+				}
+				if rerr := a.report(ri); rerr != nil {
+					return rerr
+				}
+				return err
+			})
+		},
+	}
+	c.AddCommand(list, answer, withdraw)
 	return c
 }
 
