@@ -2,8 +2,53 @@ package sandflow
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 )
+
+// unencodable is the payload sent for a value that could not be encoded:
+// the host refuses it (it is not JSON) and records the refusal, so the op
+// takes its position live and on replay alike.
+var unencodable = []byte("\x00unencodable")
+
+// encodeValue encodes a value as JSON. Scalars skip encoding/json's
+// reflection, which is slow in a WebAssembly guest, with the same output.
+func encodeValue(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case int:
+		return strconv.AppendInt(nil, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(nil, x, 10), nil
+	case bool:
+		return strconv.AppendBool(nil, x), nil
+	case float64:
+		if !math.IsNaN(x) && !math.IsInf(x, 0) && x == math.Trunc(x) && math.Abs(x) < 1e15 {
+			return strconv.AppendInt(nil, int64(x), 10), nil
+		}
+	case string:
+		if s, ok := plainString(x); ok {
+			return s, nil
+		}
+	case json.RawMessage:
+		if json.Valid(x) {
+			return append([]byte(nil), x...), nil
+		}
+	}
+	return json.Marshal(v)
+}
+
+// plainString encodes a string that needs no escaping.
+func plainString(s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
+}
 
 // decodeValue decodes a JSON value into v. Scalars skip encoding/json's
 // reflection, which is slow in a WebAssembly guest; everything else goes
@@ -11,7 +56,9 @@ import (
 func decodeValue(raw []byte, v any) error {
 	switch p := v.(type) {
 	case *struct{}:
-		return nil
+		if string(raw) == "null" {
+			return nil
+		}
 	case *json.RawMessage:
 		*p = append((*p)[:0], raw...)
 		return nil

@@ -23,8 +23,9 @@
 // wait and every restart, and each SDK call is answered from the run's log
 // until the body reaches new ground. So the body must make the same SDK
 // calls in the same order every time, given the same answers. It may use
-// time.Now, math/rand, crypto/rand, maps and select: the host supplies time
-// and randomness so they replay. It must not do I/O or anything whose
+// time.Now, math/rand, crypto/rand, map iteration and select in the body's
+// goroutine: the host supplies time and randomness, and the SDK runs the
+// same code live and on replay, so they replay. It must not do I/O or anything whose
 // result can change between executions; put that in a step. Steps run in a
 // separate instance of the module, their results are recorded, and they
 // are never re-run on replay (but an attempt may run again after a crash,
@@ -411,28 +412,26 @@ const (
 // The question stays open until someone answers it or the run ends; a run
 // that cannot ask anyone gets Status "unavailable" at once.
 func Ask(ctx *Context, req AskRequest) *Future[Answer] {
-	if r := doOp(abi.OpAsk|abi.OpFlagIfRecorded, "", nil); r.status != abi.StatusLive {
-		return newFuture[Answer](r)
-	}
-	b, err := json.Marshal(req)
+	b, err := json.Marshal(req) // on replay too: see Step.Start
 	if err != nil {
-		return failedFuture[Answer](err)
+		b = unencodable
 	}
-	return newFuture[Answer](doOp(abi.OpAsk, "", b))
+	f := newFuture[Answer](doOp(abi.OpAsk, "", b))
+	if err != nil {
+		f.err = err
+	}
+	return f
 }
 
 // Progress publishes a progress snapshot (the spec's yield). When the body
 // returns nothing (null), the last snapshot is the run's result.
 func Progress(ctx *Context, v any) error {
-	r := doOp(abi.OpProgress|abi.OpFlagIfRecorded, "", nil)
-	if r.status == abi.StatusLive {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		r = doOp(abi.OpProgress, "", b)
+	b, err := encodeValue(v) // on replay too: see Step.Start
+	if err != nil {
+		doOp(abi.OpProgress, "", unencodable) // refused, and takes its position
+		return err
 	}
-	if r.status != abi.StatusOK {
+	if r := doOp(abi.OpProgress, "", b); r.status != abi.StatusOK {
 		return decodeError(r.payload)
 	}
 	return nil

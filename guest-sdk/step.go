@@ -73,23 +73,32 @@ func (s *Step[In, Out]) Name() string { return s.name }
 // Start schedules the step and returns a future for its result; the step
 // runs once the body waits.
 func (s *Step[In, Out]) Start(ctx *Context, in In) *Future[Out] {
-	if r := doOp(abi.OpStep|abi.OpFlagIfRecorded, s.name, nil); r.status != abi.StatusLive {
-		return newFuture[Out](r) // answered from the log: no need to encode the input
-	}
-	inb, err := json.Marshal(in)
-	if err != nil {
-		return failedFuture[Out](&Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, err)})
-	}
+	// The input is encoded on replay too, though the host answers from the
+	// log without reading it: encoding can draw from the Go runtime's
+	// hidden random generator (map iteration, first use of a type), and
+	// the body's own map order and math/rand must not depend on whether
+	// this is a replay.
+	inb, encErr := encodeValue(in)
 	payload := make([]byte, 0, len(inb)+64)
-	payload = append(payload, `{"input":`...)
-	payload = append(payload, inb...)
-	if s.retry != nil {
-		rb, _ := json.Marshal(s.retry)
-		payload = append(payload, `,"retry":`...)
-		payload = append(payload, rb...)
+	if encErr != nil {
+		// Still issue the op, with a payload the host refuses, so it takes
+		// its position as it will on replay.
+		payload = append(payload, unencodable...)
+	} else {
+		payload = append(payload, `{"input":`...)
+		payload = append(payload, inb...)
+		if s.retry != nil {
+			rb, _ := json.Marshal(s.retry)
+			payload = append(payload, `,"retry":`...)
+			payload = append(payload, rb...)
+		}
+		payload = append(payload, '}')
 	}
-	payload = append(payload, '}')
-	return newFuture[Out](doOp(abi.OpStep, s.name, payload))
+	f := newFuture[Out](doOp(abi.OpStep, s.name, payload))
+	if encErr != nil {
+		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, encErr)}
+	}
+	return f
 }
 
 // Run runs the step and waits for its result.

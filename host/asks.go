@@ -51,14 +51,14 @@ func (h *Host) Questions(ctx context.Context, openOnly bool) ([]Question, error)
 // when the question was answered or withdrawn; ErrBadAnswer when the
 // answer matches no option or is text the question does not allow.
 func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, error) {
-	return h.settleAsk(ctx, askID, func(req abi.AskRequest) (abi.AskAnswer, error) {
-		return checkAnswer(req, a, h.limits.PayloadBytes)
+	return h.settleAsk(ctx, askID, func(req abi.AskRequest, l Limits) (abi.AskAnswer, error) {
+		return checkAnswer(req, a, l.PayloadBytes)
 	})
 }
 
 // settleAsk settles an open question with the answer decide gives, then
 // continues the run.
-func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskRequest) (abi.AskAnswer, error)) (RunInfo, error) {
+func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskRequest, Limits) (abi.AskAnswer, error)) (RunInfo, error) {
 	ask, err := h.store.Ask(ctx, askID)
 	if err != nil {
 		if errors.Is(err, store.ErrAskNotFound) {
@@ -83,7 +83,7 @@ func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskR
 		if err := json.Unmarshal(o.request, &req); err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
 		}
-		ans, err := decide(req)
+		ans, err := decide(req, h.limitsOf(ctx, rs))
 		if err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskR
 // Errors: ErrUnknownAsk; ErrAskClosed when it was already answered or
 // withdrawn.
 func (h *Host) WithdrawAsk(ctx context.Context, askID string) (RunInfo, error) {
-	return h.settleAsk(ctx, askID, func(abi.AskRequest) (abi.AskAnswer, error) {
+	return h.settleAsk(ctx, askID, func(abi.AskRequest, Limits) (abi.AskAnswer, error) {
 		return abi.AskAnswer{Status: abi.AnswerCancelled}, nil
 	})
 }
@@ -171,8 +171,12 @@ func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMes
 		if rs.status.Terminal() || hr == nil || hr.token != token || hr.disposed || hr.conflict != "" {
 			return fmt.Errorf("%w: %q", ErrUnknownHook, token)
 		}
-		if len(payload) > h.limitsOf(rs).PayloadBytes {
-			return &LimitError{Limit: "payload", Max: int64(h.limitsOf(rs).PayloadBytes), What: "hook payload"}
+		l := h.limitsOf(ctx, rs)
+		if len(payload) > l.PayloadBytes {
+			return &LimitError{Limit: "payload", Max: int64(l.PayloadBytes), What: "hook payload"}
+		}
+		if rs.lastSeq >= uint64(l.Events) {
+			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
 		}
 		b := newBatch(rs)
 		if _, err := b.push(EvHookReceived, &evData{Hook: hk.HookID, Index: len(hr.received), Payload: clone(payload)}); err != nil {
@@ -192,10 +196,8 @@ func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMes
 
 // limitsOf returns the limits of the run's plugin version, or the host's
 // when it cannot be loaded.
-func (h *Host) limitsOf(rs *runState) Limits {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if lp := h.plugins[fmt.Sprintf("%s@%d", rs.rec.Plugin, rs.rec.Version)]; lp != nil {
+func (h *Host) limitsOf(ctx context.Context, rs *runState) Limits {
+	if lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version); err == nil {
 		return lp.limits
 	}
 	return h.limits

@@ -43,6 +43,7 @@ type evData struct {
 	Input      json.RawMessage `json:"input,omitempty"`
 	Seed       string          `json:"seed,omitempty"`
 	NoAsk      bool            `json:"noAsk,omitempty"`
+	URL        string          `json:"url,omitempty"`
 
 	// run_resumed
 	Activation int `json:"activation,omitempty"`

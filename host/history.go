@@ -57,6 +57,11 @@ func (h *Host) ExportHistory(ctx context.Context, runID string, w io.Writer) err
 	if err != nil {
 		return err
 	}
+	// The run may have moved on between the two reads: keep the events the
+	// record describes.
+	if uint64(len(evs)) > rec.LastSeq {
+		evs = evs[:rec.LastSeq]
+	}
 	hist := History{Format: HistoryFormat, Version: 1, Run: rec, Events: make([]HistoryEvent, len(evs))}
 	for i, e := range evs {
 		hist.Events[i] = HistoryEvent{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Data: e.Data}
@@ -111,13 +116,34 @@ func ReadHistory(r io.Reader) (*History, error) {
 	return &hist, nil
 }
 
-// state rebuilds the run's state from the history, checking its events.
+// state rebuilds the run's state from the history, checking its events and
+// that the run record agrees with them.
 func (hist *History) state() (*runState, error) {
 	rs := newRunState(hist.Run)
+	plugin, version, hash := "", 0, ""
 	for _, he := range hist.Events {
-		if err := rs.apply(store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}); err != nil {
+		e := store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}
+		if err := rs.apply(e); err != nil {
 			return nil, err
 		}
+		if he.Kind == EvRunCreated || he.Kind == EvRunUpgraded {
+			d, err := decodeEvData(e)
+			if err != nil {
+				return nil, err
+			}
+			if he.Kind == EvRunCreated {
+				plugin = d.Plugin
+			}
+			version, hash = d.Version, d.ModuleHash
+		}
+	}
+	r := hist.Run
+	switch {
+	case r.LastSeq != rs.lastSeq:
+		return nil, fmt.Errorf("%w: the run record ends at event %d, the events at %d", ErrBadHistory, r.LastSeq, rs.lastSeq)
+	case r.Plugin != plugin || r.Version != version || r.ModuleHash != hash:
+		return nil, fmt.Errorf("%w: the run record names %s version %d (module %s), its events %s version %d (module %s)",
+			ErrBadHistory, r.Plugin, r.Version, short(r.ModuleHash), plugin, version, short(hash))
 	}
 	return rs, nil
 }

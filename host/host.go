@@ -37,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -125,7 +126,8 @@ type Host struct {
 	runs     map[string]*runHandle
 	warm     *list.List // of *runHandle with a parked instance, most recent first
 
-	wake chan struct{}
+	wake       chan struct{}
+	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
 }
 
 // Open makes a Host over a store. opts may be nil.
@@ -247,12 +249,11 @@ func (h *Host) wakeScheduler() {
 	}
 }
 
-func (h *Host) metadata(rs *runState, stepID string) abi.Metadata {
-	m := abi.Metadata{WorkflowName: rs.rec.Tool, WorkflowRunID: rs.id, WorkflowStartedAt: rs.start.UTC().Format(time.RFC3339Nano), StepID: stepID}
-	if h.opts.BaseURL != "" {
-		m.URL = h.opts.BaseURL + "/runs/" + rs.id
-	}
-	return m
+// metadata is the run's metadata, all of it from the log, so that it is
+// the same on replay whatever the host's configuration is by then.
+func metadata(rs *runState, stepID string) abi.Metadata {
+	return abi.Metadata{WorkflowName: rs.created.Tool, WorkflowRunID: rs.id, WorkflowStartedAt: rs.start.UTC().Format(time.RFC3339Nano),
+		URL: rs.created.URL, StepID: stepID}
 }
 
 // CallOptions are the options of Call. The zero value is the default.
@@ -299,7 +300,11 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 	seed := make([]byte, 32)
 	copy(seed, newSeed())
 	now := time.Now().UTC()
-	ev := mkEvent(EvRunCreated, now, &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk})
+	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk}
+	if h.opts.BaseURL != "" {
+		d.URL = h.opts.BaseURL + "/runs/" + id
+	}
+	ev := mkEvent(EvRunCreated, now, d)
 	ev.Seq = 1
 	rec := store.Run{ID: id, Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash,
 		Status: store.StatusRunning, CreatedAt: now, UpdatedAt: now, LastSeq: 1}
@@ -340,6 +345,15 @@ func (h *Host) Drive(ctx context.Context, id string) (RunInfo, error) {
 // Cancel ends a run as cancelled: open questions are withdrawn, hooks
 // disposed, timers dropped. Cancelling an ended run returns ErrRunEnded.
 func (h *Host) Cancel(ctx context.Context, id, reason string) (RunInfo, error) {
+	// Ask whoever is driving the run to stop at its next step boundary, so
+	// the cancel does not wait for the run's remaining work.
+	h.mu.Lock()
+	rh := h.runs[id]
+	if rh != nil {
+		rh.cancelling.Add(1)
+		defer rh.cancelling.Add(-1)
+	}
+	h.mu.Unlock()
 	return h.withRun(ctx, id, func(rh *runHandle) error {
 		rs := rh.rs
 		if rs.status.Terminal() {

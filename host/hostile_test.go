@@ -213,10 +213,10 @@ func TestLimits(t *testing.T) {
 	k := newKitchen(t, nil)
 	k.tight("kitchen-small", host.ManifestLimits{PayloadBytes: 4096, Events: 40, OutputBytes: 100})
 	call := func(in string) host.RunInfo { return k.call("kitchen-small", in) }
-	if got := result[map[string]string](t, call(`{"mode":"big-progress","n":5000}`)); got["type"] != abi.ErrTypeBadRequest {
+	if got := result[map[string]string](t, call(`{"mode":"big-progress","n":5000}`)); got["type"] != abi.ErrTypeTooLarge {
 		t.Errorf("big progress: %v", got)
 	}
-	if ri := call(`{"mode":"big-result","n":5000}`); ri.Status != store.StatusFailed || ri.Error.Type != abi.ErrTypeBadRequest || !strings.Contains(ri.Error.Message, "over the limit") {
+	if ri := call(`{"mode":"big-result","n":5000}`); ri.Status != store.StatusFailed || ri.Error.Type != abi.ErrTypeTooLarge || !strings.Contains(ri.Error.Message, "over the limit") {
 		t.Errorf("big result: %+v", ri)
 	}
 	if got := result[map[string]string](t, call(`{"mode":"big-step-result","n":5000}`)); got["type"] != abi.ErrTypeTooLarge {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -23,6 +24,10 @@ type runHandle struct {
 	// warm and elem are guarded by Host.mu: a parked instance is not in use.
 	warm *wfInstance
 	elem *list.Element
+
+	// cancelling counts Cancel calls waiting for the run: drive stops at
+	// its next step boundary to let them in.
+	cancelling atomic.Int32
 }
 
 func (h *Host) handle(id string) *runHandle {
@@ -210,6 +215,9 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if rh.cancelling.Load() > 0 {
+			return nil // a Cancel is waiting; it ends the run
+		}
 		if steps := rs.runnableSteps(); len(steps) > 0 {
 			if err := h.runSteps(ctx, rh, steps); err != nil {
 				return err
@@ -240,14 +248,14 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if err != nil {
 		return err
 	}
+	b := newBatch(rs)
+	if _, err := b.push(EvRunResumed, &evData{Activation: len(rs.markers)}); err != nil {
+		return err
+	}
 	w := h.takeWarm(rh)
 	if w != nil && w.rs != rs {
 		w.close(ctx)
 		w = nil
-	}
-	b := newBatch(rs)
-	if _, err := b.push(EvRunResumed, &evData{Activation: len(rs.markers)}); err != nil {
-		return err
 	}
 	if w == nil {
 		if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
@@ -268,7 +276,12 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	}
 	switch {
 	case res == abi.RunSuspended && w.suspended:
-		if err := h.commit(ctx, rh, b, &runDetail{Waiting: w.wait}); err != nil {
+		// Output written between the await and the return is recorded too.
+		err := w.flushOutput()
+		if err == nil {
+			err = h.commit(ctx, rh, b, &runDetail{Waiting: w.wait})
+		}
+		if err != nil {
 			w.close(ctx)
 			return err
 		}
@@ -305,8 +318,10 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 		}
 	}
 	if w != nil {
-		if w.outStream == "stderr" {
-			out = append(out, w.outBuf...)
+		for _, c := range w.outBuf {
+			if c.stream == "stderr" {
+				out = append(out, c.data...)
+			}
 		}
 		w.close(ctx)
 	}
@@ -339,7 +354,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	nb := newBatch(rh.rs)
 	now := time.Now()
 	if len(out) > 0 {
-		data, cut := capOutput(out, lpOutputRoom(rh.rs, h.limits))
+		data, cut := capOutput(out, lpOutputRoom(rh.rs, h.limitsOf(ctx, rh.rs)))
 		if len(data) > 0 {
 			if _, err := nb.pushAt(EvOutput, now, &evData{Stream: "stderr", Data: string(data), Produced: rh.rs.outProduced, Cut: cut}); err != nil {
 				return err
@@ -375,7 +390,7 @@ func (h *Host) runSteps(ctx context.Context, rh *runHandle, steps []uint32) erro
 	for _, p := range steps {
 		o := rs.op(p)
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
-			meta: mustJSON(h.metadata(rs, stepID(rs.id, p)))}
+			meta: mustJSON(metadata(rs, stepID(rs.id, p)))}
 		go func() {
 			sem <- struct{}{}
 			out := h.execStep(ctx, lp, a)
@@ -389,13 +404,16 @@ func (h *Host) runSteps(ctx context.Context, rh *runHandle, steps []uint32) erro
 		if firstErr != nil {
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			// The attempt was cut short by the caller, not by the guest: it
-			// stays open and runs again.
+		if err := ctx.Err(); err != nil && d.out.err != nil {
+			// The attempt may have been cut short by the caller, not by the
+			// guest: it stays open and runs again. A finished one is kept.
 			firstErr = err
 			continue
 		}
-		firstErr = h.recordStep(ctx, rh, d.p, d.a, d.out)
+		firstErr = h.recordStep(context.WithoutCancel(ctx), rh, d.p, d.a, d.out)
+		if firstErr == nil {
+			firstErr = ctx.Err()
+		}
 	}
 	return firstErr
 }
@@ -408,8 +426,9 @@ func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepA
 	}
 	b := newBatch(rs)
 	now := time.Now()
+	limits := h.limitsOf(ctx, rs)
 	for _, c := range out.output {
-		data, cut := capOutput(c.data, lpOutputRoom(rs, h.limits))
+		data, cut := capOutput(c.data, lpOutputRoom(rs, limits))
 		if len(data) == 0 && !cut {
 			continue
 		}

@@ -23,12 +23,17 @@ func (h *Host) RunScheduler(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	for {
-		if _, err := h.FireDue(ctx, time.Now(), logger); err != nil && ctx.Err() == nil {
+		_, err := h.FireDue(ctx, time.Now(), logger)
+		if err != nil && ctx.Err() == nil {
 			logger.Error("firing timers", "err", err)
 		}
 		wait := time.Second
 		if t, ok, err := h.store.NextTimer(ctx); err == nil && ok {
 			wait = min(wait, max(0, time.Until(t.FireAt)))
+		}
+		if h.fireFailed.Swap(false) {
+			// A timer that failed to fire is still due: do not spin on it.
+			wait = time.Second
 		}
 		select {
 		case <-ctx.Done():
@@ -92,6 +97,7 @@ func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) 
 				ri, err := h.fireTimer(ctx, t)
 				switch {
 				case err != nil && ctx.Err() == nil:
+					h.fireFailed.Store(true)
 					logger.Error("firing timer", "run", t.RunID, "timer", t.ID, "err", err)
 				case err == nil && ri.ID != "":
 					logger.Info("timer fired", "run", t.RunID, "timer", t.ID, "status", ri.Status)
@@ -115,7 +121,10 @@ func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
 			if _, err := b.push(EvTimerFired, &evData{Op: t.Position}); err != nil {
 				return err
 			}
-		case t.Kind == timerRetry && o.kind == abi.OpStep && !o.settled && !o.attemptOpen && !o.retryAt.IsZero():
+		case t.Kind == timerRetry && o.kind == abi.OpStep && !o.settled && !o.attemptOpen && !o.retryAt.IsZero() &&
+			t.ID == retryTimer(rs.id, t.Position, o.attempt, o.retryAt).ID:
+			// Only the timer of the attempt that failed last: a stale one
+			// (read twice, say) must not skip a backoff.
 			if _, err := b.push(EvStepStarted, &evData{Op: t.Position, Name: o.name, Attempt: o.attempt + 1}); err != nil {
 				return err
 			}

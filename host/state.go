@@ -276,11 +276,13 @@ func (rs *runState) apply(e store.Event) error {
 		case h.conflict != "":
 			o.settle(e.Seq, abi.FutureRejected, mustJSON(abi.ErrorObject{Type: abi.ErrTypeHookConflict,
 				Message: fmt.Sprintf("hook token %q is held by run %s", h.token, h.conflict)}), d.Op)
+		case h.disposed:
+			// After a dispose every wait rejects, even if payloads that
+			// arrived earlier were never taken.
+			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
 		case o.index < len(h.received):
 			r := h.received[o.index]
 			o.settle(r.seq, abi.FutureFulfilled, r.payload, 0)
-		case h.disposed:
-			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
 		}
 	case EvHookReceived:
 		h := rs.hooks[d.Hook]

@@ -257,10 +257,11 @@ func retryAt(pol *abi.RetryPolicy, attempt int, e *abi.ErrorObject, now time.Tim
 		return time.Time{}, false
 	}
 	if e.Type == abi.ErrTypeRetryable && e.RetryAfterMs > 0 {
-		return now.Add(time.Duration(e.RetryAfterMs) * time.Millisecond), true
+		// Bounded like a sleep, so the retry time can be stored.
+		return now.Add(time.Duration(min(e.RetryAfterMs, maxSleepMs)) * time.Millisecond), true
 	}
 	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffFactor, float64(attempt-1))
-	d = math.Min(d, float64(p.MaxBackoffMs))
+	d = math.Min(d, math.Min(float64(p.MaxBackoffMs), maxSleepMs))
 	// Equal jitter: half the delay is fixed, half random, so retries of many
 	// runs that failed together spread out.
 	d = d/2 + mrand.Float64()*d/2

@@ -313,6 +313,17 @@ func (m *cpuMeter) pause() func() {
 	}
 }
 
+// RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
+// budget for the rest of its call.
+func RestartCPU(ctx context.Context) {
+	if ctx == nil {
+		return
+	}
+	if i, _ := ctx.Value(instKey{}).(*wzInstance); i != nil {
+		i.meter.start(i.meter.ctx, i.cpu)
+	}
+}
+
 // PauseCPU stops the CPU-time clock of the guest whose host call ctx
 // belongs to, while the call waits on something slow outside the guest (a
 // capability, say). It returns the function that restarts the clock.

@@ -47,6 +47,8 @@ type wfInstance struct {
 	checkOnly bool
 
 	// State of the current activation.
+	ctx       context.Context // of the op in progress, for the CPU meter
+	live0     bool            // the guest has gone past the history
 	batch     *batch
 	suspended bool
 	completed bool
@@ -54,8 +56,7 @@ type wfInstance struct {
 	err       error // a host-side failure to report after the call
 
 	outProduced int64
-	outStream   string
-	outBuf      []byte
+	outBuf      []outputChunk // not yet recorded
 
 	buf  []byte
 	meta []byte
@@ -64,6 +65,9 @@ type wfInstance struct {
 func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
 	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: newRNG(rs)}
 	w.clock.advance(rs.start)
+	if len(rs.markers) > 0 {
+		w.clock.advance(rs.markers[0].t) // the guest starts in activation 0
+	}
 	inst, err := lp.cm.Instantiate(ctx, InstanceConfig{
 		Clock:       &w.clock,
 		Random:      w.rng,
@@ -112,6 +116,7 @@ func (w *wfInstance) close(ctx context.Context) {
 
 // Op implements OpHandler.
 func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	w.ctx = ctx
 	probe := kind&abi.OpFlagIfRecorded != 0
 	kind &^= abi.OpFlagIfRecorded
 	if probe && !kind.Recorded() {
@@ -139,7 +144,7 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 		return w.ok(0, w.rs.created.Input), nil
 	case abi.OpMetadata:
 		if w.meta == nil {
-			w.meta = mustJSON(w.h.metadata(w.rs, ""))
+			w.meta = mustJSON(metadata(w.rs, ""))
 		}
 		return w.ok(0, w.meta), nil
 	case abi.OpAwait:
@@ -163,6 +168,11 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 
 	// Past the history: the op runs for real.
 	actual := OpRef{Kind: kind, Name: string(name), Activation: w.act}
+	if !w.live0 && !w.checkOnly {
+		// The replay is over: the new work gets a fresh CPU budget.
+		w.live0 = true
+		RestartCPU(ctx)
+	}
 	if w.checkOnly {
 		return nil, &frontierError{next: actual}
 	}
@@ -226,7 +236,7 @@ func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, pay
 	}
 	if st != abi.StatusOK {
 		ev, err = b.push(EvOpRefused, &evData{Op: p, Kind: kind.String(), Name: name, Status: uint32(st),
-			Error: &abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: kind.String() + ": " + msg}})
+			Error: &abi.ErrorObject{Type: refusalType(st), Message: kind.String() + ": " + msg}})
 		if err != nil {
 			return nil, err
 		}
@@ -328,8 +338,11 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		if kind == abi.OpHookNext {
 			ev, err = b.push(EvHookNext, &evData{Op: p, Hook: ref.Hook})
 		} else {
+			wasDisposed := h.disposed
 			ev, err = b.push(EvHookDisposed, &evData{Op: p, Hook: ref.Hook})
-			if err == nil && h.conflict == "" {
+			// A second dispose must not release the token: another hook of
+			// this run may hold it by now.
+			if err == nil && h.conflict == "" && !wasDisposed {
 				b.releaseHook(h.token)
 			}
 		}
@@ -452,6 +465,10 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 		if w.act < w.rs.activation() {
 			w.act++
 			w.clock.advance(w.rs.markers[w.act].t)
+			// Each recorded activation ran within its own CPU budget; its
+			// replay gets one too, so whether a run survives does not
+			// depend on whether its instance stayed warm.
+			RestartCPU(w.ctx)
 			continue
 		}
 		break
@@ -511,7 +528,16 @@ func (w *wfInstance) ok(future uint32, payload []byte) []byte {
 }
 
 func (w *wfInstance) refuse(st abi.Status, msg string) []byte {
-	return w.body(st, 0, mustJSON(abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: msg}))
+	return w.body(st, 0, mustJSON(abi.ErrorObject{Type: refusalType(st), Message: msg}))
+}
+
+// refusalType is the error type of a refusal: a value over a limit is a
+// PayloadTooLargeError, anything else a BadRequestError.
+func refusalType(st abi.Status) string {
+	if st == abi.StatusTooLarge {
+		return abi.ErrTypeTooLarge
+	}
+	return abi.ErrTypeBadRequest
 }
 
 // outWriter captures a workflow instance's stdout or stderr.
@@ -537,25 +563,36 @@ func (w *wfInstance) output(stream string, p []byte) {
 	if start < w.rs.outProduced {
 		p = p[w.rs.outProduced-start:]
 	}
-	if w.outStream != stream && len(w.outBuf) > 0 {
-		w.err = errors.Join(w.err, w.flushOutput())
+	if n := len(w.outBuf); n > 0 && w.outBuf[n-1].stream == stream {
+		w.outBuf[n-1].data = append(w.outBuf[n-1].data, p...)
+	} else {
+		w.outBuf = append(w.outBuf, outputChunk{stream: stream, data: append([]byte(nil), p...)})
 	}
-	w.outStream = stream
-	w.outBuf = append(w.outBuf, p...)
 }
 
-// flushOutput records buffered output as one event, within the run's cap.
+// flushOutput records buffered output, an event per stream switch, within
+// the run's cap.
 func (w *wfInstance) flushOutput() error {
 	if len(w.outBuf) == 0 || w.batch == nil {
 		return nil
 	}
-	data, cut := capOutput(w.outBuf, w.limits.OutputBytes-w.rs.outRecorded)
-	w.outBuf = w.outBuf[:0]
-	if len(data) == 0 && !cut {
-		return nil
+	chunks := w.outBuf
+	w.outBuf = nil
+	produced := w.outProduced
+	for _, c := range chunks {
+		produced -= int64(len(c.data))
 	}
-	_, err := w.batch.push(EvOutput, &evData{Stream: w.outStream, Data: string(data), Produced: w.outProduced, Cut: cut})
-	return err
+	for _, c := range chunks {
+		produced += int64(len(c.data))
+		data, cut := capOutput(c.data, w.limits.OutputBytes-w.rs.outRecorded)
+		if len(data) == 0 && !cut {
+			continue
+		}
+		if _, err := w.batch.push(EvOutput, &evData{Stream: c.stream, Data: string(data), Produced: produced, Cut: cut}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func capOutput(b []byte, room int64) ([]byte, bool) {

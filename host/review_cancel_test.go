@@ -1,0 +1,65 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// TestReviewCancelDuringStepDoesNotStopTheRun: BUG (host/host.go Cancel,
+// host/run.go drive). Cancel takes the run's lock, which drive holds for
+// as long as the run has work: the running step, then the activation after
+// it, then the next steps... Cancel issued while a step executes therefore
+// waits until the run ends or waits on something outside, and every later
+// step's side effect happens first; here the run completes and Cancel
+// returns ErrRunEnded. Cancel should at least stop the run at the next
+// point drive controls (drive could check a cancel request between rounds,
+// or Cancel could record its event between step commits).
+func TestReviewCancelDuringStepDoesNotStopTheRun(t *testing.T) {
+	r := newReview(t, nil)
+	ctx := context.Background()
+	called := make(chan host.RunInfo, 1)
+	go func() {
+		ri, err := r.h.Call(ctx, "review", json.RawMessage(`{"mode":"block-then-count","token":"cx"}`), nil)
+		if err != nil {
+			t.Error(err)
+		}
+		called <- ri
+	}()
+	<-r.block.entered // the first step is executing
+	type res struct {
+		ri  host.RunInfo
+		err error
+	}
+	cancelled := make(chan res, 1)
+	go func() {
+		ri, err := r.h.Cancel(ctx, runIDOf(t, r), "stop")
+		cancelled <- res{ri, err}
+	}()
+	// Nothing tells when Cancel is queued on the run; give it a moment.
+	time.Sleep(100 * time.Millisecond)
+	close(r.block.release)
+	<-called
+	c := <-cancelled
+	if errors.Is(c.err, host.ErrRunEnded) || c.ri.Status != store.StatusCancelled {
+		t.Errorf("Cancel during a step: %v; run %s", c.err, c.ri.Status)
+	}
+	if n := r.count.get("cx"); n != 0 {
+		t.Errorf("the step after the cancelled one ran its side effect %d time(s)", n)
+	}
+}
+
+// runIDOf returns the id of the only run.
+func runIDOf(t *testing.T, r *review) string {
+	t.Helper()
+	runs, err := r.h.Runs(context.Background(), store.RunFilter{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	return runs[0].ID
+}
