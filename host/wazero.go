@@ -134,6 +134,8 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		return newLimitedMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 	}))
 	ictx = context.WithValue(ictx, instKey{}, inst)
+	// A start function runs during instantiation, under the budget too.
+	inst.meter.start(ctx, inst.cpu)
 	defer func() {
 		// wazero indexes the buffer the allocator gave for the initial
 		// memory; a refused one (over the limit) panics there.

@@ -36,6 +36,7 @@ var ErrUnsupported = errors.New("module cannot be metered")
 type reader struct {
 	b   []byte
 	off int
+	rw  *rewriter // for index checks, when set
 }
 
 func (r *reader) fail(format string, args ...any) error {
@@ -67,11 +68,23 @@ func (r *reader) leb() (uint64, error) {
 }
 
 func (r *reader) u32() (uint32, error) {
+	start := r.off
 	v, err := r.leb()
-	if err == nil && v > 0xffffffff {
-		return 0, r.fail("u32 out of range")
+	if err == nil && (v > 0xffffffff || r.off-start > 5) {
+		return 0, r.fail("u32 out of range or over 5 bytes")
 	}
 	return uint32(v), err
+}
+
+// index reads an index and checks it is below n: the rewrite gives new
+// indices meaning, so an index the original module could not use must not
+// reach the engine (it would name the countdown or the tick).
+func (r *reader) index(n uint32, what string) (uint32, error) {
+	v, err := r.u32()
+	if err == nil && v >= n {
+		return 0, r.fail("%s index %d of %d: the module is invalid", what, v, n)
+	}
+	return v, err
 }
 
 func (r *reader) skip(n int) error {
@@ -111,6 +124,9 @@ func appendName(b []byte, s string) []byte {
 // rewriter holds what the rewrite needs across sections.
 type rewriter struct {
 	importedFuncs uint32 // before the tick import is added
+	funcs         uint32 // imported and defined, before the tick
+	globals       uint32 // imported and defined, before the countdown
+	types         uint32 // before the tick's type
 	tick          uint32 // the tick function's index
 	counter       uint32 // the countdown global's index
 	tickType      uint32
@@ -137,7 +153,7 @@ func Instrument(wasm []byte) ([]byte, error) {
 	var secs []section
 	r := &reader{b: wasm, off: 8}
 	rw := &rewriter{}
-	var types, importedGlobals, definedGlobals uint32
+	var types, importedGlobals, definedGlobals, definedFuncs uint32
 	for r.off < len(wasm) {
 		id, err := r.byte()
 		if err != nil {
@@ -161,6 +177,10 @@ func Instrument(wasm []byte) ([]byte, error) {
 			if rw.importedFuncs, importedGlobals, err = countImports(body); err != nil {
 				return nil, err
 			}
+		case 3:
+			if definedFuncs, err = sr.u32(); err != nil {
+				return nil, err
+			}
 		case 6:
 			if definedGlobals, err = sr.u32(); err != nil {
 				return nil, err
@@ -169,7 +189,10 @@ func Instrument(wasm []byte) ([]byte, error) {
 		secs = append(secs, section{id, body})
 	}
 	rw.tick = rw.importedFuncs
-	rw.counter = importedGlobals + definedGlobals
+	rw.funcs = rw.importedFuncs + definedFuncs
+	rw.globals = importedGlobals + definedGlobals
+	rw.counter = rw.globals
+	rw.types = types
 	rw.tickType = types
 
 	out := append([]byte(nil), wasm[:8]...)
@@ -211,16 +234,24 @@ func Instrument(wasm []byte) ([]byte, error) {
 		case 1:
 			body, err = appendToVector(s.body, tickTypeEntry)
 		case 2:
-			body, err = appendToVector(s.body, tickImport)
+			if err = rw.checkImports(s.body); err == nil {
+				body, err = appendToVector(s.body, tickImport)
+			}
+		case 3:
+			body, err = rw.checkFunctions(s.body)
+		case 4:
+			body, err = rw.tables(s.body)
 		case 6:
-			body, err = rw.globals(s.body, counterGlobal)
+			body, err = rw.globalSection(s.body, counterGlobal)
 		case 7:
 			body, err = rw.exports(s.body)
 		case 8:
 			sr := &reader{b: s.body}
 			var f uint32
-			if f, err = sr.u32(); err == nil {
-				body = appendLEB(nil, uint64(rw.remap(f)))
+			if f, err = sr.index(rw.funcs, "start function"); err == nil {
+				if err = sr.end(); err == nil {
+					body = appendLEB(nil, uint64(rw.remap(f)))
+				}
 			}
 		case 9:
 			body, err = rw.elements(s.body)
@@ -242,6 +273,110 @@ func Instrument(wasm []byte) ([]byte, error) {
 	}
 	addMissing(0)
 	return out, nil
+}
+
+// end checks a section was read to its end: trailing bytes make a module
+// invalid, and the rewrite must not drop them into validity.
+func (r *reader) end() error {
+	if r.off != len(r.b) {
+		return r.fail("%d bytes after the last entry: the module is invalid", len(r.b)-r.off)
+	}
+	return nil
+}
+
+// checkImports checks the type indices of function imports.
+func (rw *rewriter) checkImports(body []byte) error {
+	r := &reader{b: body, rw: rw}
+	n, err := r.u32()
+	if err != nil {
+		return err
+	}
+	for range n {
+		for range 2 {
+			l, err := r.u32()
+			if err != nil {
+				return err
+			}
+			if err := r.skip(int(l)); err != nil {
+				return err
+			}
+		}
+		kind, err := r.byte()
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case 0:
+			_, err = r.index(rw.types, "type")
+		case 1:
+			if err = r.valtype(); err == nil {
+				err = r.limits()
+			}
+		case 2:
+			err = r.limits()
+		case 3:
+			if err = r.valtype(); err == nil {
+				_, err = r.byte()
+			}
+		case 4:
+			if _, err = r.byte(); err == nil {
+				_, err = r.index(rw.types, "type")
+			}
+		default:
+			return r.fail("import kind %d", kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return r.end()
+}
+
+// checkFunctions checks the function section's type indices.
+func (rw *rewriter) checkFunctions(body []byte) ([]byte, error) {
+	r := &reader{b: body, rw: rw}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	for range n {
+		if _, err := r.index(rw.types, "type"); err != nil {
+			return nil, err
+		}
+	}
+	return body, r.end()
+}
+
+// tables copies the table section, remapping the function indices in
+// table initialisers (the 0x40 0x00 form).
+func (rw *rewriter) tables(body []byte) ([]byte, error) {
+	r := &reader{b: body, rw: rw}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	out := appendLEB(nil, uint64(n))
+	for range n {
+		start := r.off
+		init := false
+		if r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00 {
+			init = true
+			r.off += 2
+		}
+		if err := r.valtype(); err != nil {
+			return nil, err
+		}
+		if err := r.limits(); err != nil {
+			return nil, err
+		}
+		out = append(out, body[start:r.off]...)
+		if init {
+			if out, err = rw.expr(r, out, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, r.end()
 }
 
 func appendSLEB(b []byte, v int64) []byte {
@@ -358,7 +493,25 @@ func (r *reader) blocktype() error {
 		r.off++
 		return nil
 	}
-	_, err := r.leb() // s33 type index
+	// s33 type index (non-negative: a negative one is a value type)
+	start := r.off
+	v, err := r.leb()
+	if err != nil {
+		return err
+	}
+	if r.off-start > 5 || (r.rw != nil && v >= uint64(r.rw.types)) {
+		return r.fail("block type index %d: the module is invalid", v)
+	}
+	return nil
+}
+
+// typeIndex reads a type index, checked when the rewriter is known.
+func (r *reader) typeIndex() error {
+	if r.rw != nil {
+		_, err := r.index(r.rw.types, "type")
+		return err
+	}
+	_, err := r.u32()
 	return err
 }
 
@@ -380,27 +533,38 @@ func (r *reader) memarg() error {
 // expression or function body, remapping function indices, and inserting
 // the countdown after every loop when meter is set.
 func (rw *rewriter) expr(r *reader, out []byte, meter bool) ([]byte, error) {
+	out, _, err := rw.exprTail(r, out, meter)
+	return out, err
+}
+
+// exprTail is expr that also reports whether the code makes a tail call.
+func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, error) {
+	r.rw = rw
 	depth := 0
 	last := r.off
+	tail := false
 	for {
 		start := r.off
 		op, err := r.byte()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		switch op {
 		case 0x10, 0x12, 0xd2: // call, return_call, ref.func: remap
-			f, err := r.u32()
+			f, err := r.index(rw.funcs, "function")
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
+			tail = tail || op == 0x12
 			out = append(out, r.b[last:start]...)
 			out = appendLEB(append(out, op), uint64(rw.remap(f)))
 			last = r.off
 			continue
+		case 0x13, 0x15: // return_call_indirect, return_call_ref
+			tail = true
 		}
 		if err := r.immediates(op); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		switch op {
 		case 0x02, 0x04, 0x06, 0x1f: // block if try try_table
@@ -414,7 +578,7 @@ func (rw *rewriter) expr(r *reader, out []byte, meter bool) ([]byte, error) {
 			}
 		case 0x0b: // end
 			if depth == 0 {
-				return append(out, r.b[last:r.off]...), nil
+				return append(out, r.b[last:r.off]...), tail, nil
 			}
 			depth--
 		case 0x18: // delegate ends a try
@@ -467,20 +631,29 @@ func (rw *rewriter) code(body []byte) ([]byte, error) {
 				return nil, err
 			}
 		}
-		fn := append(make([]byte, 0, len(fb)+64), fb[:fr.off]...)
-		if fn, err = rw.expr(fr, fn, true); err != nil {
+		locals := fr.off
+		fn := append(make([]byte, 0, len(fb)+64), fb[:locals]...)
+		var tail bool
+		if fn, tail, err = rw.exprTail(fr, fn, true); err != nil {
 			return nil, err
 		}
 		if fr.off != len(fb) {
 			return nil, fr.fail("function body has %d bytes after its end", len(fb)-fr.off)
 		}
+		if tail {
+			// A cycle of tail calls loops without a loop header and without
+			// growing the stack: a function that makes a tail call counts
+			// down on entry too.
+			entry := rw.appendCountdown(append([]byte(nil), fn[:locals]...))
+			fn = append(entry, fn[locals:]...)
+		}
 		out = appendLEB(out, uint64(len(fn)))
 		out = append(out, fn...)
 	}
-	return out, nil
+	return out, r.end()
 }
 
-func (rw *rewriter) globals(body, extra []byte) ([]byte, error) {
+func (rw *rewriter) globalSection(body, extra []byte) ([]byte, error) {
 	r := &reader{b: body}
 	n, err := r.u32()
 	if err != nil {
@@ -499,6 +672,9 @@ func (rw *rewriter) globals(body, extra []byte) ([]byte, error) {
 		if out, err = rw.expr(r, out, false); err != nil {
 			return nil, err
 		}
+	}
+	if err := r.end(); err != nil {
+		return nil, err
 	}
 	return append(out, extra...), nil
 }
@@ -523,18 +699,25 @@ func (rw *rewriter) exports(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		idx, err := r.u32()
+		var idx uint32
+		switch kind {
+		case 0:
+			if idx, err = r.index(rw.funcs, "exported function"); err == nil {
+				idx = rw.remap(idx)
+			}
+		case 3:
+			idx, err = r.index(rw.globals, "exported global")
+		default:
+			idx, err = r.u32()
+		}
 		if err != nil {
 			return nil, err
-		}
-		if kind == 0 {
-			idx = rw.remap(idx)
 		}
 		out = appendLEB(out, uint64(l))
 		out = append(out, name...)
 		out = appendLEB(append(out, kind), uint64(idx))
 	}
-	return out, nil
+	return out, r.end()
 }
 
 func (rw *rewriter) funcVector(r *reader, out []byte) ([]byte, error) {
@@ -544,7 +727,7 @@ func (rw *rewriter) funcVector(r *reader, out []byte) ([]byte, error) {
 	}
 	out = appendLEB(out, uint64(n))
 	for range n {
-		f, err := r.u32()
+		f, err := r.index(rw.funcs, "function")
 		if err != nil {
 			return nil, err
 		}
@@ -616,7 +799,7 @@ func (rw *rewriter) elements(body []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return out, nil
+	return out, r.end()
 }
 
 // custom keeps custom sections, remapping the function indices of the name
@@ -648,8 +831,8 @@ func (rw *rewriter) custom(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, nil
 		}
-		if id == 1 || id == 2 { // function names, local names: indexed by function
-			sub, err = rw.nameMap(sub, id == 2)
+		if id == 1 || id == 2 || id == 3 { // function, local and label names: indexed by function
+			sub, err = rw.nameMap(sub, id != 1)
 			if err != nil {
 				return nil, nil
 			}
@@ -711,9 +894,9 @@ func (r *reader) immediates(op byte) error {
 	switch {
 	case op == 0x02 || op == 0x03 || op == 0x04 || op == 0x06: // block loop if try
 		err = r.blocktype()
-	case op == 0x0c || op == 0x0d || op == 0x07 || op == 0x08 || op == 0x09 || op == 0x18 || op == 0xd4 || op == 0xd6:
+	case op == 0x0c || op == 0x0d || op == 0x07 || op == 0x08 || op == 0x09 || op == 0x18 || op == 0xd5 || op == 0xd6:
 		// br br_if catch throw rethrow delegate br_on_null br_on_non_null
-		_, err = r.leb()
+		_, err = r.u32()
 	case op == 0x0e: // br_table
 		var n uint64
 		if n, err = r.leb(); err != nil {
@@ -727,11 +910,13 @@ func (r *reader) immediates(op byte) error {
 				return err
 			}
 		}
-	case op == 0x10 || op == 0x12 || op == 0x14 || op == 0x15 || op == 0xd2: // call return_call call_ref return_call_ref ref.func
-		_, err = r.leb()
-	case op == 0x11 || op == 0x13: // call_indirect return_call_indirect
-		if _, err = r.leb(); err == nil {
-			_, err = r.leb()
+	case op == 0x10 || op == 0x12 || op == 0xd2: // call return_call ref.func
+		_, err = r.u32()
+	case op == 0x14 || op == 0x15: // call_ref return_call_ref: a type index
+		err = r.typeIndex()
+	case op == 0x11 || op == 0x13: // call_indirect return_call_indirect: type, table
+		if err = r.typeIndex(); err == nil {
+			_, err = r.u32()
 		}
 	case op == 0x1c: // select t*
 		var n uint64
@@ -771,8 +956,14 @@ func (r *reader) immediates(op byte) error {
 				return err
 			}
 		}
-	case op >= 0x20 && op <= 0x26: // locals, globals, table.get/set
-		_, err = r.leb()
+	case op == 0x23 || op == 0x24: // global.get global.set
+		if r.rw != nil {
+			_, err = r.index(r.rw.globals, "global")
+		} else {
+			_, err = r.u32()
+		}
+	case op >= 0x20 && op <= 0x26: // locals, table.get/set
+		_, err = r.u32()
 	case op >= 0x28 && op <= 0x3e: // loads and stores
 		err = r.memarg()
 	case op == 0x3f || op == 0x40: // memory.size memory.grow
@@ -792,7 +983,7 @@ func (r *reader) immediates(op byte) error {
 	case op == 0xfe:
 		err = r.atomicImmediates()
 	case op <= 0x01, op == 0x05, op == 0x0a, op == 0x0b, op == 0x0f, op == 0x19, op == 0x1a, op == 0x1b,
-		op >= 0x45 && op <= 0xc4, op == 0xd1, op == 0xd3, op == 0xd5:
+		op >= 0x45 && op <= 0xc4, op == 0xd1, op == 0xd3, op == 0xd4:
 		// no immediates
 	default:
 		return r.fail("opcode %#x", op)
