@@ -56,6 +56,15 @@ const (
 // never pays to encode payloads the host would not read.
 const OpFlagIfRecorded OpKind = 1 << 31
 
+// OpFlagAwait may be or-ed into the kind of an op that makes a future
+// (step, sleep, ask, hook_next): the host performs the op and, if its
+// future is pending, awaits it at once, as an await of that one future
+// would. A satisfied wait answers as the op would have with the future
+// settled; an unsatisfied one answers StatusSuspend with the future in the
+// header, and the guest, once resumed, awaits that future as usual. It
+// saves a host call per op a guest awaits right away.
+const OpFlagAwait OpKind = 1 << 30
+
 var opNames = [...]string{
 	OpInput:        "input",
 	OpMetadata:     "metadata",
@@ -90,6 +99,15 @@ func (k OpKind) Valid() bool { return int(k) < len(opNames) && opNames[k] != "" 
 func (k OpKind) Recorded() bool {
 	switch k {
 	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose:
+		return true
+	}
+	return false
+}
+
+// MakesFuture reports whether the op answers with a future to await.
+func (k OpKind) MakesFuture() bool {
+	switch k {
+	case OpStep, OpSleep, OpAsk, OpHookNext:
 		return true
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"unsafe"
 )
 
 // unencodable is the payload sent for a value that could not be encoded:
@@ -11,43 +12,50 @@ import (
 // takes its position live and on replay alike.
 var unencodable = []byte("\x00unencodable")
 
-// encodeValue encodes a value as JSON. Scalars skip encoding/json's
-// reflection, which is slow in a WebAssembly guest, with the same output.
-func encodeValue(v any) ([]byte, error) {
+// encodeValue encodes a value as JSON.
+func encodeValue(v any) ([]byte, error) { return appendValue(nil, v) }
+
+// appendValue appends a value's JSON encoding to dst. Scalars and plain
+// strings skip encoding/json's reflection, which is slow in a WebAssembly
+// guest, with the same output and no allocation.
+func appendValue(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case int:
-		return strconv.AppendInt(nil, int64(x), 10), nil
+		return strconv.AppendInt(dst, int64(x), 10), nil
 	case int64:
-		return strconv.AppendInt(nil, x, 10), nil
+		return strconv.AppendInt(dst, x, 10), nil
 	case bool:
-		return strconv.AppendBool(nil, x), nil
+		return strconv.AppendBool(dst, x), nil
 	case float64:
 		if !math.IsNaN(x) && !math.IsInf(x, 0) && x == math.Trunc(x) && math.Abs(x) < 1e15 {
-			return strconv.AppendInt(nil, int64(x), 10), nil
+			return strconv.AppendInt(dst, int64(x), 10), nil
 		}
 	case string:
-		if s, ok := plainString(x); ok {
-			return s, nil
+		if plain(x) {
+			dst = append(dst, '"')
+			dst = append(dst, x...)
+			return append(dst, '"'), nil
 		}
 	case json.RawMessage:
 		if json.Valid(x) {
-			return append([]byte(nil), x...), nil
+			return append(dst, x...), nil
 		}
 	}
-	return json.Marshal(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
 }
 
-// plainString encodes a string that needs no escaping.
-func plainString(s string) ([]byte, bool) {
+// plain reports whether a string encodes without escapes.
+func plain(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return nil, false
+			return false
 		}
 	}
-	b := make([]byte, 0, len(s)+2)
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
+	return true
 }
 
 // decodeValue decodes a JSON value into v. Scalars skip encoding/json's
@@ -63,12 +71,12 @@ func decodeValue(raw []byte, v any) error {
 		*p = append((*p)[:0], raw...)
 		return nil
 	case *int:
-		if n, err := strconv.ParseInt(string(raw), 10, 0); err == nil {
+		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 0); err == nil {
 			*p = int(n)
 			return nil
 		}
 	case *int64:
-		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 64); err == nil {
 			*p = n
 			return nil
 		}

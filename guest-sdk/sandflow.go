@@ -206,6 +206,10 @@ func newFuture[T any](r response) *Future[T] {
 	f := &Future[T]{id: r.future}
 	switch r.status {
 	case abi.StatusPending:
+	case abi.StatusSuspend:
+		// An op sent with the await flag whose future is not settled: the
+		// host waited and the run must suspend; Await waits again after.
+		suspend()
 	case abi.StatusOK:
 		f.settle(abi.FutureFulfilled, r.payload)
 	default: // rejected or refused

@@ -12,8 +12,9 @@ import (
 // Step is a step defined with DefineStep: a function with side effects
 // whose result is recorded, so replay never runs it again.
 type Step[In, Out any] struct {
-	name  string
-	retry *abi.RetryPolicy
+	name      string
+	retry     *abi.RetryPolicy
+	retryJSON []byte
 }
 
 // StepOption changes a step's retry policy.
@@ -63,6 +64,7 @@ func DefineStep[In, Out any](name string, fn func(sc *StepContext, in In) (Out, 
 		for _, o := range opts {
 			o(s.retry)
 		}
+		s.retryJSON, _ = json.Marshal(s.retry)
 	}
 	return s
 }
@@ -73,37 +75,44 @@ func (s *Step[In, Out]) Name() string { return s.name }
 // Start schedules the step and returns a future for its result; the step
 // runs once the body waits.
 func (s *Step[In, Out]) Start(ctx *Context, in In) *Future[Out] {
+	return s.start(in, 0)
+}
+
+// start issues the step op; with abi.OpFlagAwait the host also waits for
+// it, saving the separate await.
+func (s *Step[In, Out]) start(in In, flags abi.OpKind) *Future[Out] {
 	// The input is encoded on replay too, though the host answers from the
 	// log without reading it: encoding can draw from the Go runtime's
 	// hidden random generator (map iteration, first use of a type), and
 	// the body's own map order and math/rand must not depend on whether
-	// this is a replay.
-	inb, encErr := encodeValue(in)
-	payload := make([]byte, 0, len(inb)+64)
+	// this is a replay. The payload is built in a buffer the next op reuses.
+	payload := append(stepBuf[:0], `{"input":`...)
+	payload, encErr := appendValue(payload, in)
 	if encErr != nil {
 		// Still issue the op, with a payload the host refuses, so it takes
 		// its position as it will on replay.
-		payload = append(payload, unencodable...)
+		payload = append(payload[:0], unencodable...)
 	} else {
-		payload = append(payload, `{"input":`...)
-		payload = append(payload, inb...)
 		if s.retry != nil {
-			rb, _ := json.Marshal(s.retry)
 			payload = append(payload, `,"retry":`...)
-			payload = append(payload, rb...)
+			payload = append(payload, s.retryJSON...)
 		}
 		payload = append(payload, '}')
 	}
-	f := newFuture[Out](doOp(abi.OpStep, s.name, payload))
+	stepBuf = payload
+	f := newFuture[Out](doOp(abi.OpStep|flags, s.name, payload))
 	if encErr != nil {
 		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, encErr)}
 	}
 	return f
 }
 
+// stepBuf holds step payloads: the host reads them during the op.
+var stepBuf []byte
+
 // Run runs the step and waits for its result.
 func (s *Step[In, Out]) Run(ctx *Context, in In) (Out, error) {
-	return s.Start(ctx, in).Await(ctx)
+	return s.start(in, abi.OpFlagAwait).Await(ctx)
 }
 
 // StepContext is a step attempt's handle.

@@ -12,7 +12,7 @@ import (
 )
 
 // benchHost opens a host on a fresh store with the kitchen guest.
-func benchHost(b *testing.B, opts *Options) (*Host, *loadedPlugin) {
+func benchHost(b testing.TB, opts *Options) (*Host, *loadedPlugin) {
 	b.Helper()
 	ctx := context.Background()
 	st, err := store.Open(filepath.Join(b.TempDir(), "db"), &store.Options{NoSync: true})
@@ -43,7 +43,7 @@ func benchHost(b *testing.B, opts *Options) (*Host, *loadedPlugin) {
 
 // stepsHistory runs the kitchen guest through n sequential steps and
 // returns the completed run's state.
-func stepsHistory(b *testing.B, h *Host, n int) *runState {
+func stepsHistory(b testing.TB, h *Host, n int) *runState {
 	b.Helper()
 	ctx := context.Background()
 	ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":`+itoa(n)+`}`), nil)

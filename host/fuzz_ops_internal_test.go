@@ -313,7 +313,7 @@ func fuzzCheckOps(t *testing.T, env *fuzzOpsEnv, noAsk bool, ops []fuzzOp) {
 	}
 	want := fuzzSummary(rs)
 	rh := &runHandle{id: r.rec.ID, rs: rs}
-	if err := env.h.commit(ctx, rh, b, &runDetail{Waiting: w.wait}); err != nil {
+	if err := env.h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting}); err != nil {
 		t.Fatalf("the activation's batch does not commit: %v", err)
 	}
 	rh2 := &runHandle{id: r.rec.ID}
@@ -577,7 +577,7 @@ func fuzzCheckAwaitAnswer(t *testing.T, i int, w *wfInstance, req []byte, st abi
 		if sat {
 			t.Fatalf("op %d (await): suspended, yet %d of %d futures are settled (rejected: %v)", i, settled, len(listed), rejected)
 		}
-		if !w.suspended || w.wait == nil || !slices.Equal(w.wait.Futures, listed) {
+		if !w.suspended || w.waiting == nil || !slices.Equal(w.waiting.Futures, listed) {
 			t.Fatalf("op %d (await): suspended without recording what it waits for", i)
 		}
 		return

@@ -279,7 +279,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		// Output written between the await and the return is recorded too.
 		err := w.flushOutput()
 		if err == nil {
-			err = h.commit(ctx, rh, b, &runDetail{Waiting: w.wait})
+			err = h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting})
 		}
 		if err != nil {
 			w.close(ctx)

@@ -52,7 +52,7 @@ type wfInstance struct {
 	batch     *batch
 	suspended bool
 	completed bool
-	wait      *waitSet
+	waiting   *waitSet
 	err       error // a host-side failure to report after the call
 
 	outProduced int64
@@ -104,7 +104,7 @@ func checkVersion(ctx context.Context, inst Instance) error {
 
 // begin prepares the instance for an activation of its run.
 func (w *wfInstance) begin(b *batch) {
-	w.batch, w.suspended, w.completed, w.wait, w.err = b, false, false, nil, nil
+	w.batch, w.suspended, w.completed, w.waiting, w.err = b, false, false, nil, nil
 }
 
 func (w *wfInstance) close(ctx context.Context) {
@@ -118,9 +118,25 @@ func (w *wfInstance) close(ctx context.Context) {
 func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
 	w.ctx = ctx
 	probe := kind&abi.OpFlagIfRecorded != 0
-	kind &^= abi.OpFlagIfRecorded
+	andWait := kind&abi.OpFlagAwait != 0
+	kind &^= abi.OpFlagIfRecorded | abi.OpFlagAwait
 	if probe && !kind.Recorded() {
 		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no if-recorded flag: it is not recorded", kind)), nil
+	}
+	if andWait {
+		if !kind.MakesFuture() {
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no await flag: it makes no future", kind)), nil
+		}
+		k := kind
+		if probe {
+			k |= abi.OpFlagIfRecorded
+		}
+		body, err := w.Op(ctx, k, name, payload)
+		if err != nil || len(body) < abi.BodyHeaderSize || abi.Status(binary.LittleEndian.Uint32(body)) != abi.StatusPending {
+			return body, err
+		}
+		p := binary.LittleEndian.Uint32(body[4:])
+		return w.wait(abi.AwaitAll, []uint32{p}, p)
 	}
 	if !kind.InWorkflow() {
 		if kind.Valid() {
@@ -453,8 +469,18 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 		}
 		futures[i] = f
 	}
+	return w.wait(mode, futures, 0)
+}
+
+// wait waits for futures as an await does. opFuture is set when the wait
+// follows an op sent with the await flag: a suspension then names that
+// future, and a satisfied wait answers as the op would.
+func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32) ([]byte, error) {
 	for {
 		if body, ok := w.evalAwait(mode, futures); ok {
+			if opFuture != 0 {
+				return w.future(w.rs.op(opFuture), opFuture), nil
+			}
 			return body, nil
 		}
 		// The original execution suspended here. Every op it issued in this
@@ -474,7 +500,7 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 		break
 	}
 	w.suspended = true
-	w.wait = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
+	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
 	if !w.checkOnly {
 		if err := w.flushOutput(); err != nil {
 			return nil, err
@@ -483,7 +509,7 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 	if mode&abi.AwaitBlock != 0 {
 		return nil, errBlockSuspend
 	}
-	return w.body(abi.StatusSuspend, 0, nil), nil
+	return w.body(abi.StatusSuspend, opFuture, nil), nil
 }
 
 func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bool) {
