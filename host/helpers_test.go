@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -34,6 +35,58 @@ func sharedEngine(t testing.TB) host.Engine {
 		t.Fatal(engineErr)
 	}
 	return engine
+}
+
+// testEngine is an engine the kernel behaviour tests run on.
+type testEngine struct {
+	name string
+	get  func(t testing.TB) host.Engine
+}
+
+// testEngines lists the engines every kernel behaviour runs on (the
+// conformance suite); an engine compiled in only with cgo adds itself from
+// an init function in a file with that build tag.
+var testEngines = []testEngine{{"wazero", sharedEngine}}
+
+var (
+	engineMu sync.Mutex
+	engineOf = map[string]host.Engine{} // by test name
+)
+
+// eachEngine runs fn as a subtest on every test engine; fixtures made in
+// it (and in its subtests) use that engine.
+func eachEngine(t *testing.T, fn func(t *testing.T)) {
+	for _, e := range testEngines {
+		t.Run(e.name, func(t *testing.T) {
+			eng := e.get(t)
+			engineMu.Lock()
+			engineOf[t.Name()] = eng
+			engineMu.Unlock()
+			t.Cleanup(func() {
+				engineMu.Lock()
+				delete(engineOf, t.Name())
+				engineMu.Unlock()
+			})
+			fn(t)
+		})
+	}
+}
+
+// engineFor returns the engine of the eachEngine subtest t runs in, or
+// wazero outside one.
+func engineFor(t testing.TB) host.Engine {
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	best, eng := -1, host.Engine(nil)
+	for name, e := range engineOf {
+		if (t.Name() == name || strings.HasPrefix(t.Name(), name+"/")) && len(name) > best {
+			best, eng = len(name), e
+		}
+	}
+	if eng != nil {
+		return eng
+	}
+	return sharedEngine(t)
 }
 
 func repo(t testing.TB) string {
@@ -86,7 +139,7 @@ func newFixture(t testing.TB, opts *host.Options) *fixture {
 	if opts != nil {
 		f.opts = *opts
 	}
-	f.opts.Engine = sharedEngine(t)
+	f.opts.Engine = engineFor(t)
 	f.open()
 	t.Cleanup(func() { f.close() })
 	return f

@@ -19,74 +19,78 @@ import (
 // A plugin whose op sequence changed while a run was suspended cannot take
 // the run over; the run goes on on the version that started it.
 func TestNonDeterministicUpgradeIsRefused(t *testing.T) {
-	f := newFixture(t, nil)
-	ctx := context.Background()
-	f.add("examples/deploy")
-	v2 := manifest(t, "examples/deploy") // same tool, next version
-	if _, err := f.h.AddPlugin(ctx, guest(t, "host/testdata/guests/deploy-v2"), v2); err != nil {
-		t.Fatal(err)
-	}
-	ri, err := f.h.Call(ctx, "deploy", json.RawMessage(`{"service":"api"}`), &host.CallOptions{Version: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := f.h.Events(ctx, ri.ID)
+	eachEngine(t, func(t *testing.T) {
+		f := newFixture(t, nil)
+		ctx := context.Background()
+		f.add("examples/deploy")
+		v2 := manifest(t, "examples/deploy") // same tool, next version
+		if _, err := f.h.AddPlugin(ctx, guest(t, "host/testdata/guests/deploy-v2"), v2); err != nil {
+			t.Fatal(err)
+		}
+		ri, err := f.h.Call(ctx, "deploy", json.RawMessage(`{"service":"api"}`), &host.CallOptions{Version: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _ := f.h.Events(ctx, ri.ID)
 
-	_, rep, err := f.h.Upgrade(ctx, ri.ID, 2)
-	var nd *host.NonDeterminismError
-	if !errors.As(err, &nd) || !errors.Is(err, host.ErrNonDeterminism) {
-		t.Fatalf("want a *NonDeterminismError, got %v", err)
-	}
-	if nd.Position != 1 || nd.Expected.Kind != abi.OpStep || nd.Expected.Name != "planDeploy" || nd.Actual.Kind != abi.OpAsk {
-		t.Errorf("divergence %+v", nd)
-	}
-	if !strings.Contains(err.Error(), `history has step "planDeploy", guest asked for ask`) {
-		t.Errorf("message does not show expected and actual: %v", err)
-	}
-	if rep == nil || rep.Ops != 0 {
-		t.Errorf("report %+v", rep)
-	}
-	after, _ := f.h.Events(ctx, ri.ID)
-	if len(after) != len(before) {
-		t.Errorf("the refused upgrade changed the log: %d events, was %d", len(after), len(before))
-	}
-	ri, err = f.h.Run(ctx, ri.ID)
-	if err != nil || ri.Version != 1 || ri.Status != store.StatusWaiting {
-		t.Fatalf("run after the refused upgrade: %+v %v", ri, err)
-	}
-	ri, err = f.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "approve"})
-	if err != nil || ri.Status != store.StatusCompleted || ri.Version != 1 {
-		t.Fatalf("the original version should finish the run: %+v %v", ri, err)
-	}
+		_, rep, err := f.h.Upgrade(ctx, ri.ID, 2)
+		var nd *host.NonDeterminismError
+		if !errors.As(err, &nd) || !errors.Is(err, host.ErrNonDeterminism) {
+			t.Fatalf("want a *NonDeterminismError, got %v", err)
+		}
+		if nd.Position != 1 || nd.Expected.Kind != abi.OpStep || nd.Expected.Name != "planDeploy" || nd.Actual.Kind != abi.OpAsk {
+			t.Errorf("divergence %+v", nd)
+		}
+		if !strings.Contains(err.Error(), `history has step "planDeploy", guest asked for ask`) {
+			t.Errorf("message does not show expected and actual: %v", err)
+		}
+		if rep == nil || rep.Ops != 0 {
+			t.Errorf("report %+v", rep)
+		}
+		after, _ := f.h.Events(ctx, ri.ID)
+		if len(after) != len(before) {
+			t.Errorf("the refused upgrade changed the log: %d events, was %d", len(after), len(before))
+		}
+		ri, err = f.h.Run(ctx, ri.ID)
+		if err != nil || ri.Version != 1 || ri.Status != store.StatusWaiting {
+			t.Fatalf("run after the refused upgrade: %+v %v", ri, err)
+		}
+		ri, err = f.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "approve"})
+		if err != nil || ri.Status != store.StatusCompleted || ri.Version != 1 {
+			t.Fatalf("the original version should finish the run: %+v %v", ri, err)
+		}
+	})
 }
 
 // An upgrade to a version that replays the history is taken.
 func TestDeterministicUpgrade(t *testing.T) {
-	f := newFixture(t, nil)
-	ctx := context.Background()
-	f.add("examples/deploy")
-	m := manifest(t, "examples/deploy")
-	m.Description = "same module, new description"
-	if _, err := f.h.AddPlugin(ctx, guest(t, "examples/deploy"), m); err != nil {
-		t.Fatal(err)
-	}
-	ri, err := f.h.Call(ctx, "deploy", json.RawMessage(`{"service":"db"}`), &host.CallOptions{Version: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ri, rep, err := f.h.Upgrade(ctx, ri.ID, 2)
-	if err != nil || ri.Version != 2 || rep.End != "suspended" || rep.Ops != 2 {
-		t.Fatalf("upgrade: %+v %+v %v", ri, rep, err)
-	}
-	evs, _ := f.h.Events(ctx, ri.ID)
-	if evs[len(evs)-1].Kind != host.EvRunUpgraded {
-		t.Errorf("upgrade not in the log: %s", evs[len(evs)-1].Kind)
-	}
-	f.restart()
-	ri, err = f.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "cancel"})
-	if err != nil || ri.Status != store.StatusCompleted || ri.Version != 2 {
-		t.Fatalf("%+v %v", ri, err)
-	}
+	eachEngine(t, func(t *testing.T) {
+		f := newFixture(t, nil)
+		ctx := context.Background()
+		f.add("examples/deploy")
+		m := manifest(t, "examples/deploy")
+		m.Description = "same module, new description"
+		if _, err := f.h.AddPlugin(ctx, guest(t, "examples/deploy"), m); err != nil {
+			t.Fatal(err)
+		}
+		ri, err := f.h.Call(ctx, "deploy", json.RawMessage(`{"service":"db"}`), &host.CallOptions{Version: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ri, rep, err := f.h.Upgrade(ctx, ri.ID, 2)
+		if err != nil || ri.Version != 2 || rep.End != "suspended" || rep.Ops != 2 {
+			t.Fatalf("upgrade: %+v %+v %v", ri, rep, err)
+		}
+		evs, _ := f.h.Events(ctx, ri.ID)
+		if evs[len(evs)-1].Kind != host.EvRunUpgraded {
+			t.Errorf("upgrade not in the log: %s", evs[len(evs)-1].Kind)
+		}
+		f.restart()
+		ri, err = f.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "cancel"})
+		if err != nil || ri.Status != store.StatusCompleted || ri.Version != 2 {
+			t.Fatalf("%+v %v", ri, err)
+		}
+	})
 }
 
 var update = flag.Bool("update", false, "rewrite the golden histories in testdata/histories")
