@@ -46,6 +46,10 @@ const (
 	// OpCall calls a capability by name with a JSON payload. Step context
 	// only: capabilities are side effects, and side effects belong in steps.
 	OpCall OpKind = 14
+	// OpWebhookRespond answers a request a manual webhook received:
+	// {"hook": id, "request": index, "status": n, "headers"?: {...},
+	// "body"?: s}. Recorded.
+	OpWebhookRespond OpKind = 15
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -80,6 +84,8 @@ var opNames = [...]string{
 	OpStepInput:    "step_input",
 	OpStepComplete: "step_complete",
 	OpCall:         "call",
+
+	OpWebhookRespond: "webhook_respond",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -98,7 +104,7 @@ func (k OpKind) Valid() bool { return int(k) < len(opNames) && opNames[k] != "" 
 // the same kind and name at the same position.
 func (k OpKind) Recorded() bool {
 	switch k {
-	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose:
+	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond:
 		return true
 	}
 	return false

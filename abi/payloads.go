@@ -76,18 +76,62 @@ type AskAnswer struct {
 	Text     string `json:"text,omitempty"`
 }
 
-// HookRequest is the payload of OpHookCreate.
+// HookRequest is the payload of OpHookCreate. With Webhook set the hook is
+// a webhook: its token is random, it is reached over HTTP at its URL, and
+// each payload is a WebhookRequest.
 type HookRequest struct {
 	Token    string          `json:"token,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Webhook  *WebhookSpec    `json:"webhook,omitempty"`
 }
+
+// WebhookSpec says how a webhook answers the requests it receives: with
+// RespondWith (202 Accepted with no body when it is nil), or, when Manual
+// is set, with what the run gives OpWebhookRespond.
+type WebhookSpec struct {
+	RespondWith *HTTPResponse `json:"respondWith,omitempty"`
+	Manual      bool          `json:"manual,omitempty"`
+}
+
+// HTTPResponse is a response a webhook gives. BodyEncoding "base64" says
+// Body is base64 (for a body that is not UTF-8 text).
+type HTTPResponse struct {
+	Status       int               `json:"status"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Body         string            `json:"body,omitempty"`
+	BodyEncoding string            `json:"bodyEncoding,omitempty"`
+}
+
+// WebhookRequest is the payload a webhook's hook_next fulfils with.
+type WebhookRequest struct {
+	// Index is the request's number on its webhook, from 0; a manual
+	// webhook's response names it.
+	Index   int                 `json:"index"`
+	Method  string              `json:"method"`
+	URL     string              `json:"url"` // path and query
+	Headers map[string][]string `json:"headers,omitempty"`
+	Body    string              `json:"body,omitempty"`
+	// BodyEncoding is "base64" when the body is not UTF-8 text.
+	BodyEncoding string `json:"bodyEncoding,omitempty"`
+}
+
+// WebhookResponse is the payload of OpWebhookRespond.
+type WebhookResponse struct {
+	Hook    uint32 `json:"hook"`
+	Request int    `json:"request"`
+	HTTPResponse
+}
+
+// WebhookPath is where a webhook with the given token is served.
+func WebhookPath(token string) string { return "/.well-known/workflow/v1/webhook/" + token }
 
 // HookCreated is the value OpHookCreate answers with. Conflict names the run
 // that already holds the token; the hook's waits then reject with
-// ErrTypeHookConflict.
+// ErrTypeHookConflict. URL is a webhook's address.
 type HookCreated struct {
 	Token    string `json:"token"`
 	Conflict string `json:"conflict,omitempty"`
+	URL      string `json:"url,omitempty"`
 }
 
 // HookRef is the payload of OpHookNext and OpHookDispose.

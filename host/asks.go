@@ -44,6 +44,22 @@ func (h *Host) Questions(ctx context.Context, openOnly bool) ([]Question, error)
 	return out, nil
 }
 
+// Question returns one question, or ErrUnknownAsk.
+func (h *Host) Question(ctx context.Context, id string) (Question, error) {
+	a, err := h.store.Ask(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrAskNotFound) {
+			return Question{}, fmt.Errorf("%w: %s", ErrUnknownAsk, id)
+		}
+		return Question{}, err
+	}
+	q := Question{ID: a.ID, RunID: a.RunID, Tool: a.Tool, Open: a.Open, CreatedAt: a.CreatedAt}
+	if err := json.Unmarshal(a.Request, &q.Request); err != nil {
+		return Question{}, fmt.Errorf("question %s: %w", a.ID, err)
+	}
+	return q, nil
+}
+
 // AnswerAsk answers an open question and continues its run until it ends
 // or waits again.
 //
@@ -154,37 +170,10 @@ func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMes
 	if !json.Valid(payload) {
 		return RunInfo{}, fmt.Errorf("%w: hook payload is not JSON", ErrBadInput)
 	}
-	if len(payload) > h.limits.PayloadBytes {
-		return RunInfo{}, &LimitError{Limit: "payload", Max: int64(h.limits.PayloadBytes), What: "hook payload"}
-	}
-	hk, err := h.store.Hook(ctx, token)
-	if err != nil {
-		if errors.Is(err, store.ErrHookNotFound) {
-			return RunInfo{}, fmt.Errorf("%w: %q", ErrUnknownHook, token)
-		}
-		return RunInfo{}, err
-	}
 	delivered := false
-	info, err := h.withRun(ctx, hk.RunID, func(rh *runHandle) error {
-		rs := rh.rs
-		hr := rs.hooks[hk.HookID]
-		if rs.status.Terminal() || hr == nil || hr.token != token || hr.disposed || hr.conflict != "" {
-			return fmt.Errorf("%w: %q", ErrUnknownHook, token)
-		}
-		l := h.limitsOf(ctx, rs)
-		if len(payload) > l.PayloadBytes {
-			return &LimitError{Limit: "payload", Max: int64(l.PayloadBytes), What: "hook payload"}
-		}
-		if rs.lastSeq >= uint64(l.Events) {
-			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
-		}
-		b := newBatch(rs)
-		if _, err := b.push(EvHookReceived, &evData{Hook: hk.HookID, Index: len(hr.received), Payload: clone(payload)}); err != nil {
-			return err
-		}
-		if err := h.commit(ctx, rh, b, nil); err != nil {
-			return err
-		}
+	info, err := h.deliver(ctx, token, false, func(rh *runHandle, hr *hookRec) (json.RawMessage, error) {
+		return payload, nil
+	}, func(rh *runHandle, _ uint32, _ int) error {
 		delivered = true
 		return h.drive(ctx, rh)
 	})
@@ -192,6 +181,110 @@ func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMes
 		return RunInfo{}, err
 	}
 	return info, err
+}
+
+// DeliverHook records a payload to the hook holding token, like
+// ResumeHook, but does not run the run: the caller does (Drive). Errors are
+// ResumeHook's.
+func (h *Host) DeliverHook(ctx context.Context, token string, payload json.RawMessage) (RunInfo, error) {
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if !json.Valid(payload) {
+		return RunInfo{}, fmt.Errorf("%w: hook payload is not JSON", ErrBadInput)
+	}
+	return h.deliver(ctx, token, false, func(*runHandle, *hookRec) (json.RawMessage, error) {
+		return payload, nil
+	}, func(*runHandle, uint32, int) error { return nil })
+}
+
+// WebhookDelivery is a request a webhook took: its run, hook and request
+// index, and the response to give it at once (nil when the run answers it
+// itself: a manual webhook).
+type WebhookDelivery struct {
+	RunID    string
+	Hook     uint32
+	Index    int
+	Response *abi.HTTPResponse
+}
+
+// DeliverWebhook records a request to the webhook holding token. It does
+// not run the run: the caller does (Drive), after answering the request
+// with the delivery's response, or, for a manual webhook, while it waits
+// for the run's answer (WebhookResponse).
+//
+// Errors, each leaving everything unchanged: ErrUnknownHook when no live
+// webhook has the token; a *LimitError when the request is too large or the
+// run's log is full.
+func (h *Host) DeliverWebhook(ctx context.Context, token string, req abi.WebhookRequest) (WebhookDelivery, error) {
+	var d WebhookDelivery
+	_, err := h.deliver(ctx, token, true, func(rh *runHandle, hr *hookRec) (json.RawMessage, error) {
+		req.Index = len(hr.received)
+		return json.Marshal(req)
+	}, func(rh *runHandle, hook uint32, index int) error {
+		d = WebhookDelivery{RunID: rh.id, Hook: hook, Index: index}
+		if hr := rh.rs.hooks[hook]; !hr.webhook.Manual {
+			d.Response = hr.webhook.RespondWith
+			if d.Response == nil {
+				d.Response = &abi.HTTPResponse{Status: 202}
+			}
+		}
+		return nil
+	})
+	return d, err
+}
+
+// WebhookResponse returns how a run answered a request to its manual
+// webhook, or nil while it has not.
+func (h *Host) WebhookResponse(ctx context.Context, runID string, hook uint32, index int) (*abi.HTTPResponse, error) {
+	var resp *abi.HTTPResponse
+	_, err := h.withRun(ctx, runID, func(rh *runHandle) error {
+		if hr := rh.rs.hooks[hook]; hr != nil {
+			resp = hr.responses[index]
+		}
+		return nil
+	})
+	return resp, err
+}
+
+// deliver records a payload to the hook holding token, made by payload
+// under the run's lock, then calls after with the run still locked.
+func (h *Host) deliver(ctx context.Context, token string, webhook bool,
+	payload func(*runHandle, *hookRec) (json.RawMessage, error), after func(*runHandle, uint32, int) error) (RunInfo, error) {
+	hk, err := h.store.Hook(ctx, token)
+	if err != nil {
+		if errors.Is(err, store.ErrHookNotFound) {
+			return RunInfo{}, fmt.Errorf("%w: %q", ErrUnknownHook, token)
+		}
+		return RunInfo{}, err
+	}
+	return h.withRun(ctx, hk.RunID, func(rh *runHandle) error {
+		rs := rh.rs
+		hr := rs.hooks[hk.HookID]
+		if rs.status.Terminal() || hr == nil || hr.token != token || hr.disposed || hr.conflict != "" || (hr.webhook != nil) != webhook {
+			return fmt.Errorf("%w: %q", ErrUnknownHook, token)
+		}
+		p, err := payload(rh, hr)
+		if err != nil {
+			return err
+		}
+		l := h.limitsOf(ctx, rs)
+		if len(p) > l.PayloadBytes {
+			return &LimitError{Limit: "payload", Max: int64(l.PayloadBytes), What: "hook payload"}
+		}
+		if rs.lastSeq >= uint64(l.Events) {
+			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
+		}
+		index := len(hr.received)
+		b := newBatch(rs)
+		if _, err := b.push(EvHookReceived, &evData{Hook: hk.HookID, Index: index, Payload: clone(p)}); err != nil {
+			return err
+		}
+		if err := h.commit(ctx, rh, b, nil); err != nil {
+			return err
+		}
+		return after(rh, hk.HookID, index)
+	})
 }
 
 // limitsOf returns the limits of the run's plugin version, or the host's

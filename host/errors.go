@@ -51,6 +51,9 @@ var (
 	ErrGuest = errors.New("guest failed")
 	// ErrBadHistory is returned when a history file cannot be read.
 	ErrBadHistory = errors.New("invalid history")
+	// ErrPluginInUse is returned when deleting a plugin version a run that
+	// has not ended is pinned to.
+	ErrPluginInUse = errors.New("plugin version in use")
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
 )

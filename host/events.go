@@ -31,6 +31,8 @@ const (
 	EvRunCancelled  = "run_cancelled"
 	EvRunUpgraded   = "run_upgraded"
 	EvOpRefused     = "op_refused" // a recorded op the host refused
+
+	EvWebhookResponded = "webhook_responded"
 )
 
 // evData is the data of every event kind; each kind uses some fields.
@@ -43,7 +45,8 @@ type evData struct {
 	Input      json.RawMessage `json:"input,omitempty"`
 	Seed       string          `json:"seed,omitempty"`
 	NoAsk      bool            `json:"noAsk,omitempty"`
-	URL        string          `json:"url,omitempty"`
+	URL        string          `json:"url,omitempty"`     // the run's (run_created), a webhook's (hook_created)
+	BaseURL    string          `json:"baseUrl,omitempty"` // where the host served the run from`
 
 	// run_resumed
 	Activation int `json:"activation,omitempty"`
@@ -72,12 +75,14 @@ type evData struct {
 	Answer  *abi.AskAnswer  `json:"answer,omitempty"`
 
 	// hooks
-	Token    string          `json:"token,omitempty"`
-	Metadata json.RawMessage `json:"metadata,omitempty"`
-	Conflict string          `json:"conflict,omitempty"`
-	Hook     uint32          `json:"hook,omitempty"`
-	Index    int             `json:"index,omitempty"`
-	Payload  json.RawMessage `json:"payload,omitempty"`
+	Token    string            `json:"token,omitempty"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	Conflict string            `json:"conflict,omitempty"`
+	Hook     uint32            `json:"hook,omitempty"`
+	Webhook  *abi.WebhookSpec  `json:"webhook,omitempty"`
+	Response *abi.HTTPResponse `json:"response,omitempty"`
+	Index    int               `json:"index,omitempty"`
+	Payload  json.RawMessage   `json:"payload,omitempty"`
 
 	// progress, completion
 	Value  json.RawMessage  `json:"value,omitempty"`

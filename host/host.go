@@ -128,6 +128,7 @@ type Host struct {
 
 	wake       chan struct{}
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
+	watchers   map[string]map[chan struct{}]bool
 }
 
 // Open makes a Host over a store. opts may be nil.
@@ -276,6 +277,18 @@ type CallOptions struct {
 // nothing is stored when any of them is returned. A run that fails is not
 // an error: RunInfo.Status is failed and RunInfo.Error says why.
 func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
+	ri, err := h.Start(ctx, tool, input, opts)
+	if err != nil {
+		return ri, err
+	}
+	return h.Drive(ctx, ri.ID)
+}
+
+// Start creates a run of a tool and returns at once, with the run in
+// status running and nothing of it executed; Drive runs it. It is Call for
+// a caller that wants the run id before the run does any work (a server
+// that answers within a deadline, say). Errors are Call's.
+func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
 	var o CallOptions
 	if opts != nil {
 		o = *opts
@@ -302,7 +315,7 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 	now := time.Now().UTC()
 	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk}
 	if h.opts.BaseURL != "" {
-		d.URL = h.opts.BaseURL + "/runs/" + id
+		d.URL, d.BaseURL = h.opts.BaseURL+"/runs/"+id, h.opts.BaseURL
 	}
 	ev := mkEvent(EvRunCreated, now, d)
 	ev.Seq = 1
@@ -314,7 +327,44 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 		}
 		return RunInfo{}, err
 	}
-	return h.withRun(ctx, id, func(rh *runHandle) error { return h.drive(ctx, rh) })
+	h.notify(id)
+	return h.Run(ctx, id)
+}
+
+// Watch returns a channel that receives a value, without blocking the
+// host, after each change to a run's log, and the function that stops
+// the watch. A receiver that falls behind sees one value for several
+// changes: it should read the log after the last event it has.
+func (h *Host) Watch(runID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.watchers == nil {
+		h.watchers = map[string]map[chan struct{}]bool{}
+	}
+	if h.watchers[runID] == nil {
+		h.watchers[runID] = map[chan struct{}]bool{}
+	}
+	h.watchers[runID][ch] = true
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.watchers[runID], ch)
+		if len(h.watchers[runID]) == 0 {
+			delete(h.watchers, runID)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *Host) notify(runID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.watchers[runID] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Run returns a run's current state.

@@ -31,13 +31,15 @@ type RunInfo struct {
 
 // Wait is one thing a run waits on.
 type Wait struct {
-	// Kind is "ask", "sleep", "hook", "step" (running) or "step_retry".
+	// Kind is "ask", "sleep", "hook", "webhook", "step" (running) or
+	// "step_retry".
 	Kind     string     `json:"kind"`
 	Position uint32     `json:"position"`
 	AskID    string     `json:"askId,omitempty"`
 	Prompt   string     `json:"prompt,omitempty"`
 	Until    *time.Time `json:"until,omitempty"`
 	Token    string     `json:"token,omitempty"`
+	URL      string     `json:"url,omitempty"`
 	Step     string     `json:"step,omitempty"`
 	Attempt  int        `json:"attempt,omitempty"`
 }
@@ -84,6 +86,9 @@ func (h *Host) info(rs *runState) RunInfo {
 			w.Kind = "hook"
 			if hk := rs.hooks[o.hook]; hk != nil {
 				w.Token = hk.token
+				if hk.webhook != nil {
+					w.Kind, w.URL = "webhook", hk.url
+				}
 			}
 		case abi.OpStep:
 			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt

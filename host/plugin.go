@@ -540,6 +540,27 @@ func (h *Host) Tools(ctx context.Context) ([]Tool, error) {
 	return out, nil
 }
 
+// DeletePluginVersion removes a plugin version no unfinished run uses.
+// Errors: ErrUnknownTool when there is no such version; ErrPluginInUse.
+func (h *Host) DeletePluginVersion(ctx context.Context, name string, version int) error {
+	err := h.store.DeletePluginVersion(ctx, name, version)
+	switch {
+	case errors.Is(err, store.ErrPluginNotFound):
+		return fmt.Errorf("%w: %s version %d", ErrUnknownTool, name, version)
+	case errors.Is(err, store.ErrPluginInUse):
+		return fmt.Errorf("%w: %v", ErrPluginInUse, err)
+	case err != nil:
+		return err
+	}
+	h.mu.Lock()
+	if lp := h.plugins[fmt.Sprintf("%s@%d", name, version)]; lp != nil {
+		delete(h.plugins, fmt.Sprintf("%s@%d", name, version))
+		defer lp.closeSteps(ctx)
+	}
+	h.mu.Unlock()
+	return nil
+}
+
 // Plugins lists every registered plugin version.
 func (h *Host) Plugins(ctx context.Context) ([]Plugin, error) {
 	ps, err := h.store.Plugins(ctx)

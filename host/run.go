@@ -197,6 +197,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		return err
 	}
 	rs.rec = rec
+	h.notify(rs.id)
 	return nil
 }
 

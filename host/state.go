@@ -82,6 +82,11 @@ type hookRec struct {
 	disposed bool
 	received []hookPayload
 	nexts    []uint32 // positions of this hook's hook_next ops, in order
+	// webhook is set for a webhook; responses holds a manual one's answers
+	// by request index.
+	webhook   *abi.WebhookSpec
+	url       string
+	responses map[int]*abi.HTTPResponse
 }
 
 type hookPayload struct {
@@ -259,8 +264,8 @@ func (rs *runState) apply(e store.Event) error {
 		if err != nil {
 			return err
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict}), d.Op)
-		rs.hooks[d.Op] = &hookRec{token: d.Token, conflict: d.Conflict}
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict, URL: d.URL}), d.Op)
+		rs.hooks[d.Op] = &hookRec{token: d.Token, conflict: d.Conflict, webhook: d.Webhook, url: d.URL}
 	case EvHookNext:
 		h := rs.hooks[d.Hook]
 		if h == nil {
@@ -332,6 +337,18 @@ func (rs *runState) apply(e store.Event) error {
 		}
 	case EvRunCancelled:
 		rs.status = store.StatusCancelled
+	case EvWebhookResponded:
+		h := rs.hooks[d.Hook]
+		if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {
+			return fmt.Errorf("%w: event %d answers request %d of hook %d, which cannot be answered", ErrBadHistory, e.Seq, d.Index, d.Hook)
+		}
+		if _, err := rs.newOp(e, d.Op, abi.OpWebhookRespond, ""); err != nil {
+			return err
+		}
+		if h.responses == nil {
+			h.responses = map[int]*abi.HTTPResponse{}
+		}
+		h.responses[d.Index] = d.Response
 	case EvOpRefused:
 		kind, ok := abi.OpKindByName(d.Kind)
 		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {

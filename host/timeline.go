@@ -66,6 +66,9 @@ func DescribeEvent(e store.Event) string {
 		}
 		return fmt.Sprintf("%squestion %s %s", op, d.AskID, a.Status)
 	case EvHookCreated:
+		if d.Webhook != nil {
+			return fmt.Sprintf("%swebhook created at %s", op, d.URL)
+		}
 		if d.Conflict != "" {
 			return fmt.Sprintf("%shook %s created, but run %s holds the token", op, d.Token, d.Conflict)
 		}
@@ -96,6 +99,8 @@ func DescribeEvent(e store.Event) string {
 		return "run cancelled: " + d.Reason
 	case EvRunUpgraded:
 		return fmt.Sprintf("run upgraded from version %d (module %s) to version %d (module %s)", d.FromVersion, short(d.FromHash), d.Version, short(d.ModuleHash))
+	case EvWebhookResponded:
+		return fmt.Sprintf("%swebhook %d request %d answered with status %d", op, d.Hook, d.Index, d.Response.Status)
 	case EvOpRefused:
 		return fmt.Sprintf("%s%s %s refused: %s", op, d.Kind, d.Name, errText(d))
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -328,17 +329,29 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		if len(req.Metadata) > 0 && !json.Valid(req.Metadata) {
 			return bad("metadata is not JSON")
 		}
-		tok := req.Token
-		if tok == "" {
+		tok, url := req.Token, ""
+		switch {
+		case req.Webhook != nil:
+			if tok != "" {
+				return bad("a webhook's token is random: give none")
+			}
+			if m := checkWebhook(req.Webhook); m != "" {
+				return bad(m)
+			}
+			tok = newID("whk_", 16) // 128 bits: the token is the URL's only secret
+			url = rs.created.BaseURL + abi.WebhookPath(tok)
+		case tok == "":
 			tok = newID("hook_", 16) // 128 bits
-		} else if m := checkToken(tok); m != "" {
-			return bad(m)
+		default:
+			if m := checkToken(tok); m != "" {
+				return bad(m)
+			}
 		}
 		holder, herr := w.hookHolder(ctx, tok)
 		if herr != nil {
 			return ev, 0, "", herr
 		}
-		ev, err = b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder})
+		ev, err = b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder, Webhook: req.Webhook, URL: url})
 		if err == nil && holder == "" {
 			b.claimHook(tok, p)
 		}
@@ -362,6 +375,27 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 				b.releaseHook(h.token)
 			}
 		}
+	case abi.OpWebhookRespond:
+		var req abi.WebhookResponse
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		h := rs.hooks[req.Hook]
+		switch {
+		case h == nil || req.Hook > w.cursor:
+			return ev, abi.StatusNotFound, fmt.Sprintf("no hook %d", req.Hook), nil
+		case h.webhook == nil || !h.webhook.Manual:
+			return bad(fmt.Sprintf("hook %d is not a manual webhook", req.Hook))
+		case req.Request < 0 || req.Request >= len(h.received):
+			return ev, abi.StatusNotFound, fmt.Sprintf("webhook %d has no request %d", req.Hook, req.Request), nil
+		case h.responses[req.Request] != nil:
+			return bad(fmt.Sprintf("request %d of webhook %d is already answered", req.Request, req.Hook))
+		}
+		if m := checkResponse(&req.HTTPResponse); m != "" {
+			return bad(m)
+		}
+		resp := req.HTTPResponse
+		ev, err = b.push(EvWebhookResponded, &evData{Op: p, Hook: req.Hook, Index: req.Request, Response: &resp})
 	case abi.OpProgress:
 		if !json.Valid(payload) {
 			return bad("payload is not JSON")
@@ -665,6 +699,50 @@ func checkToken(tok string) string {
 		}
 	}
 	return ""
+}
+
+func checkWebhook(w *abi.WebhookSpec) string {
+	if w.Manual && w.RespondWith != nil {
+		return "a webhook responds manually or with respondWith, not both"
+	}
+	if w.RespondWith != nil {
+		return checkResponse(w.RespondWith)
+	}
+	return ""
+}
+
+func checkResponse(r *abi.HTTPResponse) string {
+	if r.Status < 100 || r.Status > 599 {
+		return fmt.Sprintf("status %d is not an HTTP status", r.Status)
+	}
+	switch r.BodyEncoding {
+	case "":
+	case "base64":
+		if _, err := base64.StdEncoding.DecodeString(r.Body); err != nil {
+			return "body is not base64"
+		}
+	default:
+		return fmt.Sprintf("bodyEncoding %q is not base64", r.BodyEncoding)
+	}
+	if len(r.Headers) > 64 {
+		return "more than 64 headers"
+	}
+	for k, v := range r.Headers {
+		if k == "" || !validHeader(k) || strings.ContainsAny(v, "\r\n") {
+			return fmt.Sprintf("header %q is not a valid HTTP header", k)
+		}
+	}
+	return ""
+}
+
+// validHeader reports whether a header name is an HTTP token.
+func validHeader(k string) bool {
+	for _, c := range k {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return false
+		}
+	}
+	return true
 }
 
 func checkRetry(r *abi.RetryPolicy) string {

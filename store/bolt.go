@@ -578,6 +578,57 @@ func (s *Bolt) Plugins(ctx context.Context) ([]Plugin, error) {
 	return out, err
 }
 
+// DeletePluginVersion implements Store.
+func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int) error {
+	if version <= 0 || version > math.MaxUint32 {
+		return fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		plugins := tx.Bucket(bucketPlugins)
+		key := pluginKey(name, version)
+		v := plugins.Get(key)
+		if v == nil {
+			return fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
+		}
+		var p Plugin
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, name, err)
+		}
+		var inUse []string
+		err := tx.Bucket(bucketRuns).ForEach(func(k, rv []byte) error {
+			var r Run
+			if err := json.Unmarshal(rv, &r); err != nil {
+				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
+			}
+			if r.Plugin == name && r.Version == version && !r.Status.Terminal() {
+				inUse = append(inUse, r.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(inUse) > 0 {
+			return fmt.Errorf("%w: %s version %d is used by %d run(s), such as %s", ErrPluginInUse, name, version, len(inUse), inUse[0])
+		}
+		if err := plugins.Delete(key); err != nil {
+			return err
+		}
+		shared := false
+		err = plugins.ForEach(func(_, pv []byte) error {
+			var q Plugin
+			if json.Unmarshal(pv, &q) == nil && q.ModuleHash == p.ModuleHash {
+				shared = true
+			}
+			return nil
+		})
+		if err != nil || shared {
+			return err
+		}
+		return tx.Bucket(bucketModules).Delete([]byte(p.ModuleHash))
+	})
+}
+
 // Module implements Store.
 func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
 	var out []byte

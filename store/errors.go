@@ -23,6 +23,9 @@ var (
 	ErrHookNotFound = errors.New("store: hook token not found")
 	// ErrPluginNotFound is returned when no plugin version matches.
 	ErrPluginNotFound = errors.New("store: plugin not found")
+	// ErrPluginInUse is returned by DeletePluginVersion when a run that has
+	// not ended is pinned to the version.
+	ErrPluginInUse = errors.New("store: plugin version in use")
 	// ErrModuleNotFound is returned when no module bytes have the hash.
 	ErrModuleNotFound = errors.New("store: module not found")
 	// ErrClosed is returned by calls on a closed store.

@@ -66,6 +66,11 @@ type Store interface {
 	// Module returns the module bytes stored under a hash, or
 	// ErrModuleNotFound.
 	Module(ctx context.Context, hash string) ([]byte, error)
+	// DeletePluginVersion removes one version of a plugin, and its module
+	// bytes when no other version shares them. It returns ErrPluginInUse
+	// when a run that has not ended is pinned to the version, and
+	// ErrPluginNotFound when there is no such version.
+	DeletePluginVersion(ctx context.Context, name string, version int) error
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error

@@ -230,7 +230,7 @@ func TestCLISleepSurvivesAKilledProcess(t *testing.T) {
 	call.Process.Signal(syscall.SIGKILL) // mid-sleep, no goodbye
 	call.Wait()
 
-	serve := exec.Command(bin, "--data", c.data, "serve")
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "127.0.0.1:0")
 	serr, _ := serve.StderrPipe()
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestCLISleepSurvivesAKilledProcess(t *testing.T) {
 
 func TestCLIStoreLocked(t *testing.T) {
 	c := newCLI(t)
-	serve := exec.Command(bin, "--data", c.data, "serve")
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "127.0.0.1:0")
 	serr, _ := serve.StderrPipe()
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -227,6 +226,8 @@ func printRun(w io.Writer, ri host.RunInfo) {
 				fmt.Fprintf(w, "  timer until %s (in %s)\n", wt.Until.Format(time.RFC3339), time.Until(*wt.Until).Round(time.Second))
 			case "hook":
 				fmt.Fprintf(w, "  hook %s\n    resume: sandflow hooks resume %s --payload JSON\n", wt.Token, wt.Token)
+			case "webhook":
+				fmt.Fprintf(w, "  webhook %s (served by sandflow serve --http)\n", wt.URL)
 			case "step":
 				fmt.Fprintf(w, "  step %s (attempt %d, running)\n", wt.Step, wt.Attempt)
 			case "step_retry":
@@ -556,26 +557,5 @@ func printReport(w io.Writer, rep *host.ReplayReport) {
 		fmt.Fprintln(w, "consistent: the guest waits where the history ends")
 	case "beyond":
 		fmt.Fprintf(w, "consistent: the history ends and the guest goes on with %s\n", rep.Next)
-	}
-}
-
-func serveCmd(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "serve",
-		Short: "Run the scheduler: recover interrupted runs, fire timers and step retries, until interrupted",
-		Args:  args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			logger := slog.New(slog.NewTextHandler(a.errOut, nil))
-			return a.withHost(ctx, func(h *host.Host) error {
-				logger.Info("serving", "data", a.dataDir)
-				err := h.RunScheduler(ctx, logger)
-				if errors.Is(err, context.Canceled) {
-					logger.Info("stopped")
-					return nil
-				}
-				return err
-			})
-		},
 	}
 }

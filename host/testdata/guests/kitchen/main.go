@@ -6,6 +6,7 @@ package main
 
 import (
 	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -201,6 +202,34 @@ func init() {
 			}
 			_, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "release the hook?", Options: []sandflow.AskOption{{ID: "yes", Label: "Yes"}}}).Await(ctx)
 			return "released", err
+
+		case "webhook", "webhook-manual":
+			opts := sandflow.WebhookOptions{RespondWith: &sandflow.Response{Status: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "thanks"}}
+			if in.Mode == "webhook-manual" {
+				opts = sandflow.WebhookOptions{Manual: true}
+			}
+			wh, err := sandflow.CreateWebhook(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			if err := sandflow.Progress(ctx, map[string]string{"url": wh.URL()}); err != nil {
+				return nil, err
+			}
+			var got []map[string]any
+			for range in.N {
+				req, err := wh.Next(ctx).Await(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if in.Mode == "webhook-manual" {
+					echo := base64.StdEncoding.EncodeToString(append([]byte("got "), req.Bytes()...))
+					if err := req.Respond(ctx, sandflow.Response{Status: 201, Body: echo, BodyEncoding: "base64"}); err != nil {
+						return nil, err
+					}
+				}
+				got = append(got, map[string]any{"method": req.Method, "bytes": base64.StdEncoding.EncodeToString(req.Bytes()), "index": req.Index, "type": req.Headers["Content-Type"]})
+			}
+			return got, nil
 
 		case "race":
 			ask := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "Quick?", Options: []sandflow.AskOption{{ID: "yes", Label: "Yes"}}})

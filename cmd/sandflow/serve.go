@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// tokensFile holds the tokens serve made when none were given.
+const tokensFile = "tokens.json"
+
+type tokens struct {
+	API   string `json:"api"`
+	Admin string `json:"admin"`
+}
+
+func serveCmd(a *app) *cobra.Command {
+	var addr, baseURL, apiToken, adminToken string
+	var maxUpload int64
+	var shutdownWait time.Duration
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API and run the scheduler (timers, step retries, recovery) until interrupted",
+		Long: `Serve runs the HTTP API (see API.md) on --addr and the scheduler that
+fires durable timers and step retries and recovers runs a stopped process
+left running. With --addr "" it runs the scheduler alone.
+
+API requests need a bearer token: --api-token (SANDFLOW_API_TOKEN) for
+the API, --admin-token (SANDFLOW_ADMIN_TOKEN) for plugin uploads and
+deletions too. Without either, serve makes both on first start and keeps
+them in tokens.json in the data directory (mode 0600).
+
+On SIGINT or SIGTERM it stops taking requests, lets running requests
+finish, stops the runs it is driving at their next commit, and exits;
+nothing committed is lost, and what was in flight is redone on restart.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			logger := slog.New(slog.NewTextHandler(a.errOut, nil))
+			if apiToken == "" {
+				apiToken = os.Getenv("SANDFLOW_API_TOKEN")
+			}
+			if adminToken == "" {
+				adminToken = os.Getenv("SANDFLOW_ADMIN_TOKEN")
+			}
+			var ln net.Listener
+			if addr != "" {
+				var err error
+				if ln, err = net.Listen("tcp", addr); err != nil {
+					return fmt.Errorf("listening on %s: %w", addr, err)
+				}
+				defer ln.Close()
+				if baseURL == "" {
+					baseURL = "http://" + ln.Addr().String()
+				}
+			}
+			h, err := host.OpenDir(ctx, a.dataDir, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload)})
+			if err != nil {
+				if errors.Is(err, store.ErrLocked) {
+					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+				}
+				return err
+			}
+			defer h.Close(context.Background())
+
+			schedDone := make(chan error, 1)
+			schedCtx, stopSched := context.WithCancel(context.Background())
+			defer stopSched()
+			go func() { schedDone <- h.RunScheduler(schedCtx, logger) }()
+
+			var srv *http.Server
+			var api *httpapi.Server
+			if ln != nil {
+				if apiToken == "" && adminToken == "" {
+					t, path, err := loadOrMakeTokens(a.dataDir)
+					if err != nil {
+						return err
+					}
+					apiToken, adminToken = t.API, t.Admin
+					logger.Info("no tokens given: using the ones in " + path)
+				}
+				cfg := httpapi.Config{MaxUploadBytes: maxUpload, Logger: logger}
+				if apiToken != "" {
+					cfg.APITokens = []string{apiToken}
+				}
+				if adminToken != "" {
+					cfg.AdminTokens = []string{adminToken}
+				}
+				if api, err = httpapi.New(h, cfg); err != nil {
+					return err
+				}
+				srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+				go func() {
+					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						logger.Error("http", "err", err)
+					}
+				}()
+			}
+			logger.Info("serving", "data", a.dataDir, "addr", addrOf(ln), "base", baseURL)
+
+			select {
+			case <-ctx.Done():
+			case err := <-schedDone:
+				return err
+			}
+			logger.Info("stopping")
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
+			defer cancel()
+			if srv != nil {
+				if err := srv.Shutdown(sctx); err != nil {
+					logger.Warn("http shutdown", "err", err)
+				}
+				if err := api.Close(sctx); err != nil {
+					logger.Warn("stopping runs", "err", err)
+				}
+			}
+			stopSched()
+			<-schedDone
+			logger.Info("stopped")
+			return nil
+		},
+	}
+	c.Flags().StringVar(&addr, "addr", "127.0.0.1:7310", `address of the HTTP API; "" for the scheduler alone`)
+	c.Flags().StringVar(&baseURL, "base-url", "", "the URL clients reach the API at (for webhook and run URLs); default http://ADDR")
+	c.Flags().StringVar(&apiToken, "api-token", "", "bearer token for the API (env SANDFLOW_API_TOKEN)")
+	c.Flags().StringVar(&adminToken, "admin-token", "", "bearer token for the API and plugin uploads (env SANDFLOW_ADMIN_TOKEN)")
+	c.Flags().Int64Var(&maxUpload, "max-upload", 64<<20, "largest plugin module accepted, in bytes")
+	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
+	return c
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// loadOrMakeTokens reads the data directory's tokens, making them (random,
+// 128 bits each) on first use.
+func loadOrMakeTokens(dir string) (tokens, string, error) {
+	path := filepath.Join(dir, tokensFile)
+	var t tokens
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &t); err != nil || t.API == "" || t.Admin == "" {
+			return t, path, fmt.Errorf("%s is not a tokens file: remove it to make new tokens", path)
+		}
+		return t, path, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return t, path, err
+	}
+	t = tokens{API: "sfa_" + randomHex(16), Admin: "sfk_" + randomHex(16)}
+	b, _ := json.MarshalIndent(t, "", "  ")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return t, path, err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return t, path, err
+	}
+	return t, path, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,365 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// uploadPlugin takes a multipart form with a "module" file and a
+// "manifest" (a file or a field).
+func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes+1<<20)
+	if err := r.ParseMultipartForm(8 << 20); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return err
+		}
+		return badRequest("the upload must be a multipart form with a module file and a manifest: %v", err)
+	}
+	defer r.MultipartForm.RemoveAll()
+	wasm, err := formFile(r, "module", s.cfg.MaxUploadBytes)
+	if err != nil {
+		return err
+	}
+	rawManifest := []byte(r.FormValue("manifest"))
+	if len(rawManifest) == 0 {
+		if rawManifest, err = formFile(r, "manifest", s.cfg.MaxBodyBytes); err != nil {
+			return err
+		}
+	}
+	m, err := host.ParseManifest(rawManifest)
+	if err != nil {
+		return err
+	}
+	p, err := s.h.AddPlugin(r.Context(), wasm, m)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, p)
+}
+
+func formFile(r *http.Request, field string, limit int64) ([]byte, error) {
+	f, _, err := r.FormFile(field)
+	if err != nil {
+		return nil, badRequest("the form has no %q file", field)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("%s is over the limit of %d bytes", field, limit)}
+	}
+	return b, nil
+}
+
+func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) error {
+	ps, err := s.h.Plugins(r.Context())
+	if err != nil {
+		return err
+	}
+	if ps == nil {
+		ps = []host.Plugin{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"plugins": ps})
+}
+
+func (s *Server) showPlugin(w http.ResponseWriter, r *http.Request) error {
+	ps, err := s.h.Plugins(r.Context())
+	if err != nil {
+		return err
+	}
+	var versions []host.Plugin
+	for _, p := range ps {
+		if p.Name == r.PathValue("name") {
+			versions = append(versions, p)
+		}
+	}
+	if len(versions) == 0 {
+		return &apiError{http.StatusNotFound, "not_found", "no plugin " + r.PathValue("name")}
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i].Version < versions[j].Version })
+	return writeJSON(w, http.StatusOK, map[string]any{"name": r.PathValue("name"), "versions": versions})
+}
+
+func (s *Server) deletePluginVersion(w http.ResponseWriter, r *http.Request) error {
+	v, err := strconv.Atoi(r.PathValue("version"))
+	if err != nil || v <= 0 {
+		return badRequest("version %q is not a positive number", r.PathValue("version"))
+	}
+	if err := s.h.DeletePluginVersion(r.Context(), r.PathValue("name"), v); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request) error {
+	ts, err := s.h.Tools(r.Context())
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []host.Tool{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": ts})
+}
+
+// callTool starts a run and answers with it: finished when it finished
+// within ?wait (default 0), else as it stands (202) while it goes on.
+func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
+	wait, err := s.waitParam(r, 0)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	opts := &host.CallOptions{RunID: q.Get("runId"), NoAsk: q.Get("noAsk") == "true"}
+	if v := q.Get("version"); v != "" {
+		if opts.Version, err = strconv.Atoi(v); err != nil || opts.Version <= 0 {
+			return badRequest("version %q is not a positive number", v)
+		}
+	}
+	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	started, err := s.h.Start(r.Context(), r.PathValue("name"), input, opts)
+	if err != nil {
+		return err
+	}
+	ri, done, err := s.drive(r, started.ID, wait, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.Drive(ctx, started.ID)
+	})
+	return s.answerRun(w, ri, done, err)
+}
+
+// answerRun writes a run: 200 when the work finished (the run ended or
+// waits), 202 when it is still going.
+func (s *Server) answerRun(w http.ResponseWriter, ri host.RunInfo, done bool, err error) error {
+	if err != nil && ri.ID == "" {
+		return err
+	}
+	status := http.StatusOK
+	if !done || ri.Status == store.StatusRunning {
+		status = http.StatusAccepted
+	}
+	return writeJSON(w, status, map[string]any{"run": ri})
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := store.RunFilter{Status: store.RunStatus(q.Get("status")), Tool: q.Get("tool")}
+	switch f.Status {
+	case "", store.StatusRunning, store.StatusWaiting, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+	default:
+		return badRequest("status %q is not running, waiting, completed, failed or cancelled", f.Status)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return badRequest("limit %q is not a count", v)
+		}
+		f.Limit = n
+	}
+	runs, err := s.h.Runs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if runs == nil {
+		runs = []store.Run{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+}
+
+func (s *Server) showRun(w http.ResponseWriter, r *http.Request) error {
+	ri, err := s.h.Run(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := s.readJSON(w, r, &body); err != nil {
+			return err
+		}
+	}
+	if body.Reason == "" {
+		body.Reason = "cancelled through the API"
+	}
+	ri, err := s.h.Cancel(r.Context(), r.PathValue("id"), body.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
+}
+
+func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
+	qs, err := s.h.Questions(r.Context(), r.URL.Query().Get("all") != "true")
+	if err != nil {
+		return err
+	}
+	if qs == nil {
+		qs = []host.Question{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"asks": qs})
+}
+
+// answerAsk records an answer and continues the run, answering within
+// ?wait (default 10s) with the run.
+func (s *Server) answerAsk(w http.ResponseWriter, r *http.Request) error {
+	var a host.Answer
+	if err := s.readJSON(w, r, &a); err != nil {
+		return err
+	}
+	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.AnswerAsk(ctx, r.PathValue("id"), a)
+	})
+}
+
+func (s *Server) withdrawAsk(w http.ResponseWriter, r *http.Request) error {
+	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.WithdrawAsk(ctx, r.PathValue("id"))
+	})
+}
+
+// settle runs an operation that records something and then drives its
+// run: its refusals (a closed question, a bad answer) come back at once;
+// the drive goes on in the background past the wait.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, askID string, op func(ctx context.Context) (host.RunInfo, error)) error {
+	wait, err := s.waitParam(r, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	q, err := s.h.Question(r.Context(), askID)
+	if err != nil {
+		return err
+	}
+	ri, done, err := s.drive(r, q.RunID, wait, op)
+	return s.answerRun(w, ri, done, err)
+}
+
+func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
+	wait, err := s.waitParam(r, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	payload, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	if !json.Valid(payload) {
+		return badRequest("the hook payload is not JSON")
+	}
+	// The payload is recorded first, so refusals (an unknown token, say)
+	// come back at once; then the run goes on, in the background past the
+	// wait.
+	delivered, err := s.h.DeliverHook(r.Context(), r.PathValue("token"), payload)
+	if err != nil {
+		return err
+	}
+	ri, done, err := s.drive(r, delivered.ID, wait, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.Drive(ctx, delivered.ID)
+	})
+	return s.answerRun(w, ri, done, err)
+}
+
+// webhook serves the URLs webhooks hand out: any method, the token in the
+// path is the credential.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	req := abi.WebhookRequest{Method: r.Method, URL: r.URL.RequestURI(), Headers: map[string][]string{}}
+	for k, v := range r.Header {
+		if k == "Authorization" || k == "Cookie" {
+			continue // credentials meant for the host are not the run's
+		}
+		req.Headers[k] = v
+	}
+	if utf8.Valid(body) {
+		req.Body = string(body)
+	} else {
+		req.Body, req.BodyEncoding = base64.StdEncoding.EncodeToString(body), "base64"
+	}
+	d, err := s.h.DeliverWebhook(r.Context(), r.PathValue("token"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// The run goes on whatever happens to this request.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if _, err := s.h.Drive(s.ctx, d.RunID); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("driving run", "run", d.RunID, "err", err)
+		}
+	}()
+	resp := d.Response
+	if resp == nil {
+		if resp, err = s.awaitResponse(r, d); err != nil {
+			if r.Context().Err() == nil {
+				writeError(w, http.StatusGatewayTimeout, "timeout", err.Error())
+			}
+			return
+		}
+	}
+	out := []byte(resp.Body)
+	if resp.BodyEncoding == "base64" {
+		out, _ = base64.StdEncoding.DecodeString(resp.Body) // checked when the run recorded it
+	}
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(resp.Status)
+	w.Write(out)
+}
+
+// awaitResponse waits for the run to answer a manual webhook request.
+func (s *Server) awaitResponse(r *http.Request, d host.WebhookDelivery) (*abi.HTTPResponse, error) {
+	ch, stop := s.h.Watch(d.RunID)
+	defer stop()
+	timeout := time.NewTimer(s.cfg.WebhookTimeout)
+	defer timeout.Stop()
+	for {
+		resp, err := s.h.WebhookResponse(r.Context(), d.RunID, d.Hook, d.Index)
+		if err != nil {
+			return nil, err
+		}
+		if resp != nil {
+			return resp, nil
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return nil, fmt.Errorf("run %s did not answer within %s", d.RunID, s.cfg.WebhookTimeout)
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		case <-s.ctx.Done():
+			return nil, s.ctx.Err()
+		}
+	}
+}

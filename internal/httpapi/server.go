@@ -1,0 +1,317 @@
+// Package httpapi is sandflow's HTTP+JSON API over a host: plugins, the
+// tool list, calls, runs and their event streams (Server-Sent Events),
+// questions, hooks, and the webhooks runs create. `sandflow serve` runs it;
+// API.md documents it.
+//
+// Every API request carries a bearer token; plugin uploads and deletions
+// need the admin token. Webhook URLs carry no bearer token: their random
+// 128-bit token is the credential.
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// Config configures a Server. Zero fields take the defaults.
+type Config struct {
+	// APITokens may use the API; AdminTokens may too, and may also upload
+	// and delete plugins. At least one token is required.
+	APITokens, AdminTokens []string
+	// MaxBodyBytes bounds a JSON request body (default 2 MiB);
+	// MaxUploadBytes a plugin upload (default 64 MiB).
+	MaxBodyBytes, MaxUploadBytes int64
+	// MaxWait bounds how long a request may wait for a run (default 5 min).
+	MaxWait time.Duration
+	// WebhookTimeout is how long a manual webhook request waits for the
+	// run's answer (default 30 s).
+	WebhookTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Server serves the API. Make one with New; it is an http.Handler.
+type Server struct {
+	h   *host.Host
+	cfg Config
+	mux *http.ServeMux
+	log *slog.Logger
+
+	// Runs keep going after the request that started or resumed them has
+	// been answered: they run on ctx, and Close waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New makes a server over a host.
+func New(h *host.Host, cfg Config) (*Server, error) {
+	if len(cfg.APITokens)+len(cfg.AdminTokens) == 0 {
+		return nil, errors.New("httpapi: at least one API or admin token is required")
+	}
+	for _, t := range append(append([]string(nil), cfg.APITokens...), cfg.AdminTokens...) {
+		if len(t) < 16 {
+			return nil, errors.New("httpapi: tokens must be at least 16 characters")
+		}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 2 << 20
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 64 << 20
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 5 * time.Minute
+	}
+	if cfg.WebhookTimeout <= 0 {
+		cfg.WebhookTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close stops the runs the server is driving, at their next commit point,
+// and waits for them (or for ctx). Nothing committed is lost; what was in
+// flight is redone when the host recovers the run.
+func (s *Server) Close(ctx context.Context) error {
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type role int
+
+const (
+	roleNone role = iota
+	roleAPI
+	roleAdmin
+)
+
+func (s *Server) routes() {
+	api := func(pattern string, need role, fn func(http.ResponseWriter, *http.Request) error) {
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if got := s.roleOf(r); got < need {
+				code, msg := http.StatusUnauthorized, "a bearer token is required"
+				if got != roleNone {
+					code, msg = http.StatusForbidden, "this needs the admin token"
+				} else if r.Header.Get("Authorization") != "" {
+					msg = "the bearer token is not valid"
+				}
+				if code == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="sandflow"`)
+				}
+				writeError(w, code, "unauthorized", msg)
+				return
+			}
+			if err := fn(w, r); err != nil {
+				s.fail(w, r, err)
+			}
+		})
+	}
+	api("POST /v1/plugins", roleAdmin, s.uploadPlugin)
+	api("GET /v1/plugins", roleAPI, s.listPlugins)
+	api("GET /v1/plugins/{name}", roleAPI, s.showPlugin)
+	api("DELETE /v1/plugins/{name}/versions/{version}", roleAdmin, s.deletePluginVersion)
+	api("GET /v1/tools", roleAPI, s.listTools)
+	api("POST /v1/tools/{name}/calls", roleAPI, s.callTool)
+	api("GET /v1/runs", roleAPI, s.listRuns)
+	api("GET /v1/runs/{id}", roleAPI, s.showRun)
+	api("POST /v1/runs/{id}/cancel", roleAPI, s.cancelRun)
+	api("GET /v1/runs/{id}/events", roleAPI, s.streamEvents)
+	api("GET /v1/asks", roleAPI, s.listAsks)
+	api("POST /v1/asks/{id}/answer", roleAPI, s.answerAsk)
+	api("POST /v1/asks/{id}/withdraw", roleAPI, s.withdrawAsk)
+	api("POST /v1/hooks/{token}", roleAPI, s.resumeHook)
+	s.mux.HandleFunc("/.well-known/workflow/v1/webhook/{token}", s.webhook)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+}
+
+func (s *Server) roleOf(r *http.Request) role {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || tok == "" {
+		return roleNone
+	}
+	for _, t := range s.cfg.AdminTokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(t)) == 1 {
+			return roleAdmin
+		}
+	}
+	for _, t := range s.cfg.APITokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(t)) == 1 {
+			return roleAPI
+		}
+	}
+	return roleNone
+}
+
+// apiError is an error with the HTTP status and code it answers with.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...)}
+}
+
+// fail answers a request with the error, mapped to a status and a stable
+// code.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	var mb *http.MaxBytesError
+	var pe *host.PluginError
+	var ie *host.InputError
+	var nd *host.NonDeterminismError
+	switch {
+	case errors.As(err, &ae):
+		writeError(w, ae.status, ae.code, ae.msg)
+	case errors.As(err, &mb):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
+	case errors.As(err, &pe):
+		status := http.StatusBadRequest
+		if pe.Reason == "too_large" {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeErrorDetail(w, status, "plugin_"+pe.Reason, pe.Error(), nil)
+	case errors.As(err, &ie):
+		writeErrorDetail(w, http.StatusBadRequest, "invalid_input", ie.Error(), map[string]any{"problems": ie.Problems})
+	case errors.As(err, &nd):
+		writeError(w, http.StatusConflict, "non_determinism", nd.Error())
+	case errors.Is(err, host.ErrBadManifest):
+		writeError(w, http.StatusBadRequest, "bad_manifest", err.Error())
+	case errors.Is(err, host.ErrBadInput), errors.Is(err, host.ErrBadAnswer), errors.Is(err, host.ErrBadHistory):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, host.ErrLimit):
+		writeError(w, http.StatusRequestEntityTooLarge, "limit", err.Error())
+	case errors.Is(err, host.ErrUnknownTool), errors.Is(err, host.ErrRunNotFound), errors.Is(err, host.ErrUnknownAsk),
+		errors.Is(err, host.ErrUnknownHook), errors.Is(err, store.ErrPluginNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, host.ErrAskClosed), errors.Is(err, host.ErrRunExists), errors.Is(err, host.ErrRunEnded),
+		errors.Is(err, host.ErrPluginInUse):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error: "+err.Error())
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeErrorDetail(w, status, code, msg, nil)
+}
+
+func writeErrorDetail(w http.ResponseWriter, status int, code, msg string, detail map[string]any) {
+	e := map[string]any{"code": code, "message": msg}
+	for k, v := range detail {
+		e[k] = v
+	}
+	writeJSON(w, status, map[string]any{"error": e})
+}
+
+// readJSON decodes a bounded JSON body into v.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("the request body is not valid JSON: %v", err)
+	}
+	return nil
+}
+
+// waitParam reads ?wait= (a duration like 30s, or seconds), bounded.
+func (s *Server) waitParam(r *http.Request, def time.Duration) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, badRequest("wait=%q is not a duration (30s) or a number of seconds", v)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, badRequest("wait must not be negative")
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+// drive runs work on a run in the background, on the server's context,
+// and returns its result if it finishes within wait; otherwise it returns
+// the run's current state and the work goes on.
+func (s *Server) drive(r *http.Request, runID string, wait time.Duration, work func(ctx context.Context) (host.RunInfo, error)) (host.RunInfo, bool, error) {
+	type result struct {
+		ri  host.RunInfo
+		err error
+	}
+	done := make(chan result, 1)
+	var abandoned atomic.Bool // the request stopped waiting: the work reports its own error
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ri, err := work(s.ctx)
+		done <- result{ri, err}
+		if err != nil && s.ctx.Err() == nil && abandoned.Load() {
+			s.log.Warn("driving run", "run", runID, "err", err)
+		}
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case res := <-done:
+		return res.ri, true, res.err
+	case <-timer.C:
+		abandoned.Store(true)
+	case <-r.Context().Done():
+		abandoned.Store(true)
+		return host.RunInfo{}, false, r.Context().Err()
+	}
+	ri, err := s.h.Run(context.WithoutCancel(r.Context()), runID)
+	return ri, false, err
+}
