@@ -118,7 +118,9 @@ func (r reply) json(t testing.TB, v any) {
 
 func (r reply) code(t testing.TB) string {
 	t.Helper()
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	r.json(t, &e)
 	return e.Error.Code
 }
@@ -539,7 +541,7 @@ func TestHooksAndWebhooks(t *testing.T) {
 			var ri host.RunInfo
 			for time.Now().Before(deadline) {
 				var rr runReply
-				e.get("/v1/runs/" + started.Run.ID).json(t, &rr)
+				e.get("/v1/runs/"+started.Run.ID).json(t, &rr)
 				if ri = rr.Run; ri.Status.Terminal() {
 					break
 				}
