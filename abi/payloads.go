@@ -165,3 +165,26 @@ type Outcome struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *ErrorObject    `json:"error,omitempty"`
 }
+
+// CapabilityFetch is the host's built-in HTTP capability: a step calls it
+// with a FetchRequest and gets a FetchResponse. It reaches only the hosts
+// the plugin's manifest lists.
+const CapabilityFetch = "http.fetch"
+
+// FetchRequest is the input of CapabilityFetch.
+type FetchRequest struct {
+	Method       string            `json:"method,omitempty"` // GET by default
+	URL          string            `json:"url"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Body         string            `json:"body,omitempty"`
+	BodyEncoding string            `json:"bodyEncoding,omitempty"` // "base64" for bytes
+}
+
+// FetchResponse is the result of CapabilityFetch. A response body over the
+// host's limit fails the call instead.
+type FetchResponse struct {
+	Status       int                 `json:"status"`
+	Headers      map[string][]string `json:"headers,omitempty"`
+	Body         string              `json:"body,omitempty"`
+	BodyEncoding string              `json:"bodyEncoding,omitempty"`
+}

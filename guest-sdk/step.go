@@ -186,3 +186,16 @@ func callStep(fn stepRunner, sc *StepContext, input []byte) (res json.RawMessage
 	}()
 	return fn(sc, input)
 }
+
+// Fetch is an HTTP request through the host's built-in http.fetch
+// capability: from a step, to a host the plugin's manifest lists in
+// httpAllow (and with http.fetch in its capabilities).
+func Fetch(sc *StepContext, req FetchRequest) (FetchResponse, error) {
+	return Call[FetchResponse](sc, abi.CapabilityFetch, req)
+}
+
+// Fetch's request and response.
+type (
+	FetchRequest  = abi.FetchRequest
+	FetchResponse = abi.FetchResponse
+)

@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -96,8 +97,14 @@ type Options struct {
 	// Limits are the limits of every plugin; a manifest may only tighten
 	// them. Zero fields take DefaultLimits.
 	Limits Limits
-	// Capabilities are the functions steps may call, by name.
+	// Capabilities are the functions steps may call, by name. The host
+	// also has a built-in http.fetch (abi.CapabilityFetch), which reaches
+	// only the hosts a plugin's manifest lists.
 	Capabilities map[string]Capability
+	// NoFetch turns the built-in http.fetch off.
+	NoFetch bool
+	// HTTPClient makes http.fetch's requests; nil means http.DefaultClient.
+	HTTPClient *http.Client
 	// BaseURL, when set, is where runs are shown; it appears in metadata.
 	BaseURL string
 	// MaxWarm is how many suspended instances are kept in memory to resume

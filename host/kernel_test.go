@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -524,6 +527,56 @@ func TestSandbox(t *testing.T) {
 		}
 		if _, err := os.Stat("/tmp/sandflow-escape"); err == nil {
 			t.Errorf("the guest wrote a host file")
+		}
+	})
+}
+
+// The built-in http.fetch reaches, from a step, only the hosts the
+// manifest allows, and never a redirect elsewhere.
+func TestFetchCapability(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/hello":
+				fmt.Fprintf(w, "hello %s", r.Header.Get("X-Step"))
+			case "/away":
+				http.Redirect(w, r, "http://localhost.invalid/x", http.StatusFound)
+			case "/big":
+				w.Write(bytes.Repeat([]byte("z"), 4096))
+			}
+		}))
+		defer srv.Close()
+		k := newKitchen(t, nil)
+		m := manifest(t, kitchenDir)
+		m.Name, m.Capabilities, m.HTTPAllow = "fetcher", []string{"http.fetch"}, []string{"127.0.0.1"}
+		m.Limits = &host.ManifestLimits{PayloadBytes: 4096}
+		if _, err := k.h.AddPlugin(context.Background(), guest(t, kitchenDir), m); err != nil {
+			t.Fatal(err)
+		}
+		fetch := func(tool, url string) map[string]any {
+			t.Helper()
+			return result[map[string]any](t, k.call(tool, `{"mode":"fetch","text":"`+url+`"}`))
+		}
+		got := fetch("fetcher", srv.URL+"/hello")
+		if got["status"] != float64(200) || !strings.HasPrefix(got["body"].(string), "hello run_") {
+			t.Errorf("allowed host: %v", got)
+		}
+		for name, tc := range map[string]struct{ tool, url, mention string }{
+			"not allowed":       {"fetcher", "http://localhost.invalid/", "httpAllow"},
+			"redirect away":     {"fetcher", srv.URL + "/away", "redirect"},
+			"too big":           {"fetcher", srv.URL + "/big", "over the limit"},
+			"not a web URL":     {"fetcher", "file:///etc/passwd", "not an http"},
+			"capability absent": {"kitchen", srv.URL + "/hello", "does not list capability"},
+		} {
+			got := fetch(tc.tool, tc.url)
+			if got["error"] == nil || !strings.Contains(got["message"].(string), tc.mention) {
+				t.Errorf("%s: %v", name, got)
+			}
+		}
+		bad := manifest(t, kitchenDir)
+		bad.Name, bad.HTTPAllow = "nofetch", []string{"example.com"}
+		if _, err := k.h.AddPlugin(context.Background(), guest(t, kitchenDir), bad); !errors.Is(err, host.ErrBadManifest) {
+			t.Errorf("httpAllow without the capability: %v", err)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,9 @@ type Manifest struct {
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	// Capabilities lists the host capabilities the plugin's steps may call.
 	Capabilities []string `json:"capabilities,omitempty"`
+	// HTTPAllow lists the hosts the built-in http.fetch capability may
+	// reach: names, or "*.example.com" for subdomains.
+	HTTPAllow []string `json:"httpAllow,omitempty"`
 	// Limits tighten the host's limits for this plugin.
 	Limits *ManifestLimits `json:"limits,omitempty"`
 }
@@ -110,6 +114,14 @@ func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 		if c == "" {
 			return bad("capabilities: empty name")
 		}
+	}
+	for _, a := range m.HTTPAllow {
+		if a == "" || strings.ContainsAny(a, "/:@ ") || strings.Contains(a[min(len(a), 1):], "*") {
+			return bad("httpAllow: %q is not a host name or *.domain", a)
+		}
+	}
+	if len(m.HTTPAllow) > 0 && !slices.Contains(m.Capabilities, abi.CapabilityFetch) {
+		return bad("httpAllow is set, but capabilities does not list %s", abi.CapabilityFetch)
 	}
 	l := host
 	if ml := m.Limits; ml != nil {

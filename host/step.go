@@ -106,6 +106,11 @@ func (s *stepInstance) call(ctx context.Context, name string, payload []byte) []
 		return s.refuse(abi.StatusNotAllowed, fmt.Sprintf("call: plugin %s does not list capability %q in its manifest", s.plugin.p.Name, name))
 	}
 	fn := s.h.opts.Capabilities[name]
+	if name == abi.CapabilityFetch && fn == nil && !s.h.opts.NoFetch {
+		fn = func(ctx context.Context, call CapabilityCall) (json.RawMessage, error) {
+			return s.h.fetch(ctx, s.plugin, call.Input)
+		}
+	}
 	if fn == nil {
 		return s.refuse(abi.StatusNotFound, fmt.Sprintf("call: this host has no capability %q", name))
 	}

@@ -97,6 +97,14 @@ var flaky = sandflow.DefineStep("flaky", func(sc *sandflow.StepContext, in flaky
 	return n, nil
 }, sandflow.MaxAttempts(3), sandflow.Backoff(50*time.Millisecond, time.Second, 2))
 
+var fetchStep = sandflow.DefineStep("fetch", func(sc *sandflow.StepContext, url string) (map[string]any, error) {
+	resp, err := sandflow.Fetch(sc, sandflow.FetchRequest{URL: url, Headers: map[string]string{"X-Step": sc.StepID()}})
+	if err != nil {
+		return map[string]any{"error": sandflow.ErrorType(err), "message": err.Error()}, nil
+	}
+	return map[string]any{"status": resp.Status, "body": resp.Body}, nil
+}, sandflow.MaxAttempts(1))
+
 var echo = sandflow.DefineStep("echo", func(sc *sandflow.StepContext, v int) (int, error) { return v, nil })
 
 var noCall = sandflow.DefineStep("notListed", func(sc *sandflow.StepContext, _ int) (int, error) {
@@ -305,6 +313,9 @@ func init() {
 			}
 			fmt.Println("after sleep")
 			return "printed", nil
+
+		case "fetch":
+			return fetchStep.Run(ctx, in.Text)
 
 		case "capability-not-listed":
 			_, err := noCall.Run(ctx, 1)
