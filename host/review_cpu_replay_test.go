@@ -23,49 +23,51 @@ import (
 // budget (or a failed replay should leave the run intact, as for
 // non-determinism), not fail the run permanently.
 func TestReviewReplayCostCountsAgainstCPULimit(t *testing.T) {
-	ctx := context.Background()
-	// Calibrate: how long does one activation's compute take here?
-	cal := newReview(t, nil)
-	timed := func(millions int) time.Duration {
-		start := time.Now()
-		ri := cal.call("review", fmt.Sprintf(`{"mode":"spin","n":1,"ms":%d}`, millions))
-		if ri.Status != store.StatusCompleted {
-			t.Fatalf("calibration: %+v", ri)
+	eachEngine(t, func(t *testing.T) {
+		ctx := context.Background()
+		// Calibrate: how long does one activation's compute take here?
+		cal := newReview(t, nil)
+		timed := func(millions int) time.Duration {
+			start := time.Now()
+			ri := cal.call("review", fmt.Sprintf(`{"mode":"spin","n":1,"ms":%d}`, millions))
+			if ri.Status != store.StatusCompleted {
+				t.Fatalf("calibration: %+v", ri)
+			}
+			return time.Since(start)
 		}
-		return time.Since(start)
-	}
-	timed(1)
-	perMillion := max((timed(40)-timed(4))/36, time.Microsecond)
-	// Each activation computes about 80ms; the limit is 3x that.
-	millions := max(1, int(80*time.Millisecond/perMillion))
-	limit := max(3*time.Duration(millions)*perMillion, 100*time.Millisecond)
-	in := json.RawMessage(fmt.Sprintf(`{"mode":"spin","n":5,"ms":%d}`, millions))
-	l := &host.ManifestLimits{CPUMs: limit.Milliseconds()}
-	t.Logf("calibration: %s per million rounds; %d million per activation, limit %s", perMillion, millions, limit)
+		timed(1)
+		perMillion := max((timed(40)-timed(4))/36, time.Microsecond)
+		// Each activation computes about 80ms; the limit is 3x that.
+		millions := max(1, int(80*time.Millisecond/perMillion))
+		limit := max(3*time.Duration(millions)*perMillion, 100*time.Millisecond)
+		in := json.RawMessage(fmt.Sprintf(`{"mode":"spin","n":5,"ms":%d}`, millions))
+		l := &host.ManifestLimits{CPUMs: limit.Milliseconds()}
+		t.Logf("calibration: %s per million rounds; %d million per activation, limit %s", perMillion, millions, limit)
 
-	run := func(maxWarm int) host.RunInfo {
-		r := newReview(t, &host.Options{MaxWarm: maxWarm})
-		r.addAs("review-cpu", l)
-		ri, err := r.h.Call(ctx, "review-cpu", in, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for ri.Status == store.StatusWaiting {
-			if _, err := r.h.FireDue(ctx, time.Now().Add(time.Hour), nil); err != nil {
+		run := func(maxWarm int) host.RunInfo {
+			r := newReview(t, &host.Options{MaxWarm: maxWarm})
+			r.addAs("review-cpu", l)
+			ri, err := r.h.Call(ctx, "review-cpu", in, nil)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if ri, err = r.h.Run(ctx, ri.ID); err != nil {
-				t.Fatal(err)
+			for ri.Status == store.StatusWaiting {
+				if _, err := r.h.FireDue(ctx, time.Now().Add(time.Hour), nil); err != nil {
+					t.Fatal(err)
+				}
+				if ri, err = r.h.Run(ctx, ri.ID); err != nil {
+					t.Fatal(err)
+				}
 			}
+			return ri
 		}
-		return ri
-	}
-	warm := run(64)
-	if warm.Status != store.StatusCompleted {
-		t.Skipf("the warm run did not complete within its limit of %s (machine too loaded?): %+v", limit, warm.Error)
-	}
-	fresh := run(-1)
-	if fresh.Status != store.StatusCompleted {
-		t.Errorf("the same run completes on a warm instance but, resumed by replay, ends %s: %+v", fresh.Status, fresh.Error)
-	}
+		warm := run(64)
+		if warm.Status != store.StatusCompleted {
+			t.Skipf("the warm run did not complete within its limit of %s (machine too loaded?): %+v", limit, warm.Error)
+		}
+		fresh := run(-1)
+		if fresh.Status != store.StatusCompleted {
+			t.Errorf("the same run completes on a warm instance but, resumed by replay, ends %s: %+v", fresh.Status, fresh.Error)
+		}
+	})
 }

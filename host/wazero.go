@@ -315,14 +315,24 @@ func (m *cpuMeter) pause() func() {
 	}
 }
 
+// cpuClock is the CPU budget of an instance on any engine, which
+// PauseCPU and RestartCPU find under instKey in a host call's context.
+type cpuClock interface {
+	restartCPU()
+	pauseCPU() (resume func())
+}
+
+func (i *wzInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
+func (i *wzInstance) pauseCPU() func() { return i.meter.pause() }
+
 // RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
 // budget for the rest of its call.
 func RestartCPU(ctx context.Context) {
 	if ctx == nil {
 		return
 	}
-	if i, _ := ctx.Value(instKey{}).(*wzInstance); i != nil {
-		i.meter.start(i.meter.ctx, i.cpu)
+	if c, _ := ctx.Value(instKey{}).(cpuClock); c != nil {
+		c.restartCPU()
 	}
 }
 
@@ -330,8 +340,8 @@ func RestartCPU(ctx context.Context) {
 // belongs to, while the call waits on something slow outside the guest (a
 // capability, say). It returns the function that restarts the clock.
 func PauseCPU(ctx context.Context) (resume func()) {
-	if i, _ := ctx.Value(instKey{}).(*wzInstance); i != nil {
-		return i.meter.pause()
+	if c, _ := ctx.Value(instKey{}).(cpuClock); c != nil {
+		return c.pauseCPU()
 	}
 	return func() {}
 }

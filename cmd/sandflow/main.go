@@ -4,6 +4,7 @@
 // their timers.
 //
 // Data lives in ./.sandflow unless --data or SANDFLOW_DATA says otherwise.
+// Guests run on wazero unless --engine or SANDFLOW_ENGINE says wasmtime.
 // Exit codes are listed by `sandflow help exit-codes`.
 package main
 
@@ -15,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -83,13 +85,33 @@ func codeOf(err error) int {
 
 type app struct {
 	dataDir string
+	engine  string
 	asJSON  bool
 	out     io.Writer
 	errOut  io.Writer
 }
 
+// open opens the data directory on the --engine engine, which caches
+// compiled modules under <data>/cache/<engine>. The engine is not the
+// host's: whoever closes the host closes h.Engine() after it.
 func (a *app) open(ctx context.Context) (*host.Host, error) {
-	return host.OpenDir(ctx, a.dataDir, nil)
+	name := a.engine
+	if name == "" {
+		name = host.EngineWazero
+	}
+	eng, err := host.NewEngine(ctx, name, filepath.Join(a.dataDir, "cache", name))
+	if err != nil {
+		if errors.Is(err, host.ErrUnknownEngine) {
+			return nil, withCode(exitUsage, err)
+		}
+		return nil, err
+	}
+	h, err := host.OpenDir(ctx, a.dataDir, &host.Options{Engine: eng})
+	if err != nil {
+		eng.Close(ctx)
+		return nil, err
+	}
+	return h, nil
 }
 
 // withHost opens the data directory, runs fn, and closes it.
@@ -101,7 +123,10 @@ func (a *app) withHost(ctx context.Context, fn func(h *host.Host) error) error {
 		}
 		return err
 	}
-	defer h.Close(context.Background())
+	defer func() {
+		h.Close(context.Background())
+		h.Engine().Close(context.Background())
+	}()
 	return fn(h)
 }
 
@@ -118,6 +143,13 @@ func defaultDataDir() string {
 	return ".sandflow"
 }
 
+func defaultEngine() string {
+	if e := os.Getenv("SANDFLOW_ENGINE"); e != "" {
+		return e
+	}
+	return host.EngineWazero
+}
+
 func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sandflow",
@@ -126,6 +158,7 @@ func newRoot(a *app) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", defaultDataDir(), "data directory (env SANDFLOW_DATA)")
+	root.PersistentFlags().StringVar(&a.engine, "engine", defaultEngine(), "WebAssembly engine: wazero, or wasmtime in a build with cgo (env SANDFLOW_ENGINE)")
 	root.PersistentFlags().BoolVar(&a.asJSON, "json", false, "print JSON for scripts")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.AddCommand(

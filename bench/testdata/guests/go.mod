@@ -1,0 +1,3 @@
+module github.com/sandflow/sandflow/bench/testdata/guests
+
+go 1.26.8

@@ -1,0 +1,355 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/wasmtest"
+)
+
+// Engine-level conformance: the same hand-assembled guests on every test
+// engine, through the Engine interface alone.
+
+// stillClock stands still but for sleeps. It must not read 0: the Go
+// runtime refuses to start on a clock that does.
+type stillClock struct{ now int64 }
+
+func (c *stillClock) Now() int64     { return c.now }
+func (c *stillClock) Sleep(ns int64) { c.now += max(ns, 1) }
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}
+
+// opFunc is an OpHandler; nil answers every op with an ok body.
+type opFunc func(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error)
+
+func (f opFunc) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	if f == nil {
+		return make([]byte, 8), nil
+	}
+	return f(ctx, kind, name, payload)
+}
+
+// sleb encodes v as a signed LEB128, for i32.const.
+func sleb(v int32) []byte {
+	var b []byte
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func i32const(v int32) []byte { return append([]byte{0x41}, sleb(v)...) }
+
+// callOp is a body that calls import 0 (sandflow.op) with the name at
+// namePtr, and drops the result.
+func callOp(kind, namePtr, nameLen int32) []byte {
+	var b []byte
+	for _, v := range []int32{kind, namePtr, nameLen, 0, 0, 0, 64} {
+		b = append(b, i32const(v)...)
+	}
+	return append(b, 0x10, 0x00, 0x1a) // call 0, drop
+}
+
+// countTo is a loop that counts to n in memory at address 1024.
+func countTo(n int32) []byte {
+	var b []byte
+	b = append(b, 0x03, 0x40) // loop
+	b = append(b, i32const(1024)...)
+	b = append(b, i32const(1024)...)
+	b = append(b, 0x28, 0x02, 0x00) // i32.load
+	b = append(b, i32const(1)...)
+	b = append(b, 0x6a)             // i32.add
+	b = append(b, 0x36, 0x02, 0x00) // i32.store
+	b = append(b, i32const(1024)...)
+	b = append(b, 0x28, 0x02, 0x00) // i32.load
+	b = append(b, i32const(n)...)
+	b = append(b, 0x49, 0x0d, 0x00, 0x0b) // i32.lt_u, br_if 0, end
+	return b
+}
+
+var opImport = wasmtest.Import{Module: "sandflow", Name: "op",
+	Params: []byte{wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32}, Results: []byte{wasmtest.I32}}
+
+type engineCase struct {
+	t   *testing.T
+	eng host.Engine
+	cfg host.InstanceConfig
+}
+
+func eachTestEngine(t *testing.T, fn func(t *testing.T, e *engineCase)) {
+	for _, te := range testEngines {
+		t.Run(te.name, func(t *testing.T) {
+			fn(t, &engineCase{t: t, eng: te.get(t), cfg: host.InstanceConfig{
+				Clock: &stillClock{now: 1.7e18}, Random: zeros{}, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{},
+				MemoryLimit: 16 << 20, CPULimit: 10 * time.Second, Ops: opFunc(nil),
+			}})
+		})
+	}
+}
+
+func (e *engineCase) instantiate(wasm []byte) (host.Instance, error) {
+	e.t.Helper()
+	cm, err := e.eng.Compile(context.Background(), wasm)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cm.Close(context.Background()) })
+	return cm.Instantiate(context.Background(), e.cfg)
+}
+
+func (e *engineCase) run(ctx context.Context, wasm []byte) (int32, host.Instance, error) {
+	e.t.Helper()
+	inst, err := e.instantiate(wasm)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { inst.Close(context.Background()) })
+	res, err := inst.Call(ctx, abi.RunExport)
+	return res, inst, err
+}
+
+func expectClosed(t *testing.T, inst host.Instance) {
+	t.Helper()
+	if _, err := inst.Call(context.Background(), abi.VersionExport); !errors.Is(err, host.ErrGuest) {
+		t.Errorf("the instance is still usable after an error: %v", err)
+	}
+}
+
+func TestEngineCPULimitStopsATightLoop(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.CPULimit = 100 * time.Millisecond
+		start := time.Now()
+		_, inst, err := e.run(context.Background(), wasmtest.Guest(wasmtest.Loop))
+		var le *host.LimitError
+		if !errors.Is(err, host.ErrCPULimit) || !errors.As(err, &le) || le.Limit != "cpu" || le.Max != 100 {
+			t.Fatalf("want the CPU limit, got %v", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("stopped after %s", d)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineMemoryLimitStopsAGrowLoop(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.MemoryLimit = 2 << 20
+		_, inst, err := e.run(context.Background(), wasmtest.Guest(wasmtest.GrowLoop))
+		var le *host.LimitError
+		if !errors.Is(err, host.ErrMemoryLimit) || !errors.As(err, &le) || le.Max != 2<<20 {
+			t.Fatalf("want the memory limit, got %v", err)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineInitialMemoryOverTheLimit(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.MemoryLimit = 1 << 20
+		wasm := wasmtest.Module{
+			Funcs:   []wasmtest.Func{{Results: []byte{wasmtest.I32}, Body: wasmtest.ReturnOne}},
+			Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 0, "sandflow_step": 0},
+			Memory:  64, // 4 MiB
+		}.Bytes()
+		if _, err := e.instantiate(wasm); !errors.Is(err, host.ErrMemoryLimit) {
+			t.Fatalf("want the memory limit, got %v", err)
+		}
+	})
+}
+
+// A trap that is not the memory limit, in a guest whose limit is small.
+func TestEngineTrapIsAGuestError(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.MemoryLimit = 2 << 20
+		_, inst, err := e.run(context.Background(), wasmtest.Guest([]byte{0x00})) // unreachable
+		var ge *host.GuestError
+		if !errors.As(err, &ge) || ge.ExitCode != nil || errors.Is(err, host.ErrLimit) {
+			t.Fatalf("want a trap *GuestError, got %v", err)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineContextCancelStopsALoop(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.CPULimit = time.Minute
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		_, inst, err := e.run(ctx, wasmtest.Guest(wasmtest.Loop))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("want context.Canceled, got %v", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("stopped after %s", d)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineOpHandlerErrorEndsTheGuest(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		boom := errors.New("the handler gives up")
+		ops := 0
+		e.cfg.Ops = opFunc(func(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+			ops++
+			return nil, boom
+		})
+		// Two ops then a loop: the first op must end the guest at once.
+		body := append(append(callOp(2, 0, 0), callOp(2, 0, 0)...), wasmtest.Loop...)
+		_, inst, err := e.run(context.Background(), wasmtest.Guest(body, opImport))
+		if err != boom {
+			t.Fatalf("Call returned %v, want the handler's error itself", err)
+		}
+		if ops != 1 {
+			t.Errorf("%d ops ran", ops)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineOpOutsideMemoryIsAGuestError(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		called := false
+		e.cfg.Ops = opFunc(func(context.Context, abi.OpKind, []byte, []byte) ([]byte, error) {
+			called = true
+			return make([]byte, 8), nil
+		})
+		body := append(callOp(2, 65536-2, 4), wasmtest.ReturnOne...) // name runs past the one page
+		_, inst, err := e.run(context.Background(), wasmtest.Guest(body, opImport))
+		var ge *host.GuestError
+		if !errors.As(err, &ge) || called {
+			t.Fatalf("want a *GuestError and no op, got %v (op called: %v)", err, called)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+func TestEngineOpAnswer(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		var gotName string
+		e.cfg.Ops = opFunc(func(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+			gotName = string(name)
+			return []byte("12345678abc"), nil
+		})
+		// Call op with an empty name and return its result, the length of
+		// the body (which fits the 64-byte buffer).
+		var b []byte
+		for _, v := range []int32{2, 0, 0, 0, 0, 0, 64} {
+			b = append(b, i32const(v)...)
+		}
+		b = append(b, 0x10, 0x00) // call 0: the length is the result
+		res, _, err := e.run(context.Background(), wasmtest.Guest(b, opImport))
+		if err != nil || res != 11 || gotName != "" {
+			t.Fatalf("op answered %d, %v (name %q)", res, err, gotName)
+		}
+	})
+}
+
+// Time a guest spends waiting in a host call under PauseCPU does not count
+// against its CPU limit; without PauseCPU it does.
+func TestEnginePauseCPU(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		for _, pause := range []bool{true, false} {
+			e.cfg.CPULimit = 100 * time.Millisecond
+			e.cfg.Ops = opFunc(func(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+				if pause {
+					defer host.PauseCPU(ctx)()
+				}
+				time.Sleep(300 * time.Millisecond)
+				return make([]byte, 8), nil
+			})
+			body := append(append(callOp(2, 0, 0), countTo(1<<20)...), wasmtest.ReturnOne...)
+			res, _, err := e.run(context.Background(), wasmtest.Guest(body, opImport))
+			if pause && (err != nil || res != 1) {
+				t.Errorf("paused: %d %v", res, err)
+			}
+			if !pause && !errors.Is(err, host.ErrCPULimit) {
+				t.Errorf("not paused: want the CPU limit, got %d %v", res, err)
+			}
+		}
+	})
+}
+
+// RestartCPU gives the call a fresh budget.
+func TestEngineRestartCPU(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		e.cfg.CPULimit = 150 * time.Millisecond
+		e.cfg.Ops = opFunc(func(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+			time.Sleep(100 * time.Millisecond)
+			host.RestartCPU(ctx)
+			return make([]byte, 8), nil
+		})
+		// Three ops of 100ms each: 300ms in all, but never 150ms since the
+		// last restart.
+		var body []byte
+		for range 3 {
+			body = append(append(body, callOp(2, 0, 0)...), countTo(1<<16)...)
+		}
+		body = append(body, wasmtest.ReturnOne...)
+		if res, _, err := e.run(context.Background(), wasmtest.Guest(body, opImport)); err != nil || res != 1 {
+			t.Errorf("%d %v", res, err)
+		}
+	})
+}
+
+func TestEngineProcExit(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		exit := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "proc_exit", Params: []byte{wasmtest.I32}}
+		body := append(append(i32const(7), 0x10, 0x00), wasmtest.ReturnOne...) // proc_exit(7)
+		_, inst, err := e.run(context.Background(), wasmtest.Guest(body, exit))
+		var ge *host.GuestError
+		if !errors.As(err, &ge) || ge.ExitCode == nil || *ge.ExitCode != 7 {
+			t.Fatalf("want a *GuestError with exit code 7, got %v", err)
+		}
+		expectClosed(t, inst)
+	})
+}
+
+// fd_write to stdout and stderr reaches the configured writers.
+func TestEngineStdout(t *testing.T) {
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		fdWrite := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "fd_write",
+			Params: []byte{wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32}, Results: []byte{wasmtest.I32}}
+		// Store an iovec {ptr 100, len 2} at 16 and "hi" at 100, then
+		// fd_write(fd, 16, 1, 32) for fd 1 and 2, and return the sum of the
+		// errnos and nwritten.
+		var b []byte
+		store := func(addr, v int32) {
+			b = append(append(append(b, i32const(addr)...), i32const(v)...), 0x36, 0x02, 0x00)
+		}
+		store(16, 100)
+		store(20, 2)
+		store(100, 'h'|'i'<<8)
+		for _, fd := range []int32{1, 2} {
+			for _, v := range []int32{fd, 16, 1, 32} {
+				b = append(b, i32const(v)...)
+			}
+			b = append(b, 0x10, 0x00) // call fd_write: errno on the stack
+		}
+		b = append(b, 0x6a) // add the errnos
+		b = append(b, i32const(32)...)
+		b = append(b, 0x28, 0x02, 0x00, 0x6a) // + nwritten
+		res, _, err := e.run(context.Background(), wasmtest.Guest(b, fdWrite))
+		if err != nil || res != 2 {
+			t.Fatalf("%d %v", res, err)
+		}
+		if out, errOut := e.cfg.Stdout.(*bytes.Buffer).String(), e.cfg.Stderr.(*bytes.Buffer).String(); out != "hi" || errOut != "hi" {
+			t.Errorf("stdout %q stderr %q", out, errOut)
+		}
+	})
+}
