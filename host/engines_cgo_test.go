@@ -5,6 +5,7 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/wasmtest"
+	"github.com/sandflow/sandflow/store"
 )
 
 func init() {
@@ -220,5 +222,34 @@ func TestWasmtimeCompileRefusesInvalidModules(t *testing.T) {
 	var pe *host.PluginError
 	if !errors.As(err, &pe) || pe.Reason != "compile" {
 		t.Errorf("want a compile *PluginError, got %v", err)
+	}
+}
+
+// A plugin can pick its engine: the host makes the other engine when a
+// manifest first asks for it, and the plugin's runs use it.
+func TestEnginePerPlugin(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h, err := host.OpenDir(ctx, dir, nil) // wazero by default
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	m := manifest(t, "examples/deploy")
+	m.Name, m.Engine = "deploy-wasmtime", host.EngineWasmtime
+	if _, err := h.AddPlugin(ctx, guest(t, "examples/deploy"), m); err != nil {
+		t.Fatal(err)
+	}
+	ri, err := h.Call(ctx, "deploy-wasmtime", json.RawMessage(`{"service":"api"}`), nil)
+	if err != nil || ri.Status != store.StatusWaiting {
+		t.Fatalf("%+v %v", ri, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cache", host.EngineWasmtime)); err != nil {
+		t.Errorf("no wasmtime cache directory: %v", err)
+	}
+	bad := m
+	bad.Name, bad.Engine = "nope", "v8"
+	if _, err := h.AddPlugin(ctx, guest(t, "examples/deploy"), bad); !errors.Is(err, host.ErrBadManifest) {
+		t.Errorf("an unknown engine: %v", err)
 	}
 }

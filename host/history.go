@@ -207,7 +207,7 @@ func (h *Host) adHocPlugin(ctx context.Context, wasm []byte, name string) (*load
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
-	cm, err := h.compile(ctx, hash, wasm)
+	cm, err := h.compile(ctx, h.engine, hash, wasm)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,10 +90,15 @@ func (l Limits) withDefaults(d Limits) Limits {
 
 // Options configures a Host. The zero value is usable.
 type Options struct {
-	// Engine runs the guests; nil means a wazero engine the Host owns.
+	// Engine runs the guests of plugins whose manifest names no engine;
+	// nil means the engine EngineName names, which the Host makes and owns.
 	Engine Engine
-	// CacheDir keeps compiled modules across processes (for the default
-	// engine); empty means compile in memory only.
+	// EngineName is the default engine when Engine is nil: "wazero" (or
+	// "") or "wasmtime". A manifest may name another; the Host makes it
+	// when a plugin first needs it.
+	EngineName string
+	// CacheDir keeps compiled modules across processes, each engine the
+	// Host makes in CacheDir/<engine>; empty means compile in memory only.
 	CacheDir string
 	// Limits are the limits of every plugin; a manifest may only tighten
 	// them. Zero fields take DefaultLimits.
@@ -119,12 +125,13 @@ type Options struct {
 
 // Host is the kernel. Open one per store.
 type Host struct {
-	store     store.Store
-	engine    Engine
-	ownEngine bool
-	ownStore  bool
-	opts      Options
-	limits    Limits
+	store    store.Store
+	engine   Engine            // the default
+	engines  map[string]Engine // by kind ("wazero", "wasmtime"), the default included
+	owned    []Engine          // made by the Host, closed by it
+	ownStore bool
+	opts     Options
+	limits   Limits
 
 	mu       sync.Mutex
 	closed   bool
@@ -158,21 +165,48 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
 		runs: map[string]*runHandle{}, warm: list.New(), wake: make(chan struct{}, 1),
 	}
+	h.engines = map[string]Engine{}
 	if o.Engine != nil {
 		h.engine = o.Engine
+		h.engines[engineKind(o.Engine)] = o.Engine
 	} else {
-		if o.CacheDir != "" {
-			if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
-				return nil, fmt.Errorf("host: cache dir: %w", err)
-			}
+		kind := o.EngineName
+		if kind == "" {
+			kind = EngineWazero
 		}
-		e, err := NewWazeroEngine(ctx, o.CacheDir)
+		e, err := h.engineFor(ctx, kind)
 		if err != nil {
 			return nil, err
 		}
-		h.engine, h.ownEngine = e, true
+		h.engine = e
 	}
 	return h, nil
+}
+
+// engineKind is an engine's name without its version: "wazero".
+func engineKind(e Engine) string {
+	kind, _, _ := strings.Cut(e.Name(), "/")
+	return kind
+}
+
+// engineFor returns the engine of a kind, making it on first use.
+func (h *Host) engineFor(ctx context.Context, kind string) (Engine, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.engines[kind]; e != nil {
+		return e, nil
+	}
+	dir := ""
+	if h.opts.CacheDir != "" {
+		dir = filepath.Join(h.opts.CacheDir, kind)
+	}
+	e, err := NewEngine(ctx, kind, dir)
+	if err != nil {
+		return nil, err
+	}
+	h.engines[kind] = e
+	h.owned = append(h.owned, e)
+	return e, nil
 }
 
 // OpenDir opens the embedded store in dir (created if needed) and a Host on
@@ -189,7 +223,7 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.CacheDir == "" && o.Engine == nil {
+	if o.CacheDir == "" {
 		o.CacheDir = filepath.Join(dir, "cache")
 	}
 	h, err := Open(ctx, st, &o)
@@ -204,7 +238,7 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 // Store returns the store the host runs on.
 func (h *Host) Store() store.Store { return h.store }
 
-// Engine returns the engine that runs the guests.
+// Engine returns the default engine.
 func (h *Host) Engine() Engine { return h.engine }
 
 // Close releases parked instances and compiled modules, and the engine and
@@ -235,8 +269,8 @@ func (h *Host) Close(ctx context.Context) error {
 		errs = append(errs, cm.Close(ctx))
 	}
 	h.mu.Unlock()
-	if h.ownEngine {
-		errs = append(errs, h.engine.Close(ctx))
+	for _, e := range h.owned {
+		errs = append(errs, e.Close(ctx))
 	}
 	if h.ownStore {
 		errs = append(errs, h.store.Close())

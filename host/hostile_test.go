@@ -31,7 +31,7 @@ func TestHostileGuestsLeaveTheHostServing(t *testing.T) {
 		k.tight("kitchen-tight", host.ManifestLimits{CPUMs: 500, MemoryMiB: 64})
 		// Filling 64 MiB can take longer than 500 ms on a loaded machine:
 		// the memory test gets time enough to reach its limit first.
-		k.tight("kitchen-oom", host.ManifestLimits{CPUMs: 20000, MemoryMiB: 64})
+		k.tight("kitchen-oom", host.ManifestLimits{CPUMs: 10000, MemoryMiB: 64})
 		ctx := context.Background()
 
 		// The hostile runs spin and allocate while ordinary runs go on.

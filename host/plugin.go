@@ -49,6 +49,9 @@ type Manifest struct {
 	HTTPAllow []string `json:"httpAllow,omitempty"`
 	// Limits tighten the host's limits for this plugin.
 	Limits *ManifestLimits `json:"limits,omitempty"`
+	// Engine picks the WebAssembly engine, "wazero" or "wasmtime"; empty
+	// means the host's default.
+	Engine string `json:"engine,omitempty"`
 }
 
 // ManifestLimits are a plugin's own limits; each must be at most the host's.
@@ -82,6 +85,11 @@ func ParseManifest(raw []byte) (Manifest, error) {
 func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 	bad := func(format string, args ...any) (*schema.Schema, Limits, error) {
 		return nil, Limits{}, fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, args...))
+	}
+	switch m.Engine {
+	case "", EngineWazero, EngineWasmtime:
+	default:
+		return bad("engine %q is not %s or %s", m.Engine, EngineWazero, EngineWasmtime)
 	}
 	if !toolName.MatchString(m.Name) {
 		return bad("name %q must be 1-64 letters, digits, '_' or '-', starting with a letter or digit", m.Name)
@@ -187,7 +195,11 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	if err := checkModuleLimits(wasm, limits); err != nil {
 		return Plugin{}, err
 	}
-	cm, err := h.compile(ctx, hash, wasm)
+	eng, err := h.manifestEngine(ctx, m)
+	if err != nil {
+		return Plugin{}, err
+	}
+	cm, err := h.compile(ctx, eng, hash, wasm)
 	if err != nil {
 		return Plugin{}, err
 	}
@@ -462,7 +474,11 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	if err != nil {
 		return nil, err
 	}
-	cm, err := h.compiledByHash(ctx, p.ModuleHash)
+	eng, err := h.manifestEngine(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := h.compiledByHash(ctx, eng, p.ModuleHash)
 	if err != nil {
 		return nil, err
 	}
@@ -480,9 +496,21 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	return lp, nil
 }
 
-func (h *Host) compiledByHash(ctx context.Context, hash string) (CompiledModule, error) {
+// manifestEngine returns the engine a manifest asks for, or the default.
+func (h *Host) manifestEngine(ctx context.Context, m Manifest) (Engine, error) {
+	if m.Engine == "" {
+		return h.engine, nil
+	}
+	e, err := h.engineFor(ctx, m.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("%w: engine %s is not available on this host: %v", ErrBadManifest, m.Engine, err)
+	}
+	return e, nil
+}
+
+func (h *Host) compiledByHash(ctx context.Context, eng Engine, hash string) (CompiledModule, error) {
 	h.mu.Lock()
-	cm := h.compiled[hash]
+	cm := h.compiled[engineKind(eng)+":"+hash]
 	h.mu.Unlock()
 	if cm != nil {
 		return cm, nil
@@ -491,27 +519,29 @@ func (h *Host) compiledByHash(ctx context.Context, hash string) (CompiledModule,
 	if err != nil {
 		return nil, err
 	}
-	return h.compile(ctx, hash, wasm)
+	return h.compile(ctx, eng, hash, wasm)
 }
 
-func (h *Host) compile(ctx context.Context, hash string, wasm []byte) (CompiledModule, error) {
+// compile compiles a module on an engine, once per engine and hash.
+func (h *Host) compile(ctx context.Context, eng Engine, hash string, wasm []byte) (CompiledModule, error) {
+	key := engineKind(eng) + ":" + hash
 	h.mu.Lock()
-	cm := h.compiled[hash]
+	cm := h.compiled[key]
 	h.mu.Unlock()
 	if cm != nil {
 		return cm, nil
 	}
-	cm, err := h.engine.Compile(ctx, wasm)
+	cm, err := eng.Compile(ctx, wasm)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if prev := h.compiled[hash]; prev != nil {
+	if prev := h.compiled[key]; prev != nil {
 		cm.Close(ctx)
 		return prev, nil
 	}
-	h.compiled[hash] = cm
+	h.compiled[key] = cm
 	return cm, nil
 }
 

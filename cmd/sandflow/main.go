@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -91,27 +90,20 @@ type app struct {
 	errOut  io.Writer
 }
 
-// open opens the data directory on the --engine engine, which caches
-// compiled modules under <data>/cache/<engine>. The engine is not the
-// host's: whoever closes the host closes h.Engine() after it.
+// open opens the data directory with the --engine engine as the default
+// (a manifest may name another); each engine caches compiled modules under
+// <data>/cache/<engine>.
 func (a *app) open(ctx context.Context) (*host.Host, error) {
-	name := a.engine
-	if name == "" {
-		name = host.EngineWazero
+	return a.openWith(ctx, &host.Options{})
+}
+
+func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error) {
+	o.EngineName = a.engine
+	h, err := host.OpenDir(ctx, a.dataDir, o)
+	if errors.Is(err, host.ErrUnknownEngine) {
+		return nil, withCode(exitUsage, err)
 	}
-	eng, err := host.NewEngine(ctx, name, filepath.Join(a.dataDir, "cache", name))
-	if err != nil {
-		if errors.Is(err, host.ErrUnknownEngine) {
-			return nil, withCode(exitUsage, err)
-		}
-		return nil, err
-	}
-	h, err := host.OpenDir(ctx, a.dataDir, &host.Options{Engine: eng})
-	if err != nil {
-		eng.Close(ctx)
-		return nil, err
-	}
-	return h, nil
+	return h, err
 }
 
 // withHost opens the data directory, runs fn, and closes it.
@@ -123,10 +115,7 @@ func (a *app) withHost(ctx context.Context, fn func(h *host.Host) error) error {
 		}
 		return err
 	}
-	defer func() {
-		h.Close(context.Background())
-		h.Engine().Close(context.Background())
-	}()
+	defer h.Close(context.Background())
 	return fn(h)
 }
 

@@ -70,7 +70,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 					baseURL = "http://" + ln.Addr().String()
 				}
 			}
-			h, err := host.OpenDir(ctx, a.dataDir, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload)})
+			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload)})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
 					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
