@@ -18,6 +18,8 @@ package meter
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sandflow/sandflow/internal/wasmbin"
 )
 
 const (
@@ -33,92 +35,47 @@ const (
 // as one using an opcode it does not know.
 var ErrUnsupported = errors.New("module cannot be metered")
 
+// reader is wasmbin's reader with the rewriter, for index checks.
 type reader struct {
-	b   []byte
-	off int
-	rw  *rewriter // for index checks, when set
+	wasmbin.Reader
+	rw *rewriter // for index checks, when set
 }
 
-func (r *reader) fail(format string, args ...any) error {
-	return fmt.Errorf("%w: at byte %d: %s", ErrUnsupported, r.off, fmt.Sprintf(format, args...))
+func newReader(b []byte, rw *rewriter) *reader {
+	return &reader{Reader: wasmbin.Reader{B: b, Err: ErrUnsupported}, rw: rw}
 }
 
-func (r *reader) byte() (byte, error) {
-	if r.off >= len(r.b) {
-		return 0, r.fail("unexpected end")
-	}
-	c := r.b[r.off]
-	r.off++
-	return c, nil
-}
-
-func (r *reader) leb() (uint64, error) {
-	var v uint64
-	for shift := 0; shift < 70; shift += 7 {
-		c, err := r.byte()
-		if err != nil {
-			return 0, err
-		}
-		v |= uint64(c&0x7f) << shift
-		if c&0x80 == 0 {
-			return v, nil
-		}
-	}
-	return 0, r.fail("LEB128 too long")
-}
-
-func (r *reader) u32() (uint32, error) {
-	start := r.off
-	v, err := r.leb()
-	if err == nil && (v > 0xffffffff || r.off-start > 5) {
-		return 0, r.fail("u32 out of range or over 5 bytes")
-	}
-	return uint32(v), err
+// limits skips limits.
+func limits(r *reader) error {
+	_, _, err := r.Limits()
+	return err
 }
 
 // index reads an index and checks it is below n: the rewrite gives new
 // indices meaning, so an index the original module could not use must not
 // reach the engine (it would name the countdown or the tick).
 func (r *reader) index(n uint32, what string) (uint32, error) {
-	v, err := r.u32()
+	v, err := r.U32()
 	if err == nil && v >= n {
-		return 0, r.fail("%s index %d of %d: the module is invalid", what, v, n)
+		return 0, r.Fail("%s index %d of %d: the module is invalid", what, v, n)
 	}
 	return v, err
 }
 
 func (r *reader) skip(n int) error {
-	if n < 0 || n > len(r.b)-r.off {
-		return r.fail("%d bytes run past the end", n)
+	if n < 0 || n > len(r.B)-r.Off {
+		return r.Fail("%d bytes run past the end", n)
 	}
-	r.off += n
+	r.Off += n
 	return nil
 }
 
 func (r *reader) bytes(n int) ([]byte, error) {
-	start := r.off
-	if err := r.skip(n); err != nil {
+	start := r.Off
+	if err := r.Skip(n); err != nil {
 		return nil, err
 	}
-	return r.b[start:r.off], nil
-}
-
-func appendLEB(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			c |= 0x80
-		}
-		b = append(b, c)
-		if v == 0 {
-			return b
-		}
-	}
-}
-
-func appendName(b []byte, s string) []byte {
-	return append(appendLEB(b, uint64(len(s))), s...)
+	return r.B[start:r.Off], nil
 }
 
 // rewriter holds what the rewrite needs across sections.
@@ -151,26 +108,27 @@ func Instrument(wasm []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: not a core WebAssembly module", ErrUnsupported)
 	}
 	var secs []section
-	r := &reader{b: wasm, off: 8}
+	r := newReader(wasm, nil)
+	r.Off = 8
 	rw := &rewriter{}
 	var types, importedGlobals, definedGlobals, definedFuncs uint32
-	for r.off < len(wasm) {
-		id, err := r.byte()
+	for r.Off < len(wasm) {
+		id, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		n, err := r.u32()
+		n, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		body, err := r.bytes(int(n))
+		body, err := r.Bytes(int(n))
 		if err != nil {
 			return nil, err
 		}
-		sr := &reader{b: body}
+		sr := newReader(body, nil)
 		switch id {
 		case 1:
-			if types, err = sr.u32(); err != nil {
+			if types, err = sr.U32(); err != nil {
 				return nil, err
 			}
 		case 2:
@@ -178,11 +136,11 @@ func Instrument(wasm []byte) ([]byte, error) {
 				return nil, err
 			}
 		case 3:
-			if definedFuncs, err = sr.u32(); err != nil {
+			if definedFuncs, err = sr.U32(); err != nil {
 				return nil, err
 			}
 		case 6:
-			if definedGlobals, err = sr.u32(); err != nil {
+			if definedGlobals, err = sr.U32(); err != nil {
 				return nil, err
 			}
 		}
@@ -198,27 +156,27 @@ func Instrument(wasm []byte) ([]byte, error) {
 	out := append([]byte(nil), wasm[:8]...)
 	put := func(id byte, body []byte) {
 		out = append(out, id)
-		out = appendLEB(out, uint64(len(body)))
+		out = wasmbin.AppendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}
 	// The position of each known section in the required order.
 	order := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
 	tickTypeEntry := []byte{0x60, 0x00, 0x00}
-	tickImport := appendName(appendName(nil, TickModule), TickName)
-	tickImport = appendLEB(append(tickImport, 0x00), uint64(rw.tickType))
+	tickImport := wasmbin.AppendName(wasmbin.AppendName(nil, TickModule), TickName)
+	tickImport = wasmbin.AppendULEB(append(tickImport, 0x00), uint64(rw.tickType))
 	// (global (mut i32) (i32.const Interval))
-	counterGlobal := append(appendSLEB([]byte{0x7f, 0x01, 0x41}, Interval), 0x0b)
+	counterGlobal := append(wasmbin.AppendSLEB([]byte{0x7f, 0x01, 0x41}, Interval), 0x0b)
 	done := map[byte]bool{}
 	addMissing := func(before byte) {
 		for _, id := range []byte{1, 2, 6} {
 			if !done[id] && (before == 0 || order[id] < order[before]) {
 				switch id {
 				case 1:
-					put(1, append(appendLEB(nil, 1), tickTypeEntry...))
+					put(1, append(wasmbin.AppendULEB(nil, 1), tickTypeEntry...))
 				case 2:
-					put(2, append(appendLEB(nil, 1), tickImport...))
+					put(2, append(wasmbin.AppendULEB(nil, 1), tickImport...))
 				case 6:
-					put(6, append(appendLEB(nil, 1), counterGlobal...))
+					put(6, append(wasmbin.AppendULEB(nil, 1), counterGlobal...))
 				}
 				done[id] = true
 			}
@@ -246,11 +204,11 @@ func Instrument(wasm []byte) ([]byte, error) {
 		case 7:
 			body, err = rw.exports(s.body)
 		case 8:
-			sr := &reader{b: s.body}
+			sr := newReader(s.body, nil)
 			var f uint32
 			if f, err = sr.index(rw.funcs, "start function"); err == nil {
-				if err = sr.end(); err == nil {
-					body = appendLEB(nil, uint64(rw.remap(f)))
+				if err = sr.End(); err == nil {
+					body = wasmbin.AppendULEB(nil, uint64(rw.remap(f)))
 				}
 			}
 		case 9:
@@ -275,33 +233,24 @@ func Instrument(wasm []byte) ([]byte, error) {
 	return out, nil
 }
 
-// end checks a section was read to its end: trailing bytes make a module
-// invalid, and the rewrite must not drop them into validity.
-func (r *reader) end() error {
-	if r.off != len(r.b) {
-		return r.fail("%d bytes after the last entry: the module is invalid", len(r.b)-r.off)
-	}
-	return nil
-}
-
 // checkImports checks the type indices of function imports.
 func (rw *rewriter) checkImports(body []byte) error {
-	r := &reader{b: body, rw: rw}
-	n, err := r.u32()
+	r := newReader(body, rw)
+	n, err := r.U32()
 	if err != nil {
 		return err
 	}
 	for range n {
 		for range 2 {
-			l, err := r.u32()
+			l, err := r.U32()
 			if err != nil {
 				return err
 			}
-			if err := r.skip(int(l)); err != nil {
+			if err := r.Skip(int(l)); err != nil {
 				return err
 			}
 		}
-		kind, err := r.byte()
+		kind, err := r.Byte()
 		if err != nil {
 			return err
 		}
@@ -309,33 +258,33 @@ func (rw *rewriter) checkImports(body []byte) error {
 		case 0:
 			_, err = r.index(rw.types, "type")
 		case 1:
-			if err = r.valtype(); err == nil {
-				err = r.limits()
+			if err = r.ValType(); err == nil {
+				err = limits(r)
 			}
 		case 2:
-			err = r.limits()
+			err = limits(r)
 		case 3:
-			if err = r.valtype(); err == nil {
-				_, err = r.byte()
+			if err = r.ValType(); err == nil {
+				_, err = r.Byte()
 			}
 		case 4:
-			if _, err = r.byte(); err == nil {
+			if _, err = r.Byte(); err == nil {
 				_, err = r.index(rw.types, "type")
 			}
 		default:
-			return r.fail("import kind %d", kind)
+			return r.Fail("import kind %d", kind)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	return r.end()
+	return r.End()
 }
 
 // checkFunctions checks the function section's type indices.
 func (rw *rewriter) checkFunctions(body []byte) ([]byte, error) {
-	r := &reader{b: body, rw: rw}
-	n, err := r.u32()
+	r := newReader(body, rw)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
@@ -344,105 +293,94 @@ func (rw *rewriter) checkFunctions(body []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return body, r.end()
+	return body, r.End()
 }
 
 // tables copies the table section, remapping the function indices in
 // table initialisers (the 0x40 0x00 form).
 func (rw *rewriter) tables(body []byte) ([]byte, error) {
-	r := &reader{b: body, rw: rw}
-	n, err := r.u32()
+	r := newReader(body, rw)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n))
+	out := wasmbin.AppendULEB(nil, uint64(n))
 	for range n {
-		start := r.off
+		start := r.Off
 		init := false
-		if r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00 {
+		if r.Off+1 < len(r.B) && r.B[r.Off] == 0x40 && r.B[r.Off+1] == 0x00 {
 			init = true
-			r.off += 2
+			r.Off += 2
 		}
-		if err := r.valtype(); err != nil {
+		if err := r.ValType(); err != nil {
 			return nil, err
 		}
-		if err := r.limits(); err != nil {
+		if err := limits(r); err != nil {
 			return nil, err
 		}
-		out = append(out, body[start:r.off]...)
+		out = append(out, body[start:r.Off]...)
 		if init {
 			if out, err = rw.expr(r, out, false); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return out, r.end()
-}
-
-func appendSLEB(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
+	return out, r.End()
 }
 
 // appendToVector adds one encoded entry to a section that is a vector.
 func appendToVector(body, entry []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n)+1)
-	out = append(out, body[r.off:]...)
+	out := wasmbin.AppendULEB(nil, uint64(n)+1)
+	out = append(out, body[r.Off:]...)
 	return append(out, entry...), nil
 }
 
 func countImports(body []byte) (funcs, globals uint32, err error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return 0, 0, err
 	}
 	for range n {
 		for range 2 { // module, name
-			l, err := r.u32()
+			l, err := r.U32()
 			if err != nil {
 				return 0, 0, err
 			}
-			if err := r.skip(int(l)); err != nil {
+			if err := r.Skip(int(l)); err != nil {
 				return 0, 0, err
 			}
 		}
-		kind, err := r.byte()
+		kind, err := r.Byte()
 		if err != nil {
 			return 0, 0, err
 		}
 		switch kind {
 		case 0: // func: type index
 			funcs++
-			_, err = r.u32()
+			_, err = r.U32()
 		case 1: // table: reftype, limits
-			if err = r.valtype(); err == nil {
-				err = r.limits()
+			if err = r.ValType(); err == nil {
+				err = limits(r)
 			}
 		case 2: // memory
-			err = r.limits()
+			err = limits(r)
 		case 3: // global: valtype, mut
 			globals++
-			if err = r.valtype(); err == nil {
-				_, err = r.byte()
+			if err = r.ValType(); err == nil {
+				_, err = r.Byte()
 			}
 		case 4: // tag
-			if _, err = r.byte(); err == nil {
-				_, err = r.u32()
+			if _, err = r.Byte(); err == nil {
+				_, err = r.U32()
 			}
 		default:
-			return 0, 0, r.fail("import kind %d", kind)
+			return 0, 0, r.Fail("import kind %d", kind)
 		}
 		if err != nil {
 			return 0, 0, err
@@ -451,56 +389,30 @@ func countImports(body []byte) (funcs, globals uint32, err error) {
 	return funcs, globals, nil
 }
 
-func (r *reader) limits() error {
-	flag, err := r.byte()
-	if err != nil {
-		return err
-	}
-	if _, err := r.leb(); err != nil {
-		return err
-	}
-	if flag&1 != 0 {
-		_, err = r.leb()
-	}
-	return err
-}
-
-// valtype skips a value type, including the typed-reference forms.
-func (r *reader) valtype() error {
-	b, err := r.byte()
-	if err != nil {
-		return err
-	}
-	if b == 0x63 || b == 0x64 { // (ref null ht), (ref ht)
-		_, err = r.leb()
-	}
-	return err
-}
-
 // blocktype skips a block type: empty, a value type, or a type index.
 func (r *reader) blocktype() error {
-	if r.off >= len(r.b) {
-		return r.fail("unexpected end")
+	if r.Off >= len(r.B) {
+		return r.Fail("unexpected end")
 	}
-	b := r.b[r.off]
+	b := r.B[r.Off]
 	switch {
 	case b == 0x40:
-		r.off++
+		r.Off++
 		return nil
 	case b == 0x63 || b == 0x64:
-		return r.valtype()
+		return r.ValType()
 	case b >= 0x6a && b <= 0x7f: // one-byte value types
-		r.off++
+		r.Off++
 		return nil
 	}
 	// s33 type index (non-negative: a negative one is a value type)
-	start := r.off
-	v, err := r.leb()
+	start := r.Off
+	v, err := r.LEB()
 	if err != nil {
 		return err
 	}
-	if r.off-start > 5 || (r.rw != nil && v >= uint64(r.rw.types)) {
-		return r.fail("block type index %d: the module is invalid", v)
+	if r.Off-start > 5 || (r.rw != nil && v >= uint64(r.rw.types)) {
+		return r.Fail("block type index %d: the module is invalid", v)
 	}
 	return nil
 }
@@ -511,21 +423,21 @@ func (r *reader) typeIndex() error {
 		_, err := r.index(r.rw.types, "type")
 		return err
 	}
-	_, err := r.u32()
+	_, err := r.U32()
 	return err
 }
 
 func (r *reader) memarg() error {
-	align, err := r.leb()
+	align, err := r.LEB()
 	if err != nil {
 		return err
 	}
 	if align&0x40 != 0 { // multi-memory: a memory index follows
-		if _, err := r.leb(); err != nil {
+		if _, err := r.LEB(); err != nil {
 			return err
 		}
 	}
-	_, err = r.leb()
+	_, err = r.LEB()
 	return err
 }
 
@@ -541,11 +453,11 @@ func (rw *rewriter) expr(r *reader, out []byte, meter bool) ([]byte, error) {
 func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, error) {
 	r.rw = rw
 	depth := 0
-	last := r.off
+	last := r.Off
 	tail := false
 	for {
-		start := r.off
-		op, err := r.byte()
+		start := r.Off
+		op, err := r.Byte()
 		if err != nil {
 			return nil, false, err
 		}
@@ -556,9 +468,9 @@ func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, e
 				return nil, false, err
 			}
 			tail = tail || op == 0x12
-			out = append(out, r.b[last:start]...)
-			out = appendLEB(append(out, op), uint64(rw.remap(f)))
-			last = r.off
+			out = append(out, r.B[last:start]...)
+			out = wasmbin.AppendULEB(append(out, op), uint64(rw.remap(f)))
+			last = r.Off
 			continue
 		case 0x13, 0x15: // return_call_indirect, return_call_ref
 			tail = true
@@ -572,13 +484,13 @@ func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, e
 		case 0x03: // loop
 			depth++
 			if meter {
-				out = append(out, r.b[last:r.off]...)
+				out = append(out, r.B[last:r.Off]...)
 				out = rw.appendCountdown(out)
-				last = r.off
+				last = r.Off
 			}
 		case 0x0b: // end
 			if depth == 0 {
-				return append(out, r.b[last:r.off]...), tail, nil
+				return append(out, r.B[last:r.Off]...), tail, nil
 			}
 			depth--
 		case 0x18: // delegate ends a try
@@ -591,54 +503,54 @@ func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, e
 // Interval; tick() }.
 func (rw *rewriter) appendCountdown(out []byte) []byte {
 	g := uint64(rw.counter)
-	out = appendLEB(append(out, 0x23), g)               // global.get c
-	out = append(out, 0x41, 0x01, 0x6b)                 // i32.const 1; i32.sub
-	out = appendLEB(append(out, 0x24), g)               // global.set c
-	out = appendLEB(append(out, 0x23), g)               // global.get c
-	out = append(out, 0x45, 0x04, 0x40, 0x41)           // i32.eqz; if; i32.const
-	out = appendSLEB(out, Interval)                     //   Interval
-	out = appendLEB(append(out, 0x24), g)               //   global.set c
-	out = appendLEB(append(out, 0x10), uint64(rw.tick)) // call tick
-	return append(out, 0x0b)                            // end
+	out = wasmbin.AppendULEB(append(out, 0x23), g)               // global.get c
+	out = append(out, 0x41, 0x01, 0x6b)                          // i32.const 1; i32.sub
+	out = wasmbin.AppendULEB(append(out, 0x24), g)               // global.set c
+	out = wasmbin.AppendULEB(append(out, 0x23), g)               // global.get c
+	out = append(out, 0x45, 0x04, 0x40, 0x41)                    // i32.eqz; if; i32.const
+	out = wasmbin.AppendSLEB(out, Interval)                      //   Interval
+	out = wasmbin.AppendULEB(append(out, 0x24), g)               //   global.set c
+	out = wasmbin.AppendULEB(append(out, 0x10), uint64(rw.tick)) // call tick
+	return append(out, 0x0b)                                     // end
 }
 
 func (rw *rewriter) code(body []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(make([]byte, 0, len(body)+len(body)/8), uint64(n))
+	out := wasmbin.AppendULEB(make([]byte, 0, len(body)+len(body)/8), uint64(n))
 	for range n {
-		size, err := r.u32()
+		size, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		fb, err := r.bytes(int(size))
+		fb, err := r.Bytes(int(size))
 		if err != nil {
 			return nil, err
 		}
-		fr := &reader{b: fb}
-		groups, err := fr.u32()
+		fr := newReader(fb, nil)
+		groups, err := fr.U32()
 		if err != nil {
 			return nil, err
 		}
 		for range groups {
-			if _, err := fr.u32(); err != nil {
+			if _, err := fr.U32(); err != nil {
 				return nil, err
 			}
-			if err := fr.valtype(); err != nil {
+			if err := fr.ValType(); err != nil {
 				return nil, err
 			}
 		}
-		locals := fr.off
+		locals := fr.Off
 		fn := append(make([]byte, 0, len(fb)+64), fb[:locals]...)
 		var tail bool
 		if fn, tail, err = rw.exprTail(fr, fn, true); err != nil {
 			return nil, err
 		}
-		if fr.off != len(fb) {
-			return nil, fr.fail("function body has %d bytes after its end", len(fb)-fr.off)
+		if fr.Off != len(fb) {
+			return nil, fr.Fail("function body has %d bytes after its end", len(fb)-fr.Off)
 		}
 		if tail {
 			// A cycle of tail calls loops without a loop header and without
@@ -647,55 +559,55 @@ func (rw *rewriter) code(body []byte) ([]byte, error) {
 			entry := rw.appendCountdown(append([]byte(nil), fn[:locals]...))
 			fn = append(entry, fn[locals:]...)
 		}
-		out = appendLEB(out, uint64(len(fn)))
+		out = wasmbin.AppendULEB(out, uint64(len(fn)))
 		out = append(out, fn...)
 	}
-	return out, r.end()
+	return out, r.End()
 }
 
 func (rw *rewriter) globalSection(body, extra []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n)+1)
+	out := wasmbin.AppendULEB(nil, uint64(n)+1)
 	for range n {
-		start := r.off
-		if err := r.valtype(); err != nil {
+		start := r.Off
+		if err := r.ValType(); err != nil {
 			return nil, err
 		}
-		if _, err := r.byte(); err != nil { // mutability
+		if _, err := r.Byte(); err != nil { // mutability
 			return nil, err
 		}
-		out = append(out, body[start:r.off]...)
+		out = append(out, body[start:r.Off]...)
 		if out, err = rw.expr(r, out, false); err != nil {
 			return nil, err
 		}
 	}
-	if err := r.end(); err != nil {
+	if err := r.End(); err != nil {
 		return nil, err
 	}
 	return append(out, extra...), nil
 }
 
 func (rw *rewriter) exports(body []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n))
+	out := wasmbin.AppendULEB(nil, uint64(n))
 	for range n {
-		l, err := r.u32()
+		l, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		name, err := r.bytes(int(l))
+		name, err := r.Bytes(int(l))
 		if err != nil {
 			return nil, err
 		}
-		kind, err := r.byte()
+		kind, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
@@ -708,40 +620,40 @@ func (rw *rewriter) exports(body []byte) ([]byte, error) {
 		case 3:
 			idx, err = r.index(rw.globals, "exported global")
 		default:
-			idx, err = r.u32()
+			idx, err = r.U32()
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = appendLEB(out, uint64(l))
+		out = wasmbin.AppendULEB(out, uint64(l))
 		out = append(out, name...)
-		out = appendLEB(append(out, kind), uint64(idx))
+		out = wasmbin.AppendULEB(append(out, kind), uint64(idx))
 	}
-	return out, r.end()
+	return out, r.End()
 }
 
 func (rw *rewriter) funcVector(r *reader, out []byte) ([]byte, error) {
-	n, err := r.u32()
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out = appendLEB(out, uint64(n))
+	out = wasmbin.AppendULEB(out, uint64(n))
 	for range n {
 		f, err := r.index(rw.funcs, "function")
 		if err != nil {
 			return nil, err
 		}
-		out = appendLEB(out, uint64(rw.remap(f)))
+		out = wasmbin.AppendULEB(out, uint64(rw.remap(f)))
 	}
 	return out, nil
 }
 
 func (rw *rewriter) exprVector(r *reader, out []byte) ([]byte, error) {
-	n, err := r.u32()
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out = appendLEB(out, uint64(n))
+	out = wasmbin.AppendULEB(out, uint64(n))
 	for range n {
 		if out, err = rw.expr(r, out, false); err != nil {
 			return nil, err
@@ -751,27 +663,27 @@ func (rw *rewriter) exprVector(r *reader, out []byte) ([]byte, error) {
 }
 
 func (rw *rewriter) elements(body []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
+	r := newReader(body, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n))
+	out := wasmbin.AppendULEB(nil, uint64(n))
 	for range n {
-		flags, err := r.u32()
+		flags, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		out = appendLEB(out, uint64(flags))
+		out = wasmbin.AppendULEB(out, uint64(flags))
 		if flags > 7 {
-			return nil, r.fail("element segment flags %d", flags)
+			return nil, r.Fail("element segment flags %d", flags)
 		}
 		if flags&2 != 0 && flags&1 == 0 { // explicit table index
-			t, err := r.u32()
+			t, err := r.U32()
 			if err != nil {
 				return nil, err
 			}
-			out = appendLEB(out, uint64(t))
+			out = wasmbin.AppendULEB(out, uint64(t))
 		}
 		if flags&1 == 0 { // active: offset expression
 			if out, err = rw.expr(r, out, false); err != nil {
@@ -779,16 +691,16 @@ func (rw *rewriter) elements(body []byte) ([]byte, error) {
 			}
 		}
 		if flags&3 != 0 { // elemkind or reftype
-			start := r.off
+			start := r.Off
 			if flags&4 != 0 {
-				err = r.valtype()
+				err = r.ValType()
 			} else {
-				_, err = r.byte()
+				_, err = r.Byte()
 			}
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, body[start:r.off]...)
+			out = append(out, body[start:r.Off]...)
 		}
 		if flags&4 != 0 {
 			out, err = rw.exprVector(r, out)
@@ -799,35 +711,35 @@ func (rw *rewriter) elements(body []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return out, r.end()
+	return out, r.End()
 }
 
 // custom keeps custom sections, remapping the function indices of the name
 // section; a name section it cannot read is dropped (it only names things).
 func (rw *rewriter) custom(body []byte) ([]byte, error) {
-	r := &reader{b: body}
-	l, err := r.u32()
+	r := newReader(body, nil)
+	l, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	name, err := r.bytes(int(l))
+	name, err := r.Bytes(int(l))
 	if err != nil {
 		return nil, err
 	}
 	if string(name) != "name" {
 		return body, nil
 	}
-	out := append([]byte(nil), body[:r.off]...)
-	for r.off < len(body) {
-		id, err := r.byte()
+	out := append([]byte(nil), body[:r.Off]...)
+	for r.Off < len(body) {
+		id, err := r.Byte()
 		if err != nil {
 			return nil, nil
 		}
-		size, err := r.u32()
+		size, err := r.U32()
 		if err != nil {
 			return nil, nil
 		}
-		sub, err := r.bytes(int(size))
+		sub, err := r.Bytes(int(size))
 		if err != nil {
 			return nil, nil
 		}
@@ -837,53 +749,53 @@ func (rw *rewriter) custom(body []byte) ([]byte, error) {
 				return nil, nil
 			}
 		}
-		out = appendLEB(append(out, id), uint64(len(sub)))
+		out = wasmbin.AppendULEB(append(out, id), uint64(len(sub)))
 		out = append(out, sub...)
 	}
 	return out, nil
 }
 
 func (rw *rewriter) nameMap(sub []byte, nested bool) ([]byte, error) {
-	r := &reader{b: sub}
-	n, err := r.u32()
+	r := newReader(sub, nil)
+	n, err := r.U32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendLEB(nil, uint64(n))
+	out := wasmbin.AppendULEB(nil, uint64(n))
 	for range n {
-		f, err := r.u32()
+		f, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		out = appendLEB(out, uint64(rw.remap(f)))
-		start := r.off
+		out = wasmbin.AppendULEB(out, uint64(rw.remap(f)))
+		start := r.Off
 		if nested { // a map of local index to name
-			m, err := r.u32()
+			m, err := r.U32()
 			if err != nil {
 				return nil, err
 			}
 			for range m {
-				if _, err := r.u32(); err != nil {
+				if _, err := r.U32(); err != nil {
 					return nil, err
 				}
-				l, err := r.u32()
+				l, err := r.U32()
 				if err != nil {
 					return nil, err
 				}
-				if err := r.skip(int(l)); err != nil {
+				if err := r.Skip(int(l)); err != nil {
 					return nil, err
 				}
 			}
 		} else {
-			l, err := r.u32()
+			l, err := r.U32()
 			if err != nil {
 				return nil, err
 			}
-			if err := r.skip(int(l)); err != nil {
+			if err := r.Skip(int(l)); err != nil {
 				return nil, err
 			}
 		}
-		out = append(out, sub[start:r.off]...)
+		out = append(out, sub[start:r.Off]...)
 	}
 	return out, nil
 }
@@ -896,38 +808,38 @@ func (r *reader) immediates(op byte) error {
 		err = r.blocktype()
 	case op == 0x0c || op == 0x0d || op == 0x07 || op == 0x08 || op == 0x09 || op == 0x18 || op == 0xd5 || op == 0xd6:
 		// br br_if catch throw rethrow delegate br_on_null br_on_non_null
-		_, err = r.u32()
+		_, err = r.U32()
 	case op == 0x0e: // br_table
 		var n uint64
-		if n, err = r.leb(); err != nil {
+		if n, err = r.LEB(); err != nil {
 			return err
 		}
-		if n > uint64(len(r.b)) {
-			return r.fail("br_table of %d labels", n)
+		if n > uint64(len(r.B)) {
+			return r.Fail("br_table of %d labels", n)
 		}
 		for range n + 1 {
-			if _, err = r.leb(); err != nil {
+			if _, err = r.LEB(); err != nil {
 				return err
 			}
 		}
 	case op == 0x10 || op == 0x12 || op == 0xd2: // call return_call ref.func
-		_, err = r.u32()
+		_, err = r.U32()
 	case op == 0x14 || op == 0x15: // call_ref return_call_ref: a type index
 		err = r.typeIndex()
 	case op == 0x11 || op == 0x13: // call_indirect return_call_indirect: type, table
 		if err = r.typeIndex(); err == nil {
-			_, err = r.u32()
+			_, err = r.U32()
 		}
 	case op == 0x1c: // select t*
 		var n uint64
-		if n, err = r.leb(); err != nil {
+		if n, err = r.LEB(); err != nil {
 			return err
 		}
-		if n > uint64(len(r.b)) {
-			return r.fail("select of %d types", n)
+		if n > uint64(len(r.B)) {
+			return r.Fail("select of %d types", n)
 		}
 		for range n {
-			if err = r.valtype(); err != nil {
+			if err = r.ValType(); err != nil {
 				return err
 			}
 		}
@@ -936,23 +848,23 @@ func (r *reader) immediates(op byte) error {
 			return err
 		}
 		var n uint64
-		if n, err = r.leb(); err != nil {
+		if n, err = r.LEB(); err != nil {
 			return err
 		}
-		if n > uint64(len(r.b)) {
-			return r.fail("try_table of %d catches", n)
+		if n > uint64(len(r.B)) {
+			return r.Fail("try_table of %d catches", n)
 		}
 		for range n {
-			kind, err := r.byte()
+			kind, err := r.Byte()
 			if err != nil {
 				return err
 			}
 			if kind == 0 || kind == 1 { // catch, catch_ref: tag then label
-				if _, err := r.leb(); err != nil {
+				if _, err := r.LEB(); err != nil {
 					return err
 				}
 			}
-			if _, err := r.leb(); err != nil {
+			if _, err := r.LEB(); err != nil {
 				return err
 			}
 		}
@@ -960,22 +872,22 @@ func (r *reader) immediates(op byte) error {
 		if r.rw != nil {
 			_, err = r.index(r.rw.globals, "global")
 		} else {
-			_, err = r.u32()
+			_, err = r.U32()
 		}
 	case op >= 0x20 && op <= 0x26: // locals, table.get/set
-		_, err = r.u32()
+		_, err = r.U32()
 	case op >= 0x28 && op <= 0x3e: // loads and stores
 		err = r.memarg()
 	case op == 0x3f || op == 0x40: // memory.size memory.grow
-		_, err = r.leb()
+		_, err = r.LEB()
 	case op == 0x41 || op == 0x42: // i32.const i64.const
-		_, err = r.leb()
+		_, err = r.LEB()
 	case op == 0x43:
-		err = r.skip(4)
+		err = r.Skip(4)
 	case op == 0x44:
-		err = r.skip(8)
+		err = r.Skip(8)
 	case op == 0xd0: // ref.null heaptype
-		_, err = r.leb()
+		_, err = r.LEB()
 	case op == 0xfc:
 		err = r.miscImmediates()
 	case op == 0xfd:
@@ -986,13 +898,13 @@ func (r *reader) immediates(op byte) error {
 		op >= 0x45 && op <= 0xc4, op == 0xd1, op == 0xd3, op == 0xd4:
 		// no immediates
 	default:
-		return r.fail("opcode %#x", op)
+		return r.Fail("opcode %#x", op)
 	}
 	return err
 }
 
 func (r *reader) miscImmediates() error {
-	sub, err := r.leb()
+	sub, err := r.LEB()
 	if err != nil {
 		return err
 	}
@@ -1000,27 +912,27 @@ func (r *reader) miscImmediates() error {
 	case sub <= 7: // saturating truncations
 		return nil
 	case sub == 8: // memory.init data mem
-		if _, err := r.leb(); err != nil {
+		if _, err := r.LEB(); err != nil {
 			return err
 		}
-		_, err = r.leb()
+		_, err = r.LEB()
 	case sub == 9 || sub == 13 || sub == 15 || sub == 16 || sub == 17: // data.drop elem.drop table.grow table.size table.fill
-		_, err = r.leb()
+		_, err = r.LEB()
 	case sub == 10 || sub == 12 || sub == 14: // memory.copy table.init table.copy
-		if _, err := r.leb(); err != nil {
+		if _, err := r.LEB(); err != nil {
 			return err
 		}
-		_, err = r.leb()
+		_, err = r.LEB()
 	case sub == 11: // memory.fill
-		_, err = r.leb()
+		_, err = r.LEB()
 	default:
-		return r.fail("0xfc opcode %d", sub)
+		return r.Fail("0xfc opcode %d", sub)
 	}
 	return err
 }
 
 func (r *reader) simdImmediates() error {
-	sub, err := r.leb()
+	sub, err := r.LEB()
 	if err != nil {
 		return err
 	}
@@ -1028,30 +940,30 @@ func (r *reader) simdImmediates() error {
 	case sub <= 11 || sub == 92 || sub == 93: // loads, store, load*_zero
 		return r.memarg()
 	case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
-		return r.skip(16)
+		return r.Skip(16)
 	case sub >= 21 && sub <= 34: // extract/replace lane
-		return r.skip(1)
+		return r.Skip(1)
 	case sub >= 84 && sub <= 91: // load/store lane
 		if err := r.memarg(); err != nil {
 			return err
 		}
-		return r.skip(1)
+		return r.Skip(1)
 	case sub <= 0x113:
 		return nil
 	}
-	return r.fail("0xfd opcode %d", sub)
+	return r.Fail("0xfd opcode %d", sub)
 }
 
 func (r *reader) atomicImmediates() error {
-	sub, err := r.leb()
+	sub, err := r.LEB()
 	if err != nil {
 		return err
 	}
 	switch {
 	case sub == 3: // atomic.fence
-		return r.skip(1)
+		return r.Skip(1)
 	case sub <= 0x4e:
 		return r.memarg()
 	}
-	return r.fail("0xfe opcode %d", sub)
+	return r.Fail("0xfe opcode %d", sub)
 }

@@ -93,60 +93,60 @@ func FuzzParse(f *testing.F) {
 // that is a bug: see TestRegressionAddPluginHugeVectorCount in package
 // host.
 func wazeroSafe(b []byte) bool {
-	r := &reader{b: b, off: 8}
-	for r.off < len(b) {
-		id, _ := r.byte()
-		size, err := r.u32()
+	r := &reader{B: b, Off: 8, Err: ErrMalformed}
+	for r.Off < len(b) {
+		id, _ := r.Byte()
+		size, err := r.U32()
 		if err != nil {
 			return false
 		}
-		body, err := r.bytes(size)
+		body, err := r.Bytes(int(size))
 		if err != nil {
 			return false
 		}
-		s := &reader{b: body}
+		s := &reader{B: body, Err: ErrMalformed}
 		switch id {
 		case 0: // wazero allocates the name's length
-			n, err := s.u32()
+			n, err := s.U32()
 			if err != nil {
 				return false
 			}
-			if _, err := s.bytes(n); err != nil {
+			if _, err := s.Bytes(int(n)); err != nil {
 				return false
 			}
 		case 4, 5, 6, 13:
-			if _, err := s.count(1); err != nil {
+			if _, err := s.Count(1); err != nil {
 				return false
 			}
 		case 9, 11:
 			return false // vectors inside entries
 		case 10:
-			n, err := s.count(1)
+			n, err := s.Count(1)
 			if err != nil {
 				return false
 			}
 			for range n {
-				sz, err := s.u32()
+				sz, err := s.U32()
 				if err != nil {
 					return false
 				}
-				fb, err := s.bytes(sz)
+				fb, err := s.Bytes(int(sz))
 				if err != nil {
 					return false
 				}
-				f := &reader{b: fb}
-				decls, err := f.count(2)
+				f := &reader{B: fb, Err: ErrMalformed}
+				decls, err := f.Count(2)
 				if err != nil {
 					return false
 				}
 				var locals uint64
 				for range decls {
-					k, err := f.u32()
+					k, err := f.U32()
 					if err != nil {
 						return false
 					}
 					locals += uint64(k)
-					if _, err := f.byte(); err != nil {
+					if _, err := f.Byte(); err != nil {
 						return false
 					}
 				}
