@@ -131,8 +131,8 @@ func Instrument(wasm []byte) ([]byte, error) {
 			if types, err = sr.U32(); err != nil {
 				return nil, err
 			}
-		case 2:
-			if rw.importedFuncs, importedGlobals, err = countImports(body); err != nil {
+		case 2: // after the type section, so type indices can be checked
+			if rw.importedFuncs, importedGlobals, err = countImports(body, types); err != nil {
 				return nil, err
 			}
 		case 3:
@@ -192,9 +192,7 @@ func Instrument(wasm []byte) ([]byte, error) {
 		case 1:
 			body, err = appendToVector(s.body, tickTypeEntry)
 		case 2:
-			if err = rw.checkImports(s.body); err == nil {
-				body, err = appendToVector(s.body, tickImport)
-			}
+			body, err = appendToVector(s.body, tickImport)
 		case 3:
 			body, err = rw.checkFunctions(s.body)
 		case 4:
@@ -231,54 +229,6 @@ func Instrument(wasm []byte) ([]byte, error) {
 	}
 	addMissing(0)
 	return out, nil
-}
-
-// checkImports checks the type indices of function imports.
-func (rw *rewriter) checkImports(body []byte) error {
-	r := newReader(body, rw)
-	n, err := r.U32()
-	if err != nil {
-		return err
-	}
-	for range n {
-		for range 2 {
-			l, err := r.U32()
-			if err != nil {
-				return err
-			}
-			if err := r.Skip(int(l)); err != nil {
-				return err
-			}
-		}
-		kind, err := r.Byte()
-		if err != nil {
-			return err
-		}
-		switch kind {
-		case 0:
-			_, err = r.index(rw.types, "type")
-		case 1:
-			if err = r.ValType(); err == nil {
-				err = limits(r)
-			}
-		case 2:
-			err = limits(r)
-		case 3:
-			if err = r.ValType(); err == nil {
-				_, err = r.Byte()
-			}
-		case 4:
-			if _, err = r.Byte(); err == nil {
-				_, err = r.index(rw.types, "type")
-			}
-		default:
-			return r.Fail("import kind %d", kind)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return r.End()
 }
 
 // checkFunctions checks the function section's type indices.
@@ -340,7 +290,9 @@ func appendToVector(body, entry []byte) ([]byte, error) {
 	return append(out, entry...), nil
 }
 
-func countImports(body []byte) (funcs, globals uint32, err error) {
+// countImports counts the imported functions and globals, checking each
+// import's type index against the module's types and the section's end.
+func countImports(body []byte, types uint32) (funcs, globals uint32, err error) {
 	r := newReader(body, nil)
 	n, err := r.U32()
 	if err != nil {
@@ -363,7 +315,7 @@ func countImports(body []byte) (funcs, globals uint32, err error) {
 		switch kind {
 		case 0: // func: type index
 			funcs++
-			_, err = r.U32()
+			_, err = r.index(types, "type")
 		case 1: // table: reftype, limits
 			if err = r.ValType(); err == nil {
 				err = limits(r)
@@ -375,9 +327,9 @@ func countImports(body []byte) (funcs, globals uint32, err error) {
 			if err = r.ValType(); err == nil {
 				_, err = r.Byte()
 			}
-		case 4: // tag
+		case 4: // tag: attribute, type index
 			if _, err = r.Byte(); err == nil {
-				_, err = r.U32()
+				_, err = r.index(types, "type")
 			}
 		default:
 			return 0, 0, r.Fail("import kind %d", kind)
@@ -386,7 +338,7 @@ func countImports(body []byte) (funcs, globals uint32, err error) {
 			return 0, 0, err
 		}
 	}
-	return funcs, globals, nil
+	return funcs, globals, r.End()
 }
 
 // blocktype skips a block type: empty, a value type, or a type index.
