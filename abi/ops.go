@@ -50,6 +50,10 @@ const (
 	// {"hook": id, "request": index, "status": n, "headers"?: {...},
 	// "body"?: s}. Recorded.
 	OpWebhookRespond OpKind = 15
+	// OpAgent sends a message to an agent in a new session and makes a
+	// future for that turn's result: name is the agent, the payload an
+	// AgentRequest. Recorded; the host runs the turn outside the guest.
+	OpAgent OpKind = 16
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -86,6 +90,7 @@ var opNames = [...]string{
 	OpCall:         "call",
 
 	OpWebhookRespond: "webhook_respond",
+	OpAgent:          "agent",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -104,7 +109,7 @@ func (k OpKind) Valid() bool { return int(k) < len(opNames) && opNames[k] != "" 
 // the same kind and name at the same position.
 func (k OpKind) Recorded() bool {
 	switch k {
-	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond:
+	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond, OpAgent:
 		return true
 	}
 	return false
@@ -113,7 +118,7 @@ func (k OpKind) Recorded() bool {
 // MakesFuture reports whether the op answers with a future to await.
 func (k OpKind) MakesFuture() bool {
 	switch k {
-	case OpStep, OpSleep, OpAsk, OpHookNext:
+	case OpStep, OpSleep, OpAsk, OpHookNext, OpAgent:
 		return true
 	}
 	return false

@@ -188,3 +188,52 @@ type FetchResponse struct {
 	Body         string              `json:"body,omitempty"`
 	BodyEncoding string              `json:"bodyEncoding,omitempty"`
 }
+
+// AgentRequest is the payload of OpAgent: one message to a new session with
+// the agent the op names.
+type AgentRequest struct {
+	// Message is the text sent.
+	Message string `json:"message"`
+	// OutputSchema, when set, asks the turn for structured output that
+	// validates against it (a JSON Schema); the result's Data holds it.
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+}
+
+// Agent turn statuses.
+const (
+	AgentCompleted = "completed"
+	AgentFailed    = "failed"
+	AgentCancelled = "cancelled"
+)
+
+// AgentResult is the value an OpAgent future fulfils with (a failed turn
+// fulfils too: Status says so, and Error why).
+type AgentResult struct {
+	Status       string          `json:"status"`
+	Reply        string          `json:"reply,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
+	SessionEnded bool            `json:"sessionEnded,omitempty"`
+	Error        *AgentError     `json:"error,omitempty"`
+}
+
+// AgentError says why a turn failed.
+type AgentError struct {
+	// Code is a stable reason: one of the AgentErr constants.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+// Codes of AgentError.
+const (
+	// AgentErrFailed: the turn itself failed (the agent's error).
+	AgentErrFailed = "agent_failed"
+	// AgentErrUnavailable: the host has no such agent, or no agents.
+	AgentErrUnavailable = "agent_unavailable"
+	// AgentErrTimeout: the turn did not end within the host's limit.
+	AgentErrTimeout = "agent_timeout"
+	// AgentErrReplyTooLarge: the reply was over the host's limit.
+	AgentErrReplyTooLarge = "reply_too_large"
+	// AgentErrBadOutput: the structured output was missing, not JSON, or
+	// did not match the outputSchema.
+	AgentErrBadOutput = "bad_structured_output"
+)

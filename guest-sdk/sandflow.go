@@ -450,3 +450,26 @@ func GetMetadata(ctx *Context) Metadata {
 	_ = json.Unmarshal(doOp(abi.OpMetadata, "", nil).payload, &m)
 	return m
 }
+
+// Agent types, as the ABI defines them.
+type (
+	AgentRequest = abi.AgentRequest
+	AgentResult  = abi.AgentResult
+	AgentError   = abi.AgentError
+)
+
+// Agent sends req.Message to a new session with the named agent (the
+// spec's ctx.agent) and returns a future for the turn's result. A failed
+// turn fulfils the future too, with Status "failed" and an Error: only a
+// refused op (an empty name, an invalid outputSchema) rejects it.
+func Agent(ctx *Context, name string, req AgentRequest) *Future[AgentResult] {
+	b, err := json.Marshal(req) // on replay too: see Step.Start
+	if err != nil {
+		b = unencodable
+	}
+	f := newFuture[AgentResult](doOp(abi.OpAgent, name, b))
+	if err != nil {
+		f.err = err
+	}
+	return f
+}

@@ -33,6 +33,8 @@ const (
 	EvOpRefused     = "op_refused" // a recorded op the host refused
 
 	EvWebhookResponded = "webhook_responded"
+	EvAgentSent        = "agent_sent"
+	EvAgentSettled     = "agent_settled"
 )
 
 // evData is the data of every event kind; each kind uses some fields.
@@ -80,6 +82,7 @@ type evData struct {
 	Conflict string            `json:"conflict,omitempty"`
 	Hook     uint32            `json:"hook,omitempty"`
 	Webhook  *abi.WebhookSpec  `json:"webhook,omitempty"`
+	Agent    *abi.AgentResult  `json:"agent,omitempty"`
 	Response *abi.HTTPResponse `json:"response,omitempty"`
 	Index    int               `json:"index,omitempty"`
 	Payload  json.RawMessage   `json:"payload,omitempty"`

@@ -107,6 +107,14 @@ type Options struct {
 	// also has a built-in http.fetch (abi.CapabilityFetch), which reaches
 	// only the hosts a plugin's manifest lists.
 	Capabilities map[string]Capability
+	// Agents runs agent turns (ctx.agent); nil means no agent is available
+	// and every turn fails.
+	Agents AgentBackend
+	// AgentTimeout bounds one agent turn; 0 means 10 minutes.
+	AgentTimeout time.Duration
+	// AgentReplyBytes bounds a turn's reply and structured output; 0 means
+	// 4 MiB.
+	AgentReplyBytes int
 	// NoFetch turns the built-in http.fetch off.
 	NoFetch bool
 	// HTTPClient makes http.fetch's requests; nil means http.DefaultClient.
@@ -133,6 +141,10 @@ type Host struct {
 	opts     Options
 	limits   Limits
 
+	// life ends when Close begins: work a run is waiting on (steps,
+	// agent turns) is cut off so Close need not wait for it.
+	life     context.Context
+	endLife  context.CancelFunc
 	mu       sync.Mutex
 	closed   bool
 	plugins  map[string]*loadedPlugin // by name@version
@@ -165,6 +177,7 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
 		runs: map[string]*runHandle{}, warm: list.New(), wake: make(chan struct{}, 1),
 	}
+	h.life, h.endLife = context.WithCancel(context.Background())
 	h.engines = map[string]Engine{}
 	if o.Engine != nil {
 		h.engine = o.Engine
@@ -250,6 +263,7 @@ func (h *Host) Close(ctx context.Context) error {
 		return nil
 	}
 	h.closed = true
+	h.endLife()
 	handles := make([]*runHandle, 0, len(h.runs))
 	for _, rh := range h.runs {
 		handles = append(handles, rh)
@@ -408,9 +422,26 @@ func (h *Host) notify(runID string) {
 	}
 }
 
-// Run returns a run's current state.
+// Run returns a run's current state. While the run is being driven (its
+// steps or agent turns are out) it returns the state of the driver's last
+// commit rather than waiting for the lock.
 func (h *Host) Run(ctx context.Context, id string) (RunInfo, error) {
-	return h.withRun(ctx, id, func(*runHandle) error { return nil })
+	if h.isClosed() {
+		return RunInfo{}, ErrClosed
+	}
+	rh := h.handle(id)
+	defer h.release(rh)
+	if !rh.mu.TryLock() {
+		if p := rh.snap.Load(); p != nil {
+			return *p, nil
+		}
+		rh.mu.Lock()
+	}
+	defer rh.mu.Unlock()
+	if err := h.refresh(ctx, rh); err != nil {
+		return RunInfo{}, err
+	}
+	return h.info(rh.rs), nil
 }
 
 // Runs lists runs, newest first.

@@ -41,6 +41,7 @@ type Wait struct {
 	Token    string     `json:"token,omitempty"`
 	URL      string     `json:"url,omitempty"`
 	Step     string     `json:"step,omitempty"`
+	Agent    string     `json:"agent,omitempty"`
 	Attempt  int        `json:"attempt,omitempty"`
 }
 
@@ -90,6 +91,8 @@ func (h *Host) info(rs *runState) RunInfo {
 					w.Kind, w.URL = "webhook", hk.url
 				}
 			}
+		case abi.OpAgent:
+			w.Kind, w.Agent = "agent", o.name
 		case abi.OpStep:
 			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt
 			if !o.attemptOpen && !o.retryAt.IsZero() {
@@ -100,6 +103,9 @@ func (h *Host) info(rs *runState) RunInfo {
 		ri.Waiting = append(ri.Waiting, w)
 	}
 	for _, p := range rs.runnableSteps() {
+		add(p)
+	}
+	for _, p := range rs.pendingAgents() {
 		add(p)
 	}
 	if ws := rs.detail.Waiting; ws != nil {

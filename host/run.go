@@ -28,6 +28,11 @@ type runHandle struct {
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
 	cancelling atomic.Int32
+
+	// snap is the run's state as of the last commit made through this
+	// handle, for readers that should not wait while the holder of mu
+	// runs steps or waits on agent turns.
+	snap atomic.Pointer[RunInfo]
 }
 
 func (h *Host) handle(id string) *runHandle {
@@ -161,7 +166,7 @@ func (rs *runState) currentStatus() store.RunStatus {
 	switch {
 	case rs.status.Terminal():
 		return rs.status
-	case len(rs.runnableSteps()) > 0, len(rs.markers) == 0, rs.satisfied(rs.detail.Waiting):
+	case len(rs.runnableSteps()) > 0, len(rs.pendingAgents()) > 0, len(rs.markers) == 0, rs.satisfied(rs.detail.Waiting):
 		return store.StatusRunning
 	}
 	return store.StatusWaiting
@@ -197,6 +202,8 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		return err
 	}
 	rs.rec = rec
+	info := h.info(rs)
+	rh.snap.Store(&info)
 	h.notify(rs.id)
 	return nil
 }
@@ -219,8 +226,8 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 		if rh.cancelling.Load() > 0 {
 			return nil // a Cancel is waiting; it ends the run
 		}
-		if steps := rs.runnableSteps(); len(steps) > 0 {
-			if err := h.runSteps(ctx, rh, steps); err != nil {
+		if steps, agents := rs.runnableSteps(), rs.pendingAgents(); len(steps)+len(agents) > 0 {
+			if err := h.runWork(ctx, rh, steps, agents); err != nil {
 				return err
 			}
 			continue
@@ -373,20 +380,30 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 
 func lpOutputRoom(rs *runState, l Limits) int64 { return l.OutputBytes - rs.outRecorded }
 
-// runSteps runs the given step attempts, in parallel up to the host's
-// step concurrency, and records each outcome as it arrives.
-func (h *Host) runSteps(ctx context.Context, rh *runHandle, steps []uint32) error {
+// runWork runs step attempts, in parallel up to the host's step
+// concurrency, and agent turns, all at once; it records each outcome as it
+// arrives.
+func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint32) error {
 	rs := rh.rs
-	lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
-	if err != nil {
-		return err
+	// Closing the host cuts the work off; it stays open in the log and
+	// runs again after recovery.
+	ctx, cut := context.WithCancel(ctx)
+	defer cut()
+	defer context.AfterFunc(h.life, cut)()
+	var lp *loadedPlugin
+	if len(steps) > 0 {
+		var err error
+		if lp, err = h.plugin(ctx, rs.rec.Plugin, rs.rec.Version); err != nil {
+			return err
+		}
 	}
 	type done struct {
-		p   uint32
-		a   *stepAttempt
-		out stepOutcome
+		p     uint32
+		a     *stepAttempt // a step's attempt, or nil for an agent turn
+		out   stepOutcome
+		agent abi.AgentResult
 	}
-	ch := make(chan done, len(steps))
+	ch := make(chan done, len(steps)+len(agents))
 	sem := make(chan struct{}, h.opts.StepConcurrency)
 	for _, p := range steps {
 		o := rs.op(p)
@@ -396,25 +413,45 @@ func (h *Host) runSteps(ctx context.Context, rh *runHandle, steps []uint32) erro
 			sem <- struct{}{}
 			out := h.execStep(ctx, lp, a)
 			<-sem
-			ch <- done{p, a, out}
+			ch <- done{p: p, a: a, out: out}
+		}()
+	}
+	for _, p := range agents {
+		o := rs.op(p)
+		var msg string
+		_ = json.Unmarshal(o.input, &msg)
+		t := AgentTurn{RunID: rs.id, TurnID: stepID(rs.id, p), Agent: o.name, Message: msg, OutputSchema: o.request}
+		go func() {
+			// Agent turns wait on another session, not on this host's
+			// compute: they do not take a step's slot.
+			ch <- done{p: p, agent: h.execAgent(ctx, t)}
 		}()
 	}
 	var firstErr error
-	for range steps {
+	for range len(steps) + len(agents) {
 		d := <-ch
 		if firstErr != nil {
 			continue
 		}
-		if err := ctx.Err(); err != nil && d.out.err != nil {
-			// The attempt may have been cut short by the caller, not by the
-			// guest: it stays open and runs again. A finished one is kept.
+		if err := ctx.Err(); err != nil && (d.a != nil && d.out.err != nil || d.a == nil && d.agent.Status != abi.AgentCompleted) {
+			// The work may have been cut short by the caller, not by the
+			// guest or the agent: it stays open and runs again. Finished
+			// work is kept.
 			firstErr = err
 			continue
 		}
-		firstErr = h.recordStep(context.WithoutCancel(ctx), rh, d.p, d.a, d.out)
+		wctx := context.WithoutCancel(ctx)
+		if d.a != nil {
+			firstErr = h.recordStep(wctx, rh, d.p, d.a, d.out)
+		} else {
+			firstErr = h.recordAgent(wctx, rh, d.p, d.agent)
+		}
 		if firstErr == nil {
 			firstErr = ctx.Err()
 		}
+	}
+	if firstErr != nil && h.life.Err() != nil {
+		return fmt.Errorf("%w: work cut off: %w", ErrClosed, firstErr)
 	}
 	return firstErr
 }

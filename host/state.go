@@ -349,6 +349,21 @@ func (rs *runState) apply(e store.Event) error {
 			h.responses = map[int]*abi.HTTPResponse{}
 		}
 		h.responses[d.Index] = d.Response
+	case EvAgentSent:
+		o, err := rs.newOp(e, d.Op, abi.OpAgent, d.Name)
+		if err != nil {
+			return err
+		}
+		o.input, o.request = d.Input, d.Request
+	case EvAgentSettled:
+		o, err := rs.existingOp(e, d.Op, abi.OpAgent)
+		if err != nil {
+			return err
+		}
+		if o.settled || d.Agent == nil {
+			return fmt.Errorf("%w: agent turn of op %d settled twice or without a result", ErrBadHistory, d.Op)
+		}
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Agent), 0)
 	case EvOpRefused:
 		kind, ok := abi.OpKindByName(d.Kind)
 		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {
@@ -419,6 +434,17 @@ func (rs *runState) satisfied(w *waitSet) bool {
 		}
 	}
 	return done == len(w.Futures)
+}
+
+// pendingAgents returns the agent turns sent and not settled.
+func (rs *runState) pendingAgents() []uint32 {
+	var out []uint32
+	for i, o := range rs.ops {
+		if o.kind == abi.OpAgent && !o.settled && o.refused == 0 {
+			out = append(out, uint32(i+1))
+		}
+	}
+	return out
 }
 
 // runnableSteps returns the steps with an attempt started and not finished.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -99,6 +100,16 @@ func DescribeEvent(e store.Event) string {
 		return "run cancelled: " + d.Reason
 	case EvRunUpgraded:
 		return fmt.Sprintf("run upgraded from version %d (module %s) to version %d (module %s)", d.FromVersion, short(d.FromHash), d.Version, short(d.ModuleHash))
+	case EvAgentSent:
+		return fmt.Sprintf("%sagent %s: sent %s", op, d.Name, clip(d.Input))
+	case EvAgentSettled:
+		if d.Agent.Status == abi.AgentFailed && d.Agent.Error != nil {
+			return fmt.Sprintf("%sagent turn failed: %s", op, d.Agent.Error.Message)
+		}
+		if len(d.Agent.Data) > 0 {
+			return fmt.Sprintf("%sagent turn %s: %s", op, d.Agent.Status, clip(d.Agent.Data))
+		}
+		return fmt.Sprintf("%sagent turn %s: %q", op, d.Agent.Status, clip([]byte(d.Agent.Reply)))
 	case EvWebhookResponded:
 		return fmt.Sprintf("%swebhook %d request %d answered with status %d", op, d.Hook, d.Index, d.Response.Status)
 	case EvOpRefused:

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/schema"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -222,7 +223,7 @@ func (w *wfInstance) answer(o *opRec, p uint32) []byte {
 		return w.body(o.refused, 0, o.value)
 	}
 	switch o.kind {
-	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext:
+	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent:
 		return w.future(o, p)
 	case abi.OpHookCreate:
 		return w.ok(p, o.value)
@@ -396,6 +397,17 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		}
 		resp := req.HTTPResponse
 		ev, err = b.push(EvWebhookResponded, &evData{Op: p, Hook: req.Hook, Index: req.Request, Response: &resp})
+	case abi.OpAgent:
+		var req abi.AgentRequest
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		if len(req.OutputSchema) > 0 {
+			if _, err := schema.Compile(req.OutputSchema); err != nil {
+				return bad("outputSchema: " + err.Error())
+			}
+		}
+		ev, err = b.push(EvAgentSent, &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)})
 	case abi.OpProgress:
 		if !json.Valid(payload) {
 			return bad("payload is not JSON")
@@ -459,10 +471,10 @@ const (
 	maxUntilMs = 7258118400000
 )
 
-// checkName checks a recorded op's name: a step's is 1-256 bytes of UTF-8,
-// the others have none.
+// checkName checks a recorded op's name: a step's or an agent's is 1-256
+// bytes of UTF-8, the others have none.
 func checkName(kind abi.OpKind, name []byte) string {
-	if kind != abi.OpStep {
+	if kind != abi.OpStep && kind != abi.OpAgent {
 		if len(name) != 0 {
 			return "takes no name"
 		}
@@ -498,7 +510,7 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 		switch {
 		case o.refused != 0:
 			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) was refused and made no future", f, o.kind)), nil
-		case o.kind != abi.OpStep && o.kind != abi.OpSleep && o.kind != abi.OpAsk && o.kind != abi.OpHookNext:
+		case !o.kind.MakesFuture():
 			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) is not a future", f, o.kind)), nil
 		}
 		futures[i] = f

@@ -251,6 +251,31 @@ func init() {
 			a, _ := ask.Await(ctx)
 			return "answered " + a.OptionID, nil
 
+		case "agents":
+			// Fan out to in.N agent turns at once, then collect each.
+			var fs []*sandflow.Future[sandflow.AgentResult]
+			var all []sandflow.Awaitable
+			for i := range in.N {
+				req := sandflow.AgentRequest{Message: fmt.Sprintf("%s #%d", in.Text, i)}
+				if i%2 == 1 {
+					req.OutputSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
+				}
+				f := sandflow.Agent(ctx, in.Token, req)
+				fs, all = append(fs, f), append(all, f)
+			}
+			if err := sandflow.All(ctx, all...); err != nil {
+				return nil, err
+			}
+			var got []sandflow.AgentResult
+			for _, f := range fs {
+				r, err := f.Await(ctx)
+				if err != nil {
+					return nil, err
+				}
+				got = append(got, r)
+			}
+			return got, nil
+
 		case "ask-text":
 			a, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "Name?", Display: sandflow.DisplayText}).Await(ctx)
 			return a, err

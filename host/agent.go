@@ -1,0 +1,147 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/schema"
+)
+
+// AgentBackend runs agent turns for runs (the spec's ctx.agent). The host
+// calls Turn outside any guest, after the run recorded that it sends the
+// message, and records what it returns; a replay never calls it again.
+// After a crash a turn in flight may be sent again with the same TurnID:
+// a backend that can should treat the TurnID as an idempotency key.
+type AgentBackend interface {
+	// Turn sends a message to a new session with the named agent and
+	// returns the turn's result. An unknown agent, or any failure of the
+	// turn, is a result with Status "failed" and an Error, or an error.
+	Turn(ctx context.Context, t AgentTurn) (abi.AgentResult, error)
+	// Agents lists the agents runs may open, with their descriptions.
+	Agents(ctx context.Context) ([]AgentInfo, error)
+}
+
+// AgentTurn is one message to an agent.
+type AgentTurn struct {
+	RunID string
+	// TurnID is stable across a retried delivery: runID:position.
+	TurnID       string
+	Agent        string
+	Message      string
+	OutputSchema json.RawMessage
+}
+
+// AgentInfo describes an agent.
+type AgentInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+// AgentFunc adapts a function to an AgentBackend with the given agents.
+type AgentFunc struct {
+	List []AgentInfo
+	Fn   func(ctx context.Context, t AgentTurn) (abi.AgentResult, error)
+}
+
+// Turn implements AgentBackend. A turn for an agent not in List fails
+// with AgentErrUnavailable without calling Fn.
+func (a AgentFunc) Turn(ctx context.Context, t AgentTurn) (abi.AgentResult, error) {
+	known := false
+	for _, ag := range a.List {
+		known = known || ag.Name == t.Agent
+	}
+	if !known {
+		return abi.AgentResult{Status: abi.AgentFailed, Error: &abi.AgentError{Code: abi.AgentErrUnavailable, Message: fmt.Sprintf("no agent is called %q", t.Agent)}}, nil
+	}
+	return a.Fn(ctx, t)
+}
+
+// Agents implements AgentBackend.
+func (a AgentFunc) Agents(context.Context) ([]AgentInfo, error) { return a.List, nil }
+
+// Default agent limits.
+const (
+	defaultAgentReplyBytes = 4 << 20
+	defaultAgentTimeout    = 10 * time.Minute
+)
+
+// execAgent runs one agent turn through the backend and checks what comes
+// back: its size, and its structured output against the turn's schema.
+func (h *Host) execAgent(ctx context.Context, t AgentTurn) abi.AgentResult {
+	failed := func(code, format string, args ...any) abi.AgentResult {
+		return abi.AgentResult{Status: abi.AgentFailed, Error: &abi.AgentError{Code: code, Message: fmt.Sprintf(format, args...)}}
+	}
+	if h.opts.Agents == nil {
+		return failed(abi.AgentErrUnavailable, "this host has no agents: agent %q is unavailable", t.Agent)
+	}
+	timeout := h.opts.AgentTimeout
+	if timeout <= 0 {
+		timeout = defaultAgentTimeout
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := h.opts.Agents.Turn(tctx, t)
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return failed(abi.AgentErrTimeout, "agent %s did not answer within %s", t.Agent, timeout)
+	case err != nil:
+		return failed(abi.AgentErrFailed, "agent %s: %v", t.Agent, err)
+	}
+	switch res.Status {
+	case abi.AgentCompleted, abi.AgentCancelled:
+	case abi.AgentFailed:
+		if res.Error == nil {
+			res.Error = &abi.AgentError{Message: "the turn failed"}
+		}
+		if res.Error.Code == "" {
+			res.Error.Code = abi.AgentErrFailed
+		}
+		return res
+	default:
+		return failed(abi.AgentErrFailed, "agent %s answered with status %q", t.Agent, res.Status)
+	}
+	max := h.opts.AgentReplyBytes
+	if max <= 0 {
+		max = defaultAgentReplyBytes
+	}
+	if n := len(res.Reply) + len(res.Data); n > max {
+		return failed(abi.AgentErrReplyTooLarge, "agent %s's reply of %d bytes is over the limit of %d", t.Agent, n, max)
+	}
+	if len(res.Data) > 0 && !json.Valid(res.Data) {
+		return failed(abi.AgentErrBadOutput, "agent %s's structured output is not JSON", t.Agent)
+	}
+	if len(t.OutputSchema) > 0 && res.Status == abi.AgentCompleted {
+		if len(res.Data) == 0 {
+			return failed(abi.AgentErrBadOutput, "agent %s gave no structured output for the turn's outputSchema", t.Agent)
+		}
+		sch, err := schema.Compile(t.OutputSchema)
+		if err != nil {
+			return failed(abi.AgentErrBadOutput, "outputSchema: %v", err)
+		}
+		v, err := schema.Decode(res.Data)
+		if err != nil {
+			return failed(abi.AgentErrBadOutput, "agent %s's structured output: %v", t.Agent, err)
+		}
+		if problems := sch.Validate(v); problems != nil {
+			return failed(abi.AgentErrBadOutput, "agent %s's structured output does not match outputSchema: %v", t.Agent, problems)
+		}
+	}
+	return res
+}
+
+func (h *Host) recordAgent(ctx context.Context, rh *runHandle, p uint32, res abi.AgentResult) error {
+	rs := rh.rs
+	o := rs.op(p)
+	if o == nil || o.kind != abi.OpAgent || o.settled {
+		return nil // the run moved on (it was cancelled, say)
+	}
+	b := newBatch(rs)
+	if _, err := b.push(EvAgentSettled, &evData{Op: p, Agent: &res}); err != nil {
+		return err
+	}
+	return h.commit(ctx, rh, b, nil)
+}
