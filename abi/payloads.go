@@ -237,3 +237,8 @@ const (
 	// did not match the outputSchema.
 	AgentErrBadOutput = "bad_structured_output"
 )
+
+// EnvelopeBytes is how far the payload of OpComplete may go over the
+// payload limit: room for the field names around its result, which is
+// itself bounded by the limit.
+const EnvelopeBytes = 1024

@@ -24,6 +24,17 @@ type Engine interface {
 	Close(ctx context.Context) error
 }
 
+// SourceEngine is an engine whose modules are programs in another form
+// than WebAssembly (JavaScript source, say). The host skips its wasm checks
+// for them and asks the engine to check a module at upload instead of
+// probing an instance.
+type SourceEngine interface {
+	Engine
+	// Check refuses a compiled module a run could not start, with a
+	// *PluginError.
+	Check(ctx context.Context, cm CompiledModule, l Limits) error
+}
+
 // CompiledModule is an immutable compiled module that spawns instances.
 type CompiledModule interface {
 	// Instantiate makes a new instance and runs its _initialize export, if

@@ -158,6 +158,9 @@ type GuestError struct {
 	// ExitCode is set when the guest exited through proc_exit.
 	ExitCode *uint32
 	Message  string
+	// Object, when set, is the error object the run fails with (an engine
+	// that knows better than "trap", such as the JavaScript one, sets it).
+	Object *abi.ErrorObject
 }
 
 func (e *GuestError) Error() string {
@@ -231,6 +234,10 @@ func errorObject(err error) *abi.ErrorObject {
 	case errors.As(err, &le):
 		return &abi.ErrorObject{Type: le.ErrorType(), Message: le.Error()}
 	case errors.As(err, &ge):
+		if ge.Object != nil {
+			o := *ge.Object
+			return &o
+		}
 		return &abi.ErrorObject{Type: abi.ErrTypeTrap, Message: ge.Error()}
 	}
 	return &abi.ErrorObject{Type: abi.ErrTypeError, Message: err.Error()}

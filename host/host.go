@@ -100,6 +100,9 @@ type Options struct {
 	// CacheDir keeps compiled modules across processes, each engine the
 	// Host makes in CacheDir/<engine>; empty means compile in memory only.
 	CacheDir string
+	// Engines adds engines of other kinds, by the name a manifest's engine
+	// field gives ("goja" for JavaScript tools, say). The caller owns them.
+	Engines map[string]Engine
 	// Limits are the limits of every plugin; a manifest may only tighten
 	// them. Zero fields take DefaultLimits.
 	Limits Limits
@@ -179,6 +182,9 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
 	h.engines = map[string]Engine{}
+	for kind, e := range o.Engines {
+		h.engines[kind] = e
+	}
 	if o.Engine != nil {
 		h.engine = o.Engine
 		h.engines[engineKind(o.Engine)] = o.Engine

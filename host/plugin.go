@@ -82,14 +82,14 @@ func ParseManifest(raw []byte) (Manifest, error) {
 
 // check validates the manifest against the host's limits and returns the
 // compiled input schema and the plugin's limits.
+var engineName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
 func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 	bad := func(format string, args ...any) (*schema.Schema, Limits, error) {
 		return nil, Limits{}, fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, args...))
 	}
-	switch m.Engine {
-	case "", EngineWazero, EngineWasmtime:
-	default:
-		return bad("engine %q is not %s or %s", m.Engine, EngineWazero, EngineWasmtime)
+	if m.Engine != "" && !engineName.MatchString(m.Engine) {
+		return bad("engine %q is not an engine name such as %s or %s", m.Engine, EngineWazero, EngineWasmtime)
 	}
 	if !toolName.MatchString(m.Name) {
 		return bad("name %q must be 1-64 letters, digits, '_' or '-', starting with a letter or digit", m.Name)
@@ -192,18 +192,26 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	if err != nil {
 		return Plugin{}, err
 	}
-	if err := checkModuleLimits(wasm, limits); err != nil {
-		return Plugin{}, err
-	}
 	eng, err := h.manifestEngine(ctx, m)
 	if err != nil {
 		return Plugin{}, err
+	}
+	se, isSource := eng.(SourceEngine)
+	if !isSource {
+		if err := checkModuleLimits(wasm, limits); err != nil {
+			return Plugin{}, err
+		}
 	}
 	cm, err := h.compile(ctx, eng, hash, wasm)
 	if err != nil {
 		return Plugin{}, err
 	}
-	if err := probe(ctx, cm, limits); err != nil {
+	if isSource {
+		err = se.Check(ctx, cm, limits)
+	} else {
+		err = probe(ctx, cm, limits)
+	}
+	if err != nil {
 		return Plugin{}, err
 	}
 	raw, err := json.Marshal(m)

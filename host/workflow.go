@@ -269,7 +269,11 @@ func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, pay
 func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) (ev store.Event, st abi.Status, msg string, err error) {
 	rs, b := w.rs, w.batch
 	bad := func(m string) (store.Event, abi.Status, string, error) { return ev, abi.StatusBadRequest, m, nil }
-	if maxPayload := w.limits.PayloadBytes; len(payload) > maxPayload {
+	maxPayload := w.limits.PayloadBytes
+	if kind == abi.OpComplete {
+		maxPayload += abi.EnvelopeBytes // the result itself is checked below
+	}
+	if len(payload) > maxPayload {
 		return ev, abi.StatusTooLarge, fmt.Sprintf("payload of %d bytes is over the limit of %d", len(payload), maxPayload), nil
 	}
 	switch kind {
@@ -423,6 +427,9 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		}
 		if out.Error != nil && len(out.Result) > 0 {
 			return bad("give a result or an error, not both")
+		}
+		if len(out.Result) > w.limits.PayloadBytes {
+			return ev, abi.StatusTooLarge, fmt.Sprintf("result of %d bytes is over the limit of %d", len(out.Result), w.limits.PayloadBytes), nil
 		}
 		now := time.Now()
 		if err := b.finish(now); err != nil {

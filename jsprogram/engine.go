@@ -1,0 +1,311 @@
+// Package jsprogram runs JavaScript workflow programs on the sandflow kernel
+// with goja: the runtime-generated `workflow` tool, whose input is the body
+// of an async function a model wrote.
+//
+// A program runs like a WebAssembly guest: its ctx.agent calls are recorded
+// ops, and every start or resume runs it again from the top against the
+// run's log. What the program can observe comes from the host and is the
+// same on replay: Math.random is seeded per run, Date reads the run's
+// logical clock in UTC, and values reach it as JSON parsed inside the VM.
+// It has no timers, no imports, no eval, and no console but the run's log.
+//
+// goja is an engine, not a sandbox: it cannot interrupt its own built-ins
+// and has no memory limit. So each start or resume runs in a worker
+// process (this binary, re-executed; see MaybeWorker) with a heap and
+// address-space cap, and the host kills it at the time limits. A dead
+// worker fails its run with a typed error, and the pool starts another.
+package jsprogram
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+)
+
+// EngineName is the engine a JavaScript tool's manifest names.
+const EngineName = "goja"
+
+// Options configure an Engine. The zero value means defaults.
+type Options struct {
+	// Limits bound every program; zero fields take DefaultLimits. A
+	// workflow tool's maxSubagents overrides MaxSubagents.
+	Limits Limits
+	// WorkerPath is the binary started as a worker; it must call
+	// MaybeWorker first thing. Empty means this process's executable.
+	WorkerPath string
+	// MaxWorkers bounds the programs running at once (4); more wait.
+	MaxWorkers int
+	// IdleWorkers is how many started workers are kept ready (2).
+	IdleWorkers int
+	// KillGrace is how long past a time limit a worker that has not
+	// stopped by itself is given before it is killed (1 s).
+	KillGrace time.Duration
+}
+
+// Engine implements host.Engine (and host.SourceEngine) for JavaScript
+// programs. It is safe for concurrent use.
+type Engine struct {
+	lim   Limits
+	grace time.Duration
+	pool  *pool
+}
+
+var _ host.SourceEngine = (*Engine)(nil)
+
+// NewEngine makes an engine; Close stops its workers.
+func NewEngine(opts *Options) (*Engine, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Limits = o.Limits.withDefaults()
+	if o.WorkerPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("jsprogram: finding this executable to start workers: %w", err)
+		}
+		o.WorkerPath = exe
+	}
+	if o.MaxWorkers <= 0 {
+		o.MaxWorkers = 4
+	}
+	if o.IdleWorkers <= 0 {
+		o.IdleWorkers = 2
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = time.Second
+	}
+	return &Engine{lim: o.Limits, grace: o.KillGrace, pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.IdleWorkers)}, nil
+}
+
+// Name implements host.Engine.
+func (e *Engine) Name() string { return EngineName + "/1" }
+
+// Close implements host.Engine.
+func (e *Engine) Close(context.Context) error {
+	e.pool.close()
+	return nil
+}
+
+// toolConfig is the module of a workflow tool: which program kind it runs,
+// with what budget.
+type toolConfig struct {
+	Sandflow     string `json:"sandflow"`
+	MaxSubagents *int   `json:"maxSubagents,omitempty"`
+}
+
+// toolKind is toolConfig.Sandflow for the workflow tool.
+const toolKind = "workflow-tool"
+
+// Compile implements host.Engine: module is a workflow tool's
+// configuration, {"sandflow": "workflow-tool", "maxSubagents": n}.
+func (e *Engine) Compile(_ context.Context, module []byte) (host.CompiledModule, error) {
+	var c toolConfig
+	if err := json.Unmarshal(module, &c); err != nil {
+		return nil, &host.PluginError{Reason: "bad_program", Detail: "a goja module is a JSON tool configuration: " + err.Error()}
+	}
+	if c.Sandflow != toolKind {
+		return nil, &host.PluginError{Reason: "bad_program", Detail: fmt.Sprintf("a goja module's \"sandflow\" must be %q, not %q", toolKind, c.Sandflow)}
+	}
+	lim := e.lim
+	if c.MaxSubagents != nil {
+		if n := *c.MaxSubagents; n < 1 || n > MaxSubagentsCap {
+			return nil, &host.PluginError{Reason: "bad_program", Detail: fmt.Sprintf("maxSubagents must be an integer from 1 through %d, not %d", MaxSubagentsCap, n)}
+		}
+		lim.MaxSubagents = *c.MaxSubagents
+	}
+	return &compiled{e: e, lim: lim}, nil
+}
+
+// Check implements host.SourceEngine; Compile checked everything.
+func (e *Engine) Check(context.Context, host.CompiledModule, host.Limits) error { return nil }
+
+type compiled struct {
+	e   *Engine
+	lim Limits
+}
+
+func (c *compiled) Close(context.Context) error { return nil }
+
+func (c *compiled) Instantiate(_ context.Context, cfg host.InstanceConfig) (host.Instance, error) {
+	seed := make([]byte, 32)
+	if _, err := io.ReadFull(cfg.Random, seed); err != nil {
+		return nil, fmt.Errorf("jsprogram: seeding: %w", err)
+	}
+	return &instance{c: c, cfg: cfg, seed: seed}, nil
+}
+
+// instance is one run's program. It holds no worker between calls: each
+// start or resume takes one from the pool.
+type instance struct {
+	c    *compiled
+	cfg  host.InstanceConfig
+	seed []byte
+}
+
+func (i *instance) Close(context.Context) error { return nil }
+
+func (i *instance) Call(ctx context.Context, export string) (int32, error) {
+	switch export {
+	case abi.VersionExport:
+		return abi.Version, nil
+	case abi.RunExport:
+		return i.run(ctx)
+	}
+	return 0, &host.GuestError{Message: fmt.Sprintf("a workflow program has no export %s", export)}
+}
+
+func (i *instance) run(ctx context.Context) (int32, error) {
+	e := i.c.e
+	w, err := e.pool.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lim := i.c.lim
+	raw, _ := json.Marshal(activation{Kind: "workflow", Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
+	if err := w.send(frameActivate, raw); err != nil {
+		e.pool.put(w, false)
+		return 0, fmt.Errorf("jsprogram: starting an activation: %w", err)
+	}
+	// The worker keeps its own clocks and stops the program at the limits;
+	// these timers are the backstop for a program stuck in a built-in.
+	js := newStopwatch(lim.JSTime + e.grace)
+	defer js.stop()
+	total := time.NewTimer(lim.TotalTime + e.grace)
+	defer total.Stop()
+	fail := func(pe *WorkflowProgramError) (int32, error) {
+		e.pool.put(w, false)
+		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object()}
+	}
+	for {
+		select {
+		case f, ok := <-w.frames:
+			if !ok {
+				return fail(w.death(lim))
+			}
+			switch f.typ {
+			case frameOp:
+				js.pause()
+				body, err := i.op(ctx, f.body)
+				if err != nil {
+					return i.abort(w, err)
+				}
+				if err := w.send(frameReply, i64(i.cfg.Clock.Now()), body); err != nil {
+					return fail(w.death(lim))
+				}
+				js.resume()
+			case frameWrite:
+				if len(f.body) > 0 {
+					out := i.cfg.Stdout
+					if f.body[0] == 2 {
+						out = i.cfg.Stderr
+					}
+					_, _ = out.Write(f.body[1:])
+				}
+			case frameDone:
+				var d doneMsg
+				if err := json.Unmarshal(f.body, &d); err != nil {
+					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker's answer is not JSON"})
+				}
+				switch d.Status {
+				case "completed":
+					e.pool.put(w, true)
+					return abi.RunDone, nil
+				case "failed":
+					if d.Error == nil {
+						d.Error = &WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker failed without saying why"}
+					}
+					return fail(d.Error)
+				}
+				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker ended the activation as %q", d.Status)})
+			default:
+				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker sent frame %q", f.typ)})
+			}
+		case <-js.c:
+			return fail(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the program ran JavaScript for more than %s in one start or resume (stopped inside a built-in)", lim.JSTime)})
+		case <-total.C:
+			return fail(&WorkflowProgramError{Code: CodeTotalTime, Message: fmt.Sprintf("one start or resume took more than %s", lim.TotalTime)})
+		case <-ctx.Done():
+			e.pool.put(w, false)
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// op serves one op frame with the host's handler.
+func (i *instance) op(ctx context.Context, b []byte) ([]byte, error) {
+	if len(b) < 8 {
+		return nil, &host.GuestError{Message: "jsprogram: short op frame"}
+	}
+	kind := abi.OpKind(binary.LittleEndian.Uint32(b))
+	n := binary.LittleEndian.Uint32(b[4:])
+	if uint64(n) > uint64(len(b)-8) {
+		return nil, &host.GuestError{Message: "jsprogram: bad op frame"}
+	}
+	return i.cfg.Ops.Op(ctx, kind, b[8:8+n], b[8+n:])
+}
+
+// abort ends an activation the host ended (the run waits, or an op
+// failed): the worker stops the program and is reused.
+func (i *instance) abort(w *worker, cause error) (int32, error) {
+	e := i.c.e
+	if err := w.send(frameAbort); err != nil {
+		e.pool.put(w, false)
+		return 0, cause
+	}
+	timeout := time.NewTimer(e.grace)
+	defer timeout.Stop()
+	for {
+		select {
+		case f, ok := <-w.frames:
+			if !ok {
+				e.pool.put(w, false)
+				return 0, cause
+			}
+			if f.typ == frameDone {
+				e.pool.put(w, true)
+				return 0, cause
+			}
+			if f.typ == frameOp {
+				// The program went on before it saw the abort: refuse.
+				e.pool.put(w, false)
+				return 0, cause
+			}
+		case <-timeout.C:
+			e.pool.put(w, false)
+			return 0, cause
+		}
+	}
+}
+
+// stopwatch is a timer that runs only while resumed.
+type stopwatch struct {
+	left  time.Duration
+	since time.Time
+	t     *time.Timer
+	c     <-chan time.Time
+}
+
+func newStopwatch(d time.Duration) *stopwatch {
+	t := time.NewTimer(d)
+	return &stopwatch{left: d, since: time.Now(), t: t, c: t.C}
+}
+
+func (s *stopwatch) pause() {
+	s.t.Stop()
+	s.left -= time.Since(s.since)
+}
+
+func (s *stopwatch) resume() {
+	s.since = time.Now()
+	s.t.Reset(max(s.left, 0))
+}
+
+func (s *stopwatch) stop() { s.t.Stop() }

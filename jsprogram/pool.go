@@ -1,0 +1,249 @@
+package jsprogram
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrPoolClosed is returned when a program is run on a closed engine.
+var ErrPoolClosed = errors.New("jsprogram: engine closed")
+
+type frame struct {
+	typ  byte
+	body []byte
+}
+
+// worker is one re-executed process that runs activations, one at a time.
+type worker struct {
+	cmd    *exec.Cmd
+	in     *bufio.Writer
+	stdin  io.Closer
+	frames chan frame
+	// exited is closed when the process has been waited for; err is then
+	// its exit error.
+	exited chan struct{}
+	err    error
+	stderr *tail
+	// readDone is closed when the frame reader stopped (end of output).
+	readDone chan struct{}
+}
+
+// tail keeps the first and the last bytes written to it: a Go runtime's
+// fatal error says what happened first, then dumps every goroutine.
+type tail struct {
+	mu   sync.Mutex
+	head []byte
+	buf  []byte
+	max  int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max/4 - len(t.head); room > 0 {
+		t.head = append(t.head, p[:min(room, len(p))]...)
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// String is the head, then the tail when it goes past the head.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) <= len(t.head) {
+		return string(t.head)
+	}
+	return string(t.head) + "\n...\n" + string(t.buf)
+}
+
+func (t *tail) reset() {
+	t.mu.Lock()
+	t.head, t.buf = t.head[:0], t.buf[:0]
+	t.mu.Unlock()
+}
+
+// pool supervises workers: it starts them, keeps a few idle, bounds how
+// many run at once, and replaces dead ones.
+type pool struct {
+	path    string
+	memory  int64
+	maxIdle int
+	slots   chan struct{}
+
+	mu     sync.Mutex
+	idle   []*worker
+	closed bool
+}
+
+func newPool(path string, memory int64, maxWorkers, maxIdle int) *pool {
+	return &pool{path: path, memory: memory, maxIdle: maxIdle, slots: make(chan struct{}, maxWorkers)}
+}
+
+// get takes a worker, starting one if none is idle; it waits for a slot
+// when maxWorkers are busy.
+func (p *pool) get(ctx context.Context) (*worker, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.slots
+		return nil, ErrPoolClosed
+	}
+	for len(p.idle) > 0 {
+		w := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if w.alive() {
+			p.mu.Unlock()
+			w.stderr.reset()
+			return w, nil
+		}
+		w.kill()
+	}
+	p.mu.Unlock()
+	w, err := p.start()
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	return w, nil
+}
+
+// put gives a worker back; one that is not healthy is killed.
+func (p *pool) put(w *worker, healthy bool) {
+	defer func() { <-p.slots }()
+	p.mu.Lock()
+	if healthy && !p.closed && len(p.idle) < p.maxIdle && w.alive() {
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	w.kill()
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, w := range idle {
+		w.kill()
+	}
+}
+
+func (p *pool) start() (*worker, error) {
+	cmd := exec.Command(p.path)
+	// A minimal environment: nothing of the host's leaks in, and the
+	// program's clock zone is UTC.
+	cmd.Env = []string{workerEnv + "=1", memoryEnv + "=" + strconv.FormatInt(p.memory, 10), "TZ=UTC", "GOMAXPROCS=1"}
+	cmd.Dir = os.TempDir()
+	setProcAttr(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{cmd: cmd, in: bufio.NewWriterSize(stdin, 64<<10), stdin: stdin, frames: make(chan frame, 16),
+		exited: make(chan struct{}), readDone: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	cmd.Stderr = w.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("jsprogram: starting a worker (%s): %w", p.path, err)
+	}
+	go func() {
+		defer close(w.readDone)
+		r := bufio.NewReaderSize(stdout, 64<<10)
+		for {
+			typ, body, err := readFrame(r)
+			if err != nil {
+				close(w.frames)
+				return
+			}
+			w.frames <- frame{typ, body}
+		}
+	}()
+	go func() {
+		<-w.readDone
+		w.err = cmd.Wait()
+		close(w.exited)
+	}()
+	return w, nil
+}
+
+func (w *worker) alive() bool {
+	select {
+	case <-w.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (w *worker) send(typ byte, parts ...[]byte) error {
+	return writeFrame(w.in, typ, parts...)
+}
+
+// kill ends the process and waits for it.
+func (w *worker) kill() {
+	_ = w.cmd.Process.Kill()
+	_ = w.stdin.Close()
+	go func() {
+		for range w.frames {
+		}
+	}()
+	select {
+	case <-w.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// death says why a worker died, from its exit and the end of its stderr.
+func (w *worker) death(lim Limits) *WorkflowProgramError {
+	select {
+	case <-w.exited:
+	case <-time.After(2 * time.Second):
+		w.kill()
+	}
+	errText := w.stderr.String()
+	code := -1
+	if w.cmd.ProcessState != nil {
+		code = w.cmd.ProcessState.ExitCode()
+	}
+	switch {
+	case code == exitMemory, strings.Contains(errText, "out of memory"), strings.Contains(errText, "cannot allocate memory"):
+		return &WorkflowProgramError{Code: CodeMemory, Message: fmt.Sprintf("the program used more than the memory limit of %d MiB", lim.MemoryBytes>>20)}
+	case strings.Contains(errText, "stack exceeds"), strings.Contains(errText, "stack overflow"):
+		return &WorkflowProgramError{Code: CodeStackOverflow, Message: "the program overflowed the stack inside a built-in function"}
+	}
+	msg := "the program's worker process died"
+	if w.err != nil {
+		msg += ": " + w.err.Error()
+	}
+	if t := strings.TrimSpace(errText); t != "" {
+		if len(t) > 600 {
+			t = t[:600] + "..."
+		}
+		msg += "; " + t
+	}
+	return &WorkflowProgramError{Code: CodeWorkerCrashed, Message: msg}
+}

@@ -1,0 +1,150 @@
+// The prelude of every program's runtime. It runs before the program, with
+// the built-ins still intact, and keeps its own references to those it uses
+// so a program that replaces them (JSON.stringify, Array.prototype.push)
+// changes only what the program itself sees.
+(function (host, depthLimit) {
+  "use strict";
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+  const keys = Object.keys;
+  const isArray = Array.isArray;
+  const defineProperty = Object.defineProperty;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const freeze = Object.freeze;
+  const SetCtor = Set;
+  const setHas = Set.prototype.has;
+  const setAdd = Set.prototype.add;
+  const apply = Reflect.apply;
+  const StringCtor = String;
+
+  class WorkflowProgramAgentError extends Error {
+    constructor(code, message) {
+      super(message);
+      defineProperty(this, "name", { value: "WorkflowProgramAgentError", writable: true, configurable: true });
+      this.code = code;
+    }
+  }
+  const agentError = (code, message) => new WorkflowProgramAgentError(code, message);
+
+  // Code evaluation is not available: it would run source the parse-time
+  // checks never saw.
+  const deny = (what) => function () {
+    throw new EvalError(what + " is not available: a workflow program cannot evaluate code");
+  };
+  const lock = (obj, name, value) =>
+    defineProperty(obj, name, { value, writable: false, enumerable: false, configurable: false });
+  lock(globalThis, "eval", deny("eval"));
+  lock(globalThis, "Function", deny("Function"));
+  lock(getPrototypeOf(function () {}), "constructor", deny("Function"));
+  lock(getPrototypeOf(async function () {}), "constructor", deny("AsyncFunction"));
+  lock(getPrototypeOf(function* () {}), "constructor", deny("GeneratorFunction"));
+
+  // tooDeep walks a value without recursion, so a 100k-deep array costs a
+  // loop, not a stack. An object seen before is not walked again: cycles
+  // end, and JSON.stringify reports them.
+  function tooDeep(v) {
+    const stack = [v];
+    const depths = [1];
+    const seen = new SetCtor();
+    let n = 1;
+    while (n > 0) {
+      n--;
+      const x = stack[n];
+      const d = depths[n];
+      if (x === null || typeof x !== "object") continue;
+      if (d > depthLimit) return true;
+      if (apply(setHas, seen, [x])) continue;
+      apply(setAdd, seen, [x]);
+      const ks = keys(x);
+      for (let i = 0; i < ks.length; i++) {
+        let c;
+        try {
+          c = x[ks[i]];
+        } catch (e) {
+          continue; // a throwing getter: JSON.stringify will say so
+        }
+        stack[n] = c;
+        depths[n] = d + 1;
+        n++;
+      }
+    }
+    return false;
+  }
+
+  // encode is JSON.stringify with the program's limits: [json] or
+  // [undefined, code, message].
+  function encode(v, what) {
+    if (tooDeep(v)) {
+      return [undefined, "too_deep", what + " nests deeper than " + depthLimit + " levels"];
+    }
+    let s;
+    try {
+      s = stringify(v);
+    } catch (e) {
+      let msg;
+      try {
+        msg = StringCtor(e && e.message !== undefined ? e.message : e);
+      } catch (e2) {
+        msg = "JSON.stringify failed";
+      }
+      return [undefined, "not_serializable", what + " cannot be converted to JSON: " + msg];
+    }
+    return [s === undefined ? "null" : s];
+  }
+
+  function agent(name, options) {
+    if (typeof name !== "string" || name === "") {
+      throw agentError("invalid_call", "ctx.agent: the first argument must be an agent name, a non-empty string");
+    }
+    if (options === null || typeof options !== "object" || isArray(options)) {
+      throw agentError("invalid_call", `ctx.agent("${name}"): the second argument must be an object { message, outputSchema? }`);
+    }
+    const ks = keys(options);
+    for (let i = 0; i < ks.length; i++) {
+      if (ks[i] !== "message" && ks[i] !== "outputSchema") {
+        throw agentError("invalid_call", `ctx.agent("${name}"): unknown option "${ks[i]}"; the options are message and outputSchema`);
+      }
+    }
+    const message = options.message;
+    const outputSchema = options.outputSchema;
+    if (typeof message !== "string") {
+      throw agentError("invalid_call", `ctx.agent("${name}"): message must be a string, not ${message === null ? "null" : typeof message}`);
+    }
+    if (outputSchema !== undefined && (outputSchema === null || typeof outputSchema !== "object" || isArray(outputSchema))) {
+      throw agentError("invalid_call", `ctx.agent("${name}"): outputSchema must be a JSON Schema object`);
+    }
+    const enc = encode(outputSchema === undefined ? { message } : { message, outputSchema }, `ctx.agent("${name}") input`);
+    if (enc[0] === undefined) {
+      throw agentError(enc[1] === "too_deep" ? "input_too_large" : "invalid_call", enc[2]);
+    }
+    return host.agent(name, enc[0], outputSchema !== undefined);
+  }
+
+  const show = (v) => {
+    if (typeof v === "string") return v;
+    try {
+      const s = stringify(v);
+      return s === undefined ? StringCtor(v) : s;
+    } catch (e) {
+      return StringCtor(v);
+    }
+  };
+  const writer = (stream) => function (...args) {
+    let line = "";
+    for (let i = 0; i < args.length; i++) line += (i > 0 ? " " : "") + show(args[i]);
+    host.write(stream, line + "\n");
+  };
+  const console = freeze({
+    log: writer(1), info: writer(1), debug: writer(1), warn: writer(2), error: writer(2),
+  });
+  lock(globalThis, "console", console);
+  lock(globalThis, "WorkflowProgramAgentError", WorkflowProgramAgentError);
+
+  return {
+    ctx: freeze({ agent }),
+    encode,
+    parse,
+    agentError,
+    flush() {},
+  };
+})

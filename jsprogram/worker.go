@@ -1,0 +1,691 @@
+package jsprogram
+
+import (
+	"bufio"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dop251/goja"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+//go:embed shim.js
+var shimSource string
+
+var shimProgram = goja.MustCompile("shim.js", shimSource, true)
+
+// workerEnv marks a process started as a worker.
+const workerEnv = "SANDFLOW_JS_WORKER"
+
+// memoryEnv passes the worker its heap limit in bytes.
+const memoryEnv = "SANDFLOW_JS_MEMORY"
+
+// MaybeWorker turns this process into a program worker when it was started
+// as one, and then never returns. Call it first in main (and in TestMain of
+// tests that run programs): the host runs programs in re-executed copies of
+// its own binary.
+func MaybeWorker() {
+	if os.Getenv(workerEnv) != "1" {
+		return
+	}
+	os.Exit(workerMain(os.Stdin, os.Stdout))
+}
+
+// Exit codes of a worker; the parent reads them with the tail of stderr.
+const (
+	exitOK       = 0
+	exitProtocol = 3
+	exitMemory   = 4
+)
+
+func workerMain(in io.Reader, out io.Writer) int {
+	time.Local = time.UTC
+	if v := os.Getenv(memoryEnv); v != "" {
+		var n int64
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			capMemory(n)
+		}
+	}
+	r := bufio.NewReaderSize(in, 64<<10)
+	w := bufio.NewWriterSize(out, 64<<10)
+	cache := newProgramCache(32)
+	for {
+		typ, body, err := readFrame(r)
+		if errors.Is(err, io.EOF) {
+			return exitOK
+		}
+		if err != nil || typ != frameActivate {
+			fmt.Fprintf(os.Stderr, "jsprogram worker: want an activation, got frame %q: %v\n", typ, err)
+			return exitProtocol
+		}
+		var a activation
+		if err := json.Unmarshal(body, &a); err != nil {
+			fmt.Fprintf(os.Stderr, "jsprogram worker: bad activation: %v\n", err)
+			return exitProtocol
+		}
+		s := &session{r: r, w: w, act: a, lim: a.Limits.withDefaults(), cache: cache, now: a.Now}
+		d := s.run()
+		raw, _ := json.Marshal(d)
+		if err := writeFrame(w, frameDone, raw); err != nil {
+			return exitProtocol
+		}
+		if s.broken {
+			return exitProtocol
+		}
+	}
+}
+
+// programCache keeps compiled programs by the hash of their source: a run
+// that resumes replays the same program.
+type programCache struct {
+	max   int
+	order []string
+	m     map[string]*goja.Program
+}
+
+func newProgramCache(n int) *programCache {
+	return &programCache{max: n, m: map[string]*goja.Program{}}
+}
+
+func (c *programCache) get(js string) (*goja.Program, *WorkflowProgramError) {
+	sum := sha256.Sum256([]byte(js))
+	key := string(sum[:])
+	if p := c.m[key]; p != nil {
+		return p, nil
+	}
+	p, perr := compileBody(js)
+	if perr != nil {
+		return nil, perr
+	}
+	if len(c.order) >= c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.order = append(c.order, key)
+	c.m[key] = p
+	return p, nil
+}
+
+// errAborted: the parent ended the activation.
+var errAborted = errors.New("jsprogram: activation aborted")
+
+// limitHit is what the worker interrupts the VM with when a time limit
+// passes.
+type limitHit struct{ code string }
+
+func (l *limitHit) Error() string { return "jsprogram: limit " + l.code }
+
+// call is one ctx.agent call.
+type call struct {
+	pos        uint32
+	name       string
+	n          int // 1-based call number
+	structured bool
+	resolve    func(any) error
+	reject     func(any) error
+	settled    bool
+	value      string // JSON, when fulfilled
+	err        *agentErr
+}
+
+type agentErr struct{ code, message string }
+
+// session runs one activation.
+type session struct {
+	r      *bufio.Reader
+	w      *bufio.Writer
+	act    activation
+	lim    Limits
+	cache  *programCache
+	broken bool // the protocol failed: the worker must exit
+
+	vm      *goja.Runtime
+	shim    *goja.Object
+	now     int64
+	calls   int
+	pending []*call
+	written int
+
+	mu      sync.Mutex
+	running bool
+	since   time.Time
+	used    time.Duration
+	timer   *time.Timer
+}
+
+func (s *session) run() (d doneMsg) {
+	start := time.Now()
+	total := time.AfterFunc(s.lim.TotalTime, func() { s.interrupt(CodeTotalTime) })
+	defer total.Stop()
+	s.resume()
+	defer s.pause()
+	defer func() {
+		if x := recover(); x != nil {
+			// A panic in goja itself (it converts most into exceptions):
+			// the program cannot continue, and the worker is suspect.
+			s.broken = true
+			d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the JavaScript engine failed: %v", x)}}
+		}
+	}()
+	err := s.activate()
+	var hit *limitHit
+	switch {
+	case err == nil:
+		return doneMsg{Status: "completed"}
+	case errors.Is(err, errAborted):
+		return doneMsg{Status: "aborted"}
+	case errors.As(err, &hit):
+		e := &WorkflowProgramError{Code: hit.code}
+		if hit.code == CodeJSTime {
+			e.Message = fmt.Sprintf("the program ran JavaScript for more than %s in one start or resume", s.lim.JSTime)
+		} else {
+			e.Message = fmt.Sprintf("one start or resume took more than %s (it ran %s)", s.lim.TotalTime, time.Since(start).Round(time.Millisecond))
+		}
+		return doneMsg{Status: "failed", Error: e}
+	}
+	s.broken = true
+	return doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: err.Error()}}
+}
+
+// The JavaScript clock runs while the worker has the ball, and stops while
+// the host serves an op.
+func (s *session) resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running, s.since = true, time.Now()
+	left := s.lim.JSTime - s.used
+	if s.timer == nil {
+		s.timer = time.AfterFunc(left, func() { s.interrupt(CodeJSTime) })
+	} else {
+		s.timer.Reset(left)
+	}
+}
+
+func (s *session) pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		s.used += time.Since(s.since)
+		s.running = false
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+func (s *session) interrupt(code string) {
+	s.mu.Lock()
+	vm := s.vm
+	s.mu.Unlock()
+	if vm != nil {
+		vm.Interrupt(&limitHit{code: code})
+	}
+}
+
+// op sends an op to the host and waits for its answer.
+func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, error) {
+	s.pause()
+	defer s.resume()
+	if err := writeFrame(s.w, frameOp, u32(uint32(kind)), u32(uint32(len(name))), []byte(name), payload); err != nil {
+		s.broken = true
+		return nil, fmt.Errorf("jsprogram worker: sending op: %w", err)
+	}
+	typ, body, err := readFrame(s.r)
+	if err != nil {
+		s.broken = true
+		return nil, fmt.Errorf("jsprogram worker: reading reply: %w", err)
+	}
+	switch typ {
+	case frameReply:
+		if len(body) < 8+abi.BodyHeaderSize {
+			s.broken = true
+			return nil, fmt.Errorf("jsprogram worker: short reply of %d bytes", len(body))
+		}
+		s.now = int64(binary.LittleEndian.Uint64(body))
+		return body[8:], nil
+	case frameAbort:
+		return nil, errAborted
+	}
+	s.broken = true
+	return nil, fmt.Errorf("jsprogram worker: unexpected frame %q", typ)
+}
+
+func status(body []byte) abi.Status { return abi.Status(binary.LittleEndian.Uint32(body)) }
+
+func (s *session) complete(result []byte, perr *WorkflowProgramError) error {
+	var payload []byte
+	if perr != nil {
+		payload, _ = json.Marshal(map[string]any{"error": perr.Object()})
+	} else {
+		payload = append(append([]byte(`{"result":`), result...), '}')
+	}
+	body, err := s.op(abi.OpComplete, "", payload)
+	if err != nil {
+		return err
+	}
+	if st := status(body); st != abi.StatusOK {
+		// The host refused the result (over its own payload limit, say):
+		// fail the run with that instead.
+		var eo abi.ErrorObject
+		_ = json.Unmarshal(body[abi.BodyHeaderSize:], &eo)
+		if perr == nil {
+			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooLarge, Message: "the host refused the return value: " + eo.Message})
+		}
+		return fmt.Errorf("the host refused the program's error: %s", eo.Message)
+	}
+	return nil
+}
+
+func (s *session) activate() error {
+	body, err := s.op(abi.OpInput, "", nil)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		JS *string `json:"js"`
+	}
+	if status(body) != abi.StatusOK || json.Unmarshal(body[abi.BodyHeaderSize:], &in) != nil || in.JS == nil {
+		return s.complete(nil, &WorkflowProgramError{Code: CodeSyntaxError, Message: `the input must be an object with the program's source in "js", a string`})
+	}
+	js := *in.JS
+	if len(js) > s.lim.SourceBytes {
+		return s.complete(nil, &WorkflowProgramError{Code: CodeSourceTooLarge,
+			Message: fmt.Sprintf("the program is %d bytes; the limit is %d bytes", len(js), s.lim.SourceBytes)})
+	}
+	prg, perr := s.cache.get(js)
+	if perr != nil {
+		return s.complete(nil, perr)
+	}
+	if err := s.setup(); err != nil {
+		return err
+	}
+	fnv, err := s.vm.RunProgram(prg)
+	if err != nil {
+		return s.fail(err)
+	}
+	fn, _ := goja.AssertFunction(fnv)
+	ret, err := fn(goja.Undefined(), s.shim.Get("ctx"))
+	if err != nil {
+		return s.fail(err)
+	}
+	p, ok := ret.Export().(*goja.Promise)
+	if !ok {
+		return fmt.Errorf("jsprogram worker: the program's function returned %T, not a promise", ret.Export())
+	}
+	flush, _ := goja.AssertFunction(s.shim.Get("flush"))
+	for p.State() == goja.PromiseStatePending {
+		if len(s.pending) == 0 {
+			return s.complete(nil, &WorkflowProgramError{Code: CodeNeverSettles,
+				Message: "the program waits for something that never happens: only ctx.agent calls settle, and none is pending (a promise nothing resolves, say)"})
+		}
+		if !s.pending[0].settled {
+			if err := s.awaitBatch(); err != nil {
+				return err
+			}
+		}
+		// Deliver the batch in call order, one settlement per turn, until
+		// the program returns.
+		for len(s.pending) > 0 && s.pending[0].settled && p.State() == goja.PromiseStatePending {
+			c := s.pending[0]
+			s.pending = s.pending[1:]
+			if err := s.deliver(c); err != nil {
+				return s.fail(err)
+			}
+			if _, err := flush(goja.Undefined()); err != nil {
+				return s.fail(err)
+			}
+		}
+	}
+	if p.State() == goja.PromiseStateRejected {
+		return s.complete(nil, s.uncaught(p.Result()))
+	}
+	if len(s.pending) > 0 {
+		names := make([]string, 0, len(s.pending))
+		for _, c := range s.pending {
+			names = append(names, fmt.Sprintf("call %d to %q", c.n, c.name))
+		}
+		return s.complete(nil, &WorkflowProgramError{Code: CodePendingAtReturn, Message: fmt.Sprintf(
+			"the program returned while %d ctx.agent call(s) were still pending (%s); await every call, with Promise.all for a fan-out (a call that loses a Promise.race or Promise.any stays pending)",
+			len(s.pending), strings.Join(names, ", "))})
+	}
+	return s.completeValue(p.Result())
+}
+
+func (s *session) completeValue(v goja.Value) error {
+	enc, _ := goja.AssertFunction(s.shim.Get("encode"))
+	r, err := enc(goja.Undefined(), v, s.vm.ToValue("the return value"))
+	if err != nil {
+		return s.fail(err)
+	}
+	arr := r.ToObject(s.vm)
+	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
+		out := js.String()
+		if len(out) > s.lim.ValueBytes {
+			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooLarge,
+				Message: fmt.Sprintf("the return value is %d bytes as JSON; the limit is %d bytes", len(out), s.lim.ValueBytes)})
+		}
+		return s.complete([]byte(out), nil)
+	}
+	code := CodeNotSerializable
+	if arr.Get("1").String() == "too_deep" {
+		code = CodeOutputTooDeep
+	}
+	return s.complete(nil, &WorkflowProgramError{Code: code, Message: arr.Get("2").String()})
+}
+
+// fail turns an error from the VM into the activation's outcome: a limit,
+// an abort, or a program error the run ends with.
+func (s *session) fail(err error) error {
+	var ie *goja.InterruptedError
+	if errors.As(err, &ie) {
+		if e, ok := ie.Value().(error); ok {
+			return e
+		}
+		return fmt.Errorf("interrupted: %v", ie.Value())
+	}
+	var so *goja.StackOverflowError
+	if errors.As(err, &so) {
+		return s.complete(nil, &WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
+			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)})
+	}
+	var ex *goja.Exception
+	if errors.As(err, &ex) {
+		return s.complete(nil, s.uncaught(ex.Value()))
+	}
+	return err
+}
+
+// uncaught describes a value the program threw and nothing caught.
+func (s *session) uncaught(v goja.Value) *WorkflowProgramError {
+	e := &WorkflowProgramError{Code: CodeUncaught}
+	obj, isObj := v.(*goja.Object)
+	if !isObj {
+		e.Message = "Uncaught " + describe(v)
+		return e
+	}
+	str := func(name string) string {
+		x := obj.Get(name)
+		if x == nil || goja.IsUndefined(x) || goja.IsNull(x) {
+			return ""
+		}
+		return x.String()
+	}
+	e.Name, e.Message = str("name"), str("message")
+	stack, line, col := bodyStack(str("stack"))
+	e.Stack, e.Line, e.Column = stack, line, col
+	if e.Name == "WorkflowProgramAgentError" {
+		if c := str("code"); c != "" {
+			e.Code = c
+		}
+	}
+	if e.Name == "RangeError" && strings.Contains(e.Message, "call stack") {
+		e.Code = CodeStackOverflow
+	}
+	if e.Name == "" && e.Message == "" {
+		e.Message = "Uncaught " + describe(v)
+	} else {
+		e.Message = "Uncaught " + strings.TrimPrefix(e.Name+": "+e.Message, ": ")
+	}
+	if line > 0 {
+		e.Message += fmt.Sprintf(" (line %d, column %d)", line, col)
+	}
+	return e
+}
+
+func describe(v goja.Value) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = "a value that cannot be shown"
+		}
+	}()
+	s = v.String()
+	if len(s) > 1000 {
+		s = s[:1000] + "..."
+	}
+	return s
+}
+
+func (s *session) setup() error {
+	vm := goja.New()
+	vm.SetParserOptions(parseOptions...)
+	vm.SetMaxCallStackSize(s.lim.StackDepth)
+	rng := rand.New(rand.NewChaCha8([32]byte(pad32(s.act.Seed))))
+	vm.SetRandSource(rng.Float64)
+	vm.SetTimeSource(func() time.Time { return time.Unix(0, s.now).UTC() })
+	s.mu.Lock()
+	s.vm = vm
+	s.mu.Unlock()
+	fv, err := vm.RunProgram(shimProgram)
+	if err != nil {
+		return fmt.Errorf("jsprogram worker: prelude: %w", err)
+	}
+	fn, _ := goja.AssertFunction(fv)
+	host := vm.NewObject()
+	_ = host.Set("agent", s.agent)
+	_ = host.Set("write", s.write)
+	sv, err := fn(goja.Undefined(), host, vm.ToValue(s.lim.ValueDepth))
+	if err != nil {
+		return fmt.Errorf("jsprogram worker: prelude: %w", err)
+	}
+	s.shim = sv.ToObject(vm)
+	return nil
+}
+
+func pad32(b []byte) []byte {
+	out := make([]byte, 32)
+	copy(out, b)
+	return out
+}
+
+func (s *session) throw(code, msg string) {
+	ctor, _ := goja.AssertFunction(s.shim.Get("agentError"))
+	v, err := ctor(goja.Undefined(), s.vm.ToValue(code), s.vm.ToValue(msg))
+	if err != nil {
+		panic(s.vm.NewGoError(err))
+	}
+	panic(v)
+}
+
+// agent is host.agent(name, inputJSON, structured): it issues the op and
+// returns the call's promise.
+func (s *session) agent(fc goja.FunctionCall) goja.Value {
+	name := fc.Argument(0).String()
+	input := fc.Argument(1).String()
+	structured := fc.Argument(2).ToBoolean()
+	if s.calls >= s.lim.MaxSubagents {
+		s.throw(CodeMaxSubagents, fmt.Sprintf("ctx.agent(%q): call %d is over this workflow's maxSubagents budget of %d calls", name, s.calls+1, s.lim.MaxSubagents))
+	}
+	if len(input) > s.lim.ValueBytes {
+		s.throw(CodeInputTooLarge, fmt.Sprintf("ctx.agent(%q): the input is %d bytes as JSON; the limit is %d bytes", name, len(input), s.lim.ValueBytes))
+	}
+	body, err := s.op(abi.OpAgent, name, []byte(input))
+	if err != nil {
+		s.vm.Interrupt(err)
+		return goja.Undefined()
+	}
+	st := status(body)
+	switch st {
+	case abi.StatusPending, abi.StatusOK, abi.StatusRejected:
+	case abi.StatusTooLarge:
+		s.throw(CodeInputTooLarge, fmt.Sprintf("ctx.agent(%q): %s", name, refusal(body)))
+	default:
+		s.throw(CodeInvalidCall, fmt.Sprintf("ctx.agent(%q): %s", name, refusal(body)))
+	}
+	s.calls++
+	p, res, rej := s.vm.NewPromise()
+	c := &call{pos: binary.LittleEndian.Uint32(body[4:]), name: name, n: s.calls, structured: structured, resolve: res, reject: rej}
+	if st != abi.StatusPending {
+		s.settle(c, st == abi.StatusOK, body[abi.BodyHeaderSize:])
+	}
+	s.pending = append(s.pending, c)
+	return s.vm.ToValue(p)
+}
+
+func refusal(body []byte) string {
+	var eo abi.ErrorObject
+	if json.Unmarshal(body[abi.BodyHeaderSize:], &eo) == nil && eo.Message != "" {
+		return eo.Message
+	}
+	return fmt.Sprintf("the host refused the call (status %d)", status(body))
+}
+
+// settle records a call's outcome from the host's value.
+func (s *session) settle(c *call, fulfilled bool, raw []byte) {
+	c.settled = true
+	if !fulfilled {
+		var eo abi.ErrorObject
+		_ = json.Unmarshal(raw, &eo)
+		c.err = &agentErr{abi.AgentErrFailed, fmt.Sprintf("ctx.agent(%q) failed: %s", c.name, eo.Message)}
+		return
+	}
+	var r abi.AgentResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		c.err = &agentErr{abi.AgentErrFailed, fmt.Sprintf("ctx.agent(%q): the host sent a result that is not JSON", c.name)}
+		return
+	}
+	switch r.Status {
+	case abi.AgentCompleted:
+		var v []byte
+		if c.structured {
+			v = r.Data
+			if len(v) == 0 {
+				c.err = &agentErr{abi.AgentErrBadOutput, fmt.Sprintf("ctx.agent(%q): the child turn gave no structured output", c.name)}
+				return
+			}
+		} else {
+			v, _ = json.Marshal(r.Reply)
+		}
+		if len(v) > s.lim.ReplyBytes {
+			c.err = &agentErr{CodeReplyTooLarge, fmt.Sprintf("ctx.agent(%q): the child's reply is %d bytes as JSON; the limit is %d bytes", c.name, len(v), s.lim.ReplyBytes)}
+			return
+		}
+		c.value = string(v)
+	default:
+		code, msg := abi.AgentErrFailed, "the child turn "+r.Status
+		if r.Error != nil {
+			if r.Error.Code != "" {
+				code = r.Error.Code
+			}
+			if r.Error.Message != "" {
+				msg = r.Error.Message
+			}
+		}
+		c.err = &agentErr{code, fmt.Sprintf("ctx.agent(%q) failed: %s", c.name, msg)}
+	}
+}
+
+// awaitBatch waits, blocking, for every pending call that has not settled.
+func (s *session) awaitBatch() error {
+	payload := u32(uint32(abi.AwaitAll | abi.AwaitBlock))
+	byPos := map[uint32]*call{}
+	for _, c := range s.pending {
+		if !c.settled {
+			payload = binary.LittleEndian.AppendUint32(payload, c.pos)
+			byPos[c.pos] = c
+		}
+	}
+	body, err := s.op(abi.OpAwait, "", payload)
+	if err != nil {
+		return err
+	}
+	if st := status(body); st != abi.StatusOK {
+		return fmt.Errorf("jsprogram worker: await answered %d: %s", st, refusal(body))
+	}
+	rest := body[abi.BodyHeaderSize:]
+	for len(rest) >= 12 {
+		pos := binary.LittleEndian.Uint32(rest)
+		state := binary.LittleEndian.Uint32(rest[4:])
+		n := binary.LittleEndian.Uint32(rest[8:])
+		if uint64(len(rest)-12) < uint64(n) {
+			break
+		}
+		if c := byPos[pos]; c != nil {
+			s.settle(c, state == 1, rest[12:12+n])
+		}
+		rest = rest[12+n:]
+	}
+	return nil
+}
+
+// deliver settles a call's promise inside the VM; the value enters as JSON
+// parsed there, so no Go value (nor a Go map's order) reaches the program.
+func (s *session) deliver(c *call) error {
+	if c.err != nil {
+		ctor, _ := goja.AssertFunction(s.shim.Get("agentError"))
+		v, err := ctor(goja.Undefined(), s.vm.ToValue(c.err.code), s.vm.ToValue(c.err.message))
+		if err != nil {
+			return err
+		}
+		return c.reject(v)
+	}
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	v, err := parse(goja.Undefined(), s.vm.ToValue(c.value))
+	if err != nil {
+		return err
+	}
+	return c.resolve(v)
+}
+
+// write is host.write(stream, text): console output to the run's log.
+func (s *session) write(fc goja.FunctionCall) goja.Value {
+	stream := byte(fc.Argument(0).ToInteger())
+	text := fc.Argument(1).String()
+	room := s.lim.OutputBytes - s.written
+	if room <= 0 {
+		return goja.Undefined()
+	}
+	if len(text) > room {
+		text = text[:room] + "\n[console output over the limit; the rest is dropped]\n"
+	}
+	s.written += len(text)
+	if err := writeFrame(s.w, frameWrite, []byte{stream}, []byte(text)); err != nil {
+		s.broken = true
+		s.vm.Interrupt(err)
+	}
+	return goja.Undefined()
+}
+
+// capMemory bounds the worker's memory at n bytes three ways: the garbage
+// collector works harder as the heap nears n; a watchdog ends the process
+// when what the runtime holds stays over n (a loop that keeps what it
+// allocates); and the address space is capped, so that one allocation no
+// collection can make room for ('x'.repeat(2**40)) fails in the kernel
+// instead of taking the machine's memory. The parent reports each as
+// memory_limit.
+func capMemory(n int64) {
+	debug.SetMemoryLimit(n)
+	setAddressSpaceLimit(n)
+	go watchMemory(uint64(n))
+}
+
+func watchMemory(n uint64) {
+	samples := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	over := 0
+	for range time.Tick(10 * time.Millisecond) {
+		metrics.Read(samples)
+		held := samples[0].Value.Uint64() - samples[1].Value.Uint64()
+		if held <= n {
+			over = 0
+			continue
+		}
+		// Over for a moment can be garbage the collector has yet to take
+		// back; over for 50 ms with the collector at it is not.
+		if over++; over >= 5 {
+			fmt.Fprintf(os.Stderr, "jsprogram worker: out of memory: holding %d bytes, over the limit of %d\n", held, n)
+			os.Exit(exitMemory)
+		}
+	}
+}
