@@ -133,15 +133,27 @@ func (h *Host) execAgent(ctx context.Context, t AgentTurn) abi.AgentResult {
 	return res
 }
 
-func (h *Host) recordAgent(ctx context.Context, rh *runHandle, p uint32, res abi.AgentResult) error {
+// agentOutcome is how one turn ended.
+type agentOutcome struct {
+	p   uint32
+	res abi.AgentResult
+}
+
+// recordAgents records turns that ended, in one commit.
+func (h *Host) recordAgents(ctx context.Context, rh *runHandle, turns []agentOutcome) error {
 	rs := rh.rs
-	o := rs.op(p)
-	if o == nil || o.kind != abi.OpAgent || o.settled {
-		return nil // the run moved on (it was cancelled, say)
-	}
 	b := newBatch(rs)
-	if _, err := b.push(EvAgentSettled, &evData{Op: p, Agent: &res}); err != nil {
-		return err
+	for _, t := range turns {
+		o := rs.op(t.p)
+		if o == nil || o.kind != abi.OpAgent || o.settled {
+			continue // the run moved on (it was cancelled, say)
+		}
+		if _, err := b.push(EvAgentSettled, &evData{Op: t.p, Agent: &t.res}); err != nil {
+			return err
+		}
+	}
+	if len(b.b.Events) == 0 {
+		return nil
 	}
 	return h.commit(ctx, rh, b, nil)
 }

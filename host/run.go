@@ -427,24 +427,50 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 			ch <- done{p: p, agent: h.execAgent(ctx, t)}
 		}()
 	}
+	// cutShort: the work may have been cut short by the caller, not by
+	// the guest or the agent: it stays open and runs again. Finished work
+	// is kept.
+	cutShort := func(d done) bool {
+		return ctx.Err() != nil && (d.a != nil && d.out.err != nil || d.a == nil && d.agent.Status != abi.AgentCompleted)
+	}
 	var firstErr error
-	for range len(steps) + len(agents) {
-		d := <-ch
+	var queue []done
+	for taken, total := 0, len(steps)+len(agents); taken < total; {
+		var d done
+		if len(queue) > 0 {
+			d, queue = queue[0], queue[1:]
+		} else {
+			d = <-ch
+		}
+		taken++
 		if firstErr != nil {
 			continue
 		}
-		if err := ctx.Err(); err != nil && (d.a != nil && d.out.err != nil || d.a == nil && d.agent.Status != abi.AgentCompleted) {
-			// The work may have been cut short by the caller, not by the
-			// guest or the agent: it stays open and runs again. Finished
-			// work is kept.
-			firstErr = err
+		if cutShort(d) {
+			firstErr = ctx.Err()
 			continue
 		}
 		wctx := context.WithoutCancel(ctx)
 		if d.a != nil {
 			firstErr = h.recordStep(wctx, rh, d.p, d.a, d.out)
 		} else {
-			firstErr = h.recordAgent(wctx, rh, d.p, d.agent)
+			// Turns that ended together are recorded in one commit: a
+			// fan-out of fast agents costs one write, not one per turn.
+			turns := []agentOutcome{{d.p, d.agent}}
+			for more := true; more; {
+				select {
+				case d2 := <-ch:
+					if d2.a == nil && !cutShort(d2) {
+						turns = append(turns, agentOutcome{d2.p, d2.agent})
+						taken++
+					} else {
+						queue = append(queue, d2)
+					}
+				default:
+					more = false
+				}
+			}
+			firstErr = h.recordAgents(wctx, rh, turns)
 		}
 		if firstErr == nil {
 			firstErr = ctx.Err()

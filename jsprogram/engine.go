@@ -85,6 +85,9 @@ func NewEngine(opts *Options) (*Engine, error) {
 	return &Engine{lim: o.Limits, grace: o.KillGrace, pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.IdleWorkers)}, nil
 }
 
+// Stats reports the engine's workers.
+func (e *Engine) Stats() Stats { return e.pool.stats() }
+
 // Name implements host.Engine.
 func (e *Engine) Name() string { return EngineName + "/1" }
 

@@ -17,7 +17,7 @@ import (
 
 // hostileLimits are the spec's limits with the times cut short, so the
 // corpus runs in seconds.
-var hostileLimits = jsprogram.Limits{JSTime: 1500 * time.Millisecond, TotalTime: 20 * time.Second, MemoryBytes: 128 << 20}
+var hostileLimits = jsprogram.Limits{JSTime: 4 * time.Second, TotalTime: 20 * time.Second, MemoryBytes: 128 << 20}
 
 // A hostile corpus: each program fails its run with its own code, and the
 // host keeps serving other runs meanwhile.
@@ -42,6 +42,13 @@ func TestHostilePrograms(t *testing.T) {
 		{"deep recursion", `function f() { return f() + 1; } return f();`, jsprogram.CodeStackOverflow, nil},
 		{"native-to-JS recursion", `function f() { [1].map(f); } f();`, jsprogram.CodeStackOverflow, nil},
 		{"100k-deep array returned", `let a = []; for (let i = 0; i < 100000; i++) a = [a]; return a;`, jsprogram.CodeOutputTooDeep, nil},
+		{"sourceMappingURL to a host file", "//# sourceMappingURL=file:///etc/passwd\nnull.x;", jsprogram.CodeUncaught, func(t *testing.T, e *jsprogram.WorkflowProgramError) {
+			// Positions are the program's own, not remapped through a map
+			// read from the host's disk.
+			if e.Name != "TypeError" || e.Line != 2 || strings.Contains(e.Stack, "root:") {
+				t.Errorf("error = %+v, want a TypeError at line 2", e)
+			}
+		}},
 		{"eval", `return eval("1 + 1");`, jsprogram.CodeUncaught, func(t *testing.T, e *jsprogram.WorkflowProgramError) {
 			if e.Name != "EvalError" || e.Line != 1 {
 				t.Errorf("error = %+v, want an EvalError at line 1", e)

@@ -85,11 +85,12 @@ type pool struct {
 
 	mu     sync.Mutex
 	idle   []*worker
+	live   map[*worker]bool
 	closed bool
 }
 
 func newPool(path string, memory int64, maxWorkers, maxIdle int) *pool {
-	return &pool{path: path, memory: memory, maxIdle: maxIdle, slots: make(chan struct{}, maxWorkers)}
+	return &pool{path: path, memory: memory, maxIdle: maxIdle, slots: make(chan struct{}, maxWorkers), live: map[*worker]bool{}}
 }
 
 // get takes a worker, starting one if none is idle; it waits for a slot
@@ -170,6 +171,9 @@ func (p *pool) start() (*worker, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("jsprogram: starting a worker (%s): %w", p.path, err)
 	}
+	p.mu.Lock()
+	p.live[w] = true
+	p.mu.Unlock()
 	go func() {
 		defer close(w.readDone)
 		r := bufio.NewReaderSize(stdout, 64<<10)
@@ -186,6 +190,9 @@ func (p *pool) start() (*worker, error) {
 		<-w.readDone
 		w.err = cmd.Wait()
 		close(w.exited)
+		p.mu.Lock()
+		delete(p.live, w)
+		p.mu.Unlock()
 	}()
 	return w, nil
 }
@@ -246,4 +253,24 @@ func (w *worker) death(lim Limits) *WorkflowProgramError {
 		msg += "; " + t
 	}
 	return &WorkflowProgramError{Code: CodeWorkerCrashed, Message: msg}
+}
+
+// Stats describe an engine's workers.
+type Stats struct {
+	// Workers is how many worker processes are alive, Idle how many of
+	// them wait for a program.
+	Workers, Idle int
+	// RSSBytes is the resident memory of all of them (0 where the
+	// system does not say).
+	RSSBytes int64
+}
+
+func (p *pool) stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Workers: len(p.live), Idle: len(p.idle)}
+	for w := range p.live {
+		st.RSSBytes += rssBytes(w.cmd.Process.Pid)
+	}
+	return st
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -83,11 +84,14 @@ func codeOf(err error) int {
 }
 
 type app struct {
-	dataDir string
-	engine  string
-	asJSON  bool
-	out     io.Writer
-	errOut  io.Writer
+	dataDir    string
+	engine     string
+	agentsPath string
+	agents     host.AgentBackend
+	js         *jsprogram.Engine
+	asJSON     bool
+	out        io.Writer
+	errOut     io.Writer
 }
 
 // open opens the data directory with the --engine engine as the default
@@ -99,11 +103,38 @@ func (a *app) open(ctx context.Context) (*host.Host, error) {
 
 func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error) {
 	o.EngineName = a.engine
+	if a.agentsPath != "" && a.agents == nil {
+		b, err := loadAgents(a.agentsPath)
+		if err != nil {
+			return nil, err
+		}
+		a.agents = b
+	}
+	if a.agents != nil {
+		o.Agents = a.agents
+	}
+	// JavaScript programs run in workers: this binary, re-executed.
+	if a.js == nil {
+		js, err := jsprogram.NewEngine(nil)
+		if err != nil {
+			return nil, err
+		}
+		a.js = js
+	}
+	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
 	h, err := host.OpenDir(ctx, a.dataDir, o)
 	if errors.Is(err, host.ErrUnknownEngine) {
 		return nil, withCode(exitUsage, err)
 	}
 	return h, err
+}
+
+// closeEngines stops the JavaScript workers, after the host closed.
+func (a *app) closeEngines() {
+	if a.js != nil {
+		a.js.Close(context.Background())
+		a.js = nil
+	}
 }
 
 // withHost opens the data directory, runs fn, and closes it.
@@ -115,6 +146,7 @@ func (a *app) withHost(ctx context.Context, fn func(h *host.Host) error) error {
 		}
 		return err
 	}
+	defer a.closeEngines()
 	defer h.Close(context.Background())
 	return fn(h)
 }
@@ -149,9 +181,10 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.dataDir, "data", defaultDataDir(), "data directory (env SANDFLOW_DATA)")
 	root.PersistentFlags().StringVar(&a.engine, "engine", defaultEngine(), "WebAssembly engine: wazero, or wasmtime in a build with cgo (env SANDFLOW_ENGINE)")
 	root.PersistentFlags().BoolVar(&a.asJSON, "json", false, "print JSON for scripts")
+	root.PersistentFlags().StringVar(&a.agentsPath, "agents", os.Getenv("SANDFLOW_AGENTS"), "JSON file of scripted agents runs may call (env SANDFLOW_AGENTS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.AddCommand(
-		pluginCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), demoCmd(a),
+		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), demoCmd(a),
 		&cobra.Command{Use: "exit-codes", Short: "List the exit codes", Run: func(c *cobra.Command, _ []string) {
 			fmt.Fprint(a.out, exitCodesHelp)
 		}},
@@ -197,6 +230,7 @@ func args(check cobra.PositionalArgs) cobra.PositionalArgs {
 }
 
 func main() {
+	jsprogram.MaybeWorker()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

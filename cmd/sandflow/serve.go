@@ -77,6 +77,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 				}
 				return err
 			}
+			defer a.closeEngines()
 			defer h.Close(context.Background())
 
 			schedDone := make(chan error, 1)

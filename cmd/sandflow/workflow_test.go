@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The workflow tool from the command line: enable it with a budget, call
+// it with a fan-out program against scripted agents, and see a program
+// error come back typed (exit 3, the error object in --json).
+func TestCLIWorkflowTool(t *testing.T) {
+	c := newCLI(t)
+	agents := filepath.Join(t.TempDir(), "agents.json")
+	if err := os.WriteFile(agents, []byte(`{"agents": [
+		{"name": "ticket-triage", "description": "sorts tickets", "reply": "triaged {message}"},
+		{"name": "ticket-review", "reply": "unused", "data": {"ok": true}, "delayMs": 50}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("--agents", agents, "workflow", "enable", "--max-subagents", "2"); !strings.Contains(out, "2 agent calls") {
+		t.Fatalf("enable: %s", out)
+	}
+	tools := c.ok("tools", "--json")
+	if !strings.Contains(tools, "ticket-triage: sorts tickets") {
+		t.Fatalf("the tool's description does not list the agents: %s", tools)
+	}
+	in, _ := json.Marshal(map[string]string{"js": `const [triage, review] = await Promise.all([
+  ctx.agent("ticket-triage", { message: "[7]" }),
+  ctx.agent("ticket-review", { message: "[7]", outputSchema: { type: "object" } }),
+]);
+return { triage, review };`})
+	out := c.ok("--agents", agents, "--json", "call", "workflow", "--input", string(in), "--wait", "30s")
+	var ri struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &ri); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if ri.Status != "completed" || compact(t, ri.Result) != `{"triage":"triaged [7]","review":{"ok":true}}` {
+		t.Fatalf("run: %s", out)
+	}
+	// A third call is over the budget of 2.
+	in, _ = json.Marshal(map[string]string{"js": `for (let i = 0; i < 3; i++) await ctx.agent("ticket-triage", { message: "" + i });`})
+	out, errs, code := c.run("--agents", agents, "--json", "call", "workflow", "--input", string(in), "--wait", "30s")
+	if code != 3 || !strings.Contains(errs, "call 3 is over") {
+		t.Fatalf("over budget: exit %d, want 3: %s", code, errs)
+	}
+	var failed struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Details struct {
+				Code string `json:"code"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &failed); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if failed.Error.Type != "WorkflowProgramError" || failed.Error.Details.Code != "max_subagents" || !strings.Contains(failed.Error.Message, "call 3") {
+		t.Fatalf("over budget: %s", out)
+	}
+}
