@@ -189,10 +189,10 @@ func (p *pool) start() (*worker, error) {
 	go func() {
 		<-w.readDone
 		w.err = cmd.Wait()
-		close(w.exited)
 		p.mu.Lock()
 		delete(p.live, w)
 		p.mu.Unlock()
+		close(w.exited)
 	}()
 	return w, nil
 }
