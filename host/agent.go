@@ -69,6 +69,15 @@ const (
 	defaultAgentTimeout    = 10 * time.Minute
 )
 
+// Agents lists the agents runs on this host may call (none when the host
+// has no agent backend).
+func (h *Host) Agents(ctx context.Context) ([]AgentInfo, error) {
+	if h.opts.Agents == nil {
+		return nil, nil
+	}
+	return h.opts.Agents.Agents(ctx)
+}
+
 // execAgent runs one agent turn through the backend and checks what comes
 // back: its size, and its structured output against the turn's schema.
 func (h *Host) execAgent(ctx context.Context, t AgentTurn) abi.AgentResult {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -45,6 +46,27 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p, err := s.h.AddPlugin(r.Context(), wasm, m)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, p)
+}
+
+// enableWorkflowTool registers the workflow tool (JavaScript programs
+// that call agents), or a new version of it: {"name"?, "maxSubagents"?}.
+func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Name         string `json:"name"`
+		MaxSubagents int    `json:"maxSubagents"`
+	}
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	agents, err := s.h.Agents(r.Context())
+	if err != nil {
+		return err
+	}
+	p, err := jsprogram.RegisterWorkflowTool(r.Context(), s.h, jsprogram.WorkflowTool{Name: req.Name, MaxSubagents: req.MaxSubagents, Agents: agents})
 	if err != nil {
 		return err
 	}

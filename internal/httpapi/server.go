@@ -136,6 +136,7 @@ func (s *Server) routes() {
 		})
 	}
 	api("POST /v1/plugins", roleAdmin, s.uploadPlugin)
+	api("POST /v1/workflow-tool", roleAdmin, s.enableWorkflowTool)
 	api("GET /v1/plugins", roleAPI, s.listPlugins)
 	api("GET /v1/plugins/{name}", roleAPI, s.showPlugin)
 	api("DELETE /v1/plugins/{name}/versions/{version}", roleAdmin, s.deletePluginVersion)

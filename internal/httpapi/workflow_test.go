@@ -1,0 +1,62 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
+)
+
+func TestMain(m *testing.M) {
+	jsprogram.MaybeWorker() // the workflow tool's programs run in re-executed test binaries
+	os.Exit(m.Run())
+}
+
+// The workflow tool over HTTP: an admin enables it (an API token may not),
+// a bad budget is refused, and a call runs a fan-out program to its result.
+func TestWorkflowToolOverHTTP(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	agents := host.AgentFunc{List: []host.AgentInfo{{Name: "ticket-triage", Description: "sorts tickets"}},
+		Fn: func(_ context.Context, turn host.AgentTurn) (abi.AgentResult, error) {
+			return abi.AgentResult{Status: abi.AgentCompleted, Reply: "triaged " + turn.Message}, nil
+		}}
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}, Agents: agents}, nil)
+	if r := e.post("/v1/workflow-tool", `{}`); r.status != http.StatusForbidden && r.status != http.StatusUnauthorized {
+		t.Fatalf("enable with an API token: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 129}`), "application/json"); r.status != http.StatusBadRequest || r.code(t) != "bad_manifest" {
+		t.Fatalf("maxSubagents 129: %d %s", r.status, r.body)
+	}
+	r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 5}`), "application/json")
+	if r.status != http.StatusCreated {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	var tools struct {
+		Tools []struct{ Name, Description, Entry string }
+	}
+	e.get("/v1/tools").json(t, &tools)
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != "workflow" || tools.Tools[0].Entry != "task" || !strings.Contains(tools.Tools[0].Description, "ticket-triage: sorts tickets") {
+		t.Fatalf("tools: %+v", tools)
+	}
+	in, _ := json.Marshal(map[string]string{"js": `const rs = await Promise.all([1, 2].map((n) => ctx.agent("ticket-triage", { message: "#" + n }))); return rs;`})
+	r = e.post("/v1/tools/workflow/calls?wait=30s", string(in))
+	var call struct {
+		Run host.RunInfo `json:"run"`
+	}
+	r.json(t, &call)
+	var got []string
+	_ = json.Unmarshal(call.Run.Result, &got)
+	if r.status != http.StatusOK || len(got) != 2 || got[0] != "triaged #1" || got[1] != "triaged #2" {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+}
