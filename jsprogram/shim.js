@@ -14,17 +14,51 @@
   const SetCtor = Set;
   const setHas = Set.prototype.has;
   const setAdd = Set.prototype.add;
-  const apply = Reflect.apply;
   const StringCtor = String;
+  const apply = Reflect.apply;
 
+  // Properties are defined, not assigned: an assignment would call a
+  // setter the program put on Object.prototype.
   class WorkflowProgramAgentError extends Error {
     constructor(code, message) {
       super(message);
       defineProperty(this, "name", { value: "WorkflowProgramAgentError", writable: true, configurable: true });
-      this.code = code;
+      defineProperty(this, "code", { value: code, writable: true, enumerable: true, configurable: true });
     }
   }
-  const agentError = (code, message) => new WorkflowProgramAgentError(code, message);
+  // The errors ctx.agent throws, with their codes as made: the program can
+  // construct the class, and change a caught error's code, but what its run
+  // fails with comes from here.
+  const genuine = new WeakMap();
+  const genuineGet = WeakMap.prototype.get;
+  const genuineSet = WeakMap.prototype.set;
+  const agentError = (code, message) => {
+    const e = new WorkflowProgramAgentError(code, message);
+    apply(genuineSet, genuine, [e, code]);
+    return e;
+  };
+
+  // describe reads what the run's error says of a thrown value: name,
+  // message, stack, and the code of a genuine agent error. Each read may
+  // run the program's getters or toString; one that throws reads as empty.
+  function describe(v) {
+    const str = (read) => {
+      try {
+        const x = read();
+        return x === undefined || x === null ? "" : StringCtor(x);
+      } catch (e) {
+        return "";
+      }
+    };
+    if (v === null || (typeof v !== "object" && typeof v !== "function")) {
+      return ["", "", "", "", str(() => v)];
+    }
+    let code;
+    try {
+      code = apply(genuineGet, genuine, [v]);
+    } catch (e) {}
+    return [str(() => v.name), str(() => v.message), str(() => v.stack), code === undefined ? "" : code, ""];
+  }
 
   // Code evaluation is not available: it would run source the parse-time
   // checks never saw.
@@ -96,6 +130,9 @@
     if (typeof name !== "string" || name === "") {
       throw agentError("invalid_call", "ctx.agent: the first argument must be an agent name, a non-empty string");
     }
+    if (name.length > 256) {
+      throw agentError("invalid_call", "ctx.agent: the agent name is " + name.length + " characters long; the limit is 256 bytes");
+    }
     if (options === null || typeof options !== "object" || isArray(options)) {
       throw agentError("invalid_call", `ctx.agent("${name}"): the second argument must be an object { message, outputSchema? }`);
     }
@@ -145,6 +182,7 @@
     encode,
     parse,
     agentError,
+    describe,
     flush() {},
   };
 })

@@ -13,9 +13,11 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dop251/goja"
 
@@ -282,7 +284,10 @@ func (s *session) complete(result []byte, perr *WorkflowProgramError) error {
 		var eo abi.ErrorObject
 		_ = json.Unmarshal(body[abi.BodyHeaderSize:], &eo)
 		if perr == nil {
-			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooLarge, Message: "the host refused the return value: " + eo.Message})
+			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooLarge, Message: "the host refused the return value: " + clip(eo.Message, 1000)})
+		}
+		if perr.Stack != "" || len(perr.Message) > 1000 {
+			return s.complete(nil, &WorkflowProgramError{Code: perr.Code, Name: perr.Name, Line: perr.Line, Column: perr.Column, Message: clip(perr.Message, 1000)})
 		}
 		return fmt.Errorf("the host refused the program's error: %s", eo.Message)
 	}
@@ -350,18 +355,24 @@ func (s *session) activate() error {
 		}
 	}
 	if p.State() == goja.PromiseStateRejected {
-		return s.complete(nil, s.uncaught(p.Result()))
+		return s.completeUncaught(p.Result())
 	}
 	if len(s.pending) > 0 {
-		names := make([]string, 0, len(s.pending))
-		for _, c := range s.pending {
-			names = append(names, fmt.Sprintf("call %d to %q", c.n, c.name))
-		}
-		return s.complete(nil, &WorkflowProgramError{Code: CodePendingAtReturn, Message: fmt.Sprintf(
-			"the program returned while %d ctx.agent call(s) were still pending (%s); await every call, with Promise.all for a fan-out (a call that loses a Promise.race or Promise.any stays pending)",
-			len(s.pending), strings.Join(names, ", "))})
+		return s.complete(nil, s.pendingAtReturn())
 	}
 	return s.completeValue(p.Result())
+}
+
+// pendingAtReturn is the error of a program that returned with calls
+// still pending.
+func (s *session) pendingAtReturn() *WorkflowProgramError {
+	names := make([]string, 0, len(s.pending))
+	for _, c := range s.pending {
+		names = append(names, fmt.Sprintf("call %d to %q", c.n, clip(c.name, 64)))
+	}
+	return &WorkflowProgramError{Code: CodePendingAtReturn, Message: fmt.Sprintf(
+		"the program returned while %d ctx.agent call(s) were still pending (%s); await every call, with Promise.all for a fan-out (a call that loses a Promise.race or Promise.any stays pending)",
+		len(s.pending), clip(strings.Join(names, ", "), 1000))}
 }
 
 func (s *session) completeValue(v goja.Value) error {
@@ -371,11 +382,23 @@ func (s *session) completeValue(v goja.Value) error {
 		return s.fail(err)
 	}
 	arr := r.ToObject(s.vm)
+	if len(s.pending) > 0 {
+		// Encoding ran the program's toJSON methods and getters, which
+		// may have called ctx.agent.
+		return s.complete(nil, s.pendingAtReturn())
+	}
 	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
 		out := js.String()
 		if len(out) > s.lim.ValueBytes {
 			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooLarge,
 				Message: fmt.Sprintf("the return value is %d bytes as JSON; the limit is %d bytes", len(out), s.lim.ValueBytes)})
+		}
+		// The shim's walk stops an honest deep value before it is
+		// encoded; the text decides (toJSON, getters and proxies can show
+		// the walk one value and JSON.stringify another).
+		if d := jsonDepth(out); d > s.lim.ValueDepth {
+			return s.complete(nil, &WorkflowProgramError{Code: CodeOutputTooDeep,
+				Message: fmt.Sprintf("the return value nests %d levels deep as JSON; the limit is %d", d, s.lim.ValueDepth)})
 		}
 		return s.complete([]byte(out), nil)
 	}
@@ -403,59 +426,81 @@ func (s *session) fail(err error) error {
 	}
 	var ex *goja.Exception
 	if errors.As(err, &ex) {
-		return s.complete(nil, s.uncaught(ex.Value()))
+		return s.completeUncaught(ex.Value())
 	}
 	return err
 }
 
-// uncaught describes a value the program threw and nothing caught.
-func (s *session) uncaught(v goja.Value) *WorkflowProgramError {
-	e := &WorkflowProgramError{Code: CodeUncaught}
-	obj, isObj := v.(*goja.Object)
-	if !isObj {
-		e.Message = "Uncaught " + describe(v)
-		return e
-	}
-	str := func(name string) string {
-		x := obj.Get(name)
-		if x == nil || goja.IsUndefined(x) || goja.IsNull(x) {
-			return ""
+func (s *session) completeUncaught(v goja.Value) error {
+	e, err := s.uncaught(v)
+	if err != nil {
+		var ie *goja.InterruptedError
+		if errors.As(err, &ie) {
+			return s.fail(err)
 		}
-		return x.String()
+		e = &WorkflowProgramError{Code: CodeUncaught, Message: "Uncaught a value that cannot be shown"}
 	}
-	e.Name, e.Message = str("name"), str("message")
-	stack, line, col := bodyStack(str("stack"))
+	return s.complete(nil, e)
+}
+
+// uncaught describes a value the program threw and nothing caught. What
+// it reads of the value runs in the VM (the program's getters may run, and
+// are bounded by the time limit); an error here is the VM's, such as an
+// interrupt.
+func (s *session) uncaught(v goja.Value) (*WorkflowProgramError, error) {
+	desc, _ := goja.AssertFunction(s.shim.Get("describe"))
+	r, err := desc(goja.Undefined(), v)
+	if err != nil {
+		return nil, err
+	}
+	arr := r.ToObject(s.vm)
+	field := func(i int) string { return arr.Get(strconv.Itoa(i)).String() }
+	name, message, rawStack, code, plain := field(0), field(1), field(2), field(3), field(4)
+	e := &WorkflowProgramError{Code: CodeUncaught, Name: clip(name, 200)}
+	if code != "" && agentCodes[code] {
+		e.Code = code
+	}
+	if name == "" && message == "" {
+		if plain == "" {
+			plain = "a value that cannot be shown"
+		}
+		e.Message = "Uncaught " + clip(plain, maxMessage)
+		return e, nil
+	}
+	stack, line, col := bodyStack(clip(rawStack, maxStack))
 	e.Stack, e.Line, e.Column = stack, line, col
-	if e.Name == "WorkflowProgramAgentError" {
-		if c := str("code"); c != "" {
-			e.Code = c
-		}
-	}
-	if e.Name == "RangeError" && strings.Contains(e.Message, "call stack") {
+	if name == "RangeError" && strings.Contains(message, "call stack") {
 		e.Code = CodeStackOverflow
 	}
-	if e.Name == "" && e.Message == "" {
-		e.Message = "Uncaught " + describe(v)
-	} else {
-		e.Message = "Uncaught " + strings.TrimPrefix(e.Name+": "+e.Message, ": ")
-	}
+	e.Message = "Uncaught " + clip(strings.TrimPrefix(name+": "+message, ": "), maxMessage)
 	if line > 0 {
 		e.Message += fmt.Sprintf(" (line %d, column %d)", line, col)
 	}
-	return e
+	return e, nil
 }
 
-func describe(v goja.Value) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = "a value that cannot be shown"
-		}
-	}()
-	s = v.String()
-	if len(s) > 1000 {
-		s = s[:1000] + "..."
+// The longest message and stack a run's error keeps.
+const (
+	maxMessage = 8 << 10
+	maxStack   = 16 << 10
+)
+
+// agentCodes are the codes a genuine WorkflowProgramAgentError carries.
+var agentCodes = map[string]bool{
+	CodeInvalidCall: true, CodeInputTooLarge: true, CodeMaxSubagents: true, CodeReplyTooLarge: true,
+	abi.AgentErrFailed: true, abi.AgentErrUnavailable: true, abi.AgentErrTimeout: true, abi.AgentErrBadOutput: true,
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + fmt.Sprintf("... [%d bytes cut]", len(s)-i)
 }
 
 func (s *session) setup() error {
@@ -494,7 +539,12 @@ func (s *session) throw(code, msg string) {
 	ctor, _ := goja.AssertFunction(s.shim.Get("agentError"))
 	v, err := ctor(goja.Undefined(), s.vm.ToValue(code), s.vm.ToValue(msg))
 	if err != nil {
-		panic(s.vm.NewGoError(err))
+		// Never a Go error value: it would hand the program Go methods.
+		var ex *goja.Exception
+		if errors.As(err, &ex) {
+			panic(ex.Value())
+		}
+		panic(s.vm.NewTypeError(msg))
 	}
 	panic(v)
 }
@@ -508,8 +558,14 @@ func (s *session) agent(fc goja.FunctionCall) goja.Value {
 	if s.calls >= s.lim.MaxSubagents {
 		s.throw(CodeMaxSubagents, fmt.Sprintf("ctx.agent(%q): call %d is over this workflow's maxSubagents budget of %d calls", name, s.calls+1, s.lim.MaxSubagents))
 	}
+	if len(name) > 256 {
+		s.throw(CodeInvalidCall, fmt.Sprintf("ctx.agent(%q): the agent name is %d bytes; the limit is 256", clip(name, 64), len(name)))
+	}
 	if len(input) > s.lim.ValueBytes {
 		s.throw(CodeInputTooLarge, fmt.Sprintf("ctx.agent(%q): the input is %d bytes as JSON; the limit is %d bytes", name, len(input), s.lim.ValueBytes))
+	}
+	if d := jsonDepth(input); d > s.lim.ValueDepth {
+		s.throw(CodeInputTooLarge, fmt.Sprintf("ctx.agent(%q): the input nests %d levels deep as JSON; the limit is %d", name, d, s.lim.ValueDepth))
 	}
 	body, err := s.op(abi.OpAgent, name, []byte(input))
 	if err != nil {
@@ -688,4 +744,28 @@ func watchMemory(n uint64) {
 			os.Exit(exitMemory)
 		}
 	}
+}
+
+// jsonDepth is how deeply JSON text nests (0 for a scalar).
+func jsonDepth(s string) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
