@@ -3,7 +3,6 @@ package jsprogram_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -185,5 +184,3 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-var _ = errors.Is
