@@ -147,6 +147,11 @@ return "no error";`,
 		// expected: uncaught_exception.
 		{name: "arbitrary code", js: `throw { name: "WorkflowProgramAgentError", code: { toString() { return "x"; } } };`,
 			codes: []string{jsprogram.CodeUncaught}},
+		// Calls the host refuses (here: an outputSchema that is not a
+		// schema) are recorded, so they count toward the budget: a loop of
+		// them ends at call 101 instead of filling the run's log.
+		{name: "loop of refused calls", js: `for (;;) { try { await ctx.agent("echo", { message: "", outputSchema: { type: 5 } }); } catch (e) { if (e.code !== "invalid_call") throw e; } }`,
+			codes: []string{jsprogram.CodeMaxSubagents}},
 		// A real agent error rethrown keeps its code.
 		{name: "real agent error rethrown", js: `try { await ctx.agent("", { message: "" }); } catch (e) { throw e; }`,
 			codes: []string{jsprogram.CodeInvalidCall}},

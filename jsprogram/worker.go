@@ -567,6 +567,9 @@ func (s *session) agent(fc goja.FunctionCall) goja.Value {
 	if d := jsonDepth(input); d > s.lim.ValueDepth {
 		s.throw(CodeInputTooLarge, fmt.Sprintf("ctx.agent(%q): the input nests %d levels deep as JSON; the limit is %d", name, d, s.lim.ValueDepth))
 	}
+	// Every call that reaches the host counts, refused ones too: each is
+	// recorded, so a loop of refused calls is stopped by the budget.
+	s.calls++
 	body, err := s.op(abi.OpAgent, name, []byte(input))
 	if err != nil {
 		s.vm.Interrupt(err)
@@ -580,7 +583,6 @@ func (s *session) agent(fc goja.FunctionCall) goja.Value {
 	default:
 		s.throw(CodeInvalidCall, fmt.Sprintf("ctx.agent(%q): %s", name, refusal(body)))
 	}
-	s.calls++
 	p, res, rej := s.vm.NewPromise()
 	c := &call{pos: binary.LittleEndian.Uint32(body[4:]), name: name, n: s.calls, structured: structured, resolve: res, reject: rej}
 	if st != abi.StatusPending {
