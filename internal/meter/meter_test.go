@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandflow/sandflow/internal/guestbuild"
 	"github.com/sandflow/sandflow/internal/meter"
+	"github.com/sandflow/sandflow/internal/wasmbin"
 )
 
 // The tests run a module and its instrumented copy side by side in wazero
@@ -1425,20 +1426,7 @@ const (
 	kGlobal byte = 3
 )
 
-func uleb(v uint64) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			c |= 0x80
-		}
-		b = append(b, c)
-		if v == 0 {
-			return b
-		}
-	}
-}
+func uleb(v uint64) []byte { return wasmbin.AppendULEB(nil, v) }
 
 func sleb(v int64) []byte {
 	var b []byte

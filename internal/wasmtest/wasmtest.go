@@ -3,6 +3,8 @@
 // byte so no binary needs committing.
 package wasmtest
 
+import "github.com/sandflow/sandflow/internal/wasmbin"
+
 // Func is a function to define: its type and its body (without the locals
 // vector or the final end, which Module adds).
 type Func struct {
@@ -33,19 +35,7 @@ const (
 	I64 byte = 0x7e
 )
 
-func uleb(b []byte, v uint32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			c |= 0x80
-		}
-		b = append(b, c)
-		if v == 0 {
-			return b
-		}
-	}
-}
+func uleb(b []byte, v uint32) []byte { return wasmbin.AppendULEB(b, uint64(v)) }
 
 func name(b []byte, s string) []byte { return append(uleb(b, uint32(len(s))), s...) }
 
