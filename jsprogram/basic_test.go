@@ -34,7 +34,11 @@ return { triage, review };`)
 	if got["triage"] != `ticket-triage: [{"id":1},{"id":2}]` {
 		t.Fatalf("triage = %v", got["triage"])
 	}
-	t.Logf("%v", got)
+	// With outputSchema the call resolves to the structured value.
+	review, _ := got["review"].(map[string]any)
+	if review["agent"] != "ticket-review" || review["length"] != float64(19) {
+		t.Fatalf("review = %v", got["review"])
+	}
 }
 
 func TestSyntaxError(t *testing.T) {

@@ -172,7 +172,7 @@ func (i *instance) run(ctx context.Context) (int32, error) {
 		return 0, err
 	}
 	lim := i.c.lim
-	raw, _ := json.Marshal(activation{Kind: "workflow", Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
+	raw, _ := json.Marshal(activation{Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
 	if err := w.send(frameActivate, raw); err != nil {
 		e.pool.put(w, false)
 		return 0, fmt.Errorf("jsprogram: starting an activation: %w", err)

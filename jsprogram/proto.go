@@ -87,8 +87,6 @@ func i64(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v
 
 // activation is what a worker needs to run one start or resume.
 type activation struct {
-	// Kind is the kind of program: "workflow" (the workflow tool).
-	Kind string `json:"kind"`
 	// Seed seeds Math.random; the host draws it from the run's generator.
 	Seed []byte `json:"seed"`
 	// Now is the logical clock at the start, unix ns.
