@@ -30,9 +30,10 @@ type Engine interface {
 // probing an instance.
 type SourceEngine interface {
 	Engine
-	// Check refuses a compiled module a run could not start, with a
-	// *PluginError.
-	Check(ctx context.Context, cm CompiledModule, l Limits) error
+	// Check refuses, with a *PluginError, a compiled module a run could
+	// not start, or one that does not provide the tool its manifest
+	// describes.
+	Check(ctx context.Context, cm CompiledModule, m Manifest, l Limits) error
 }
 
 // CompiledModule is an immutable compiled module that spawns instances.

@@ -207,7 +207,7 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 		return Plugin{}, err
 	}
 	if isSource {
-		err = se.Check(ctx, cm, limits)
+		err = se.Check(ctx, cm, m, limits)
 	} else {
 		err = probe(ctx, cm, limits)
 	}

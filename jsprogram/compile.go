@@ -32,7 +32,7 @@ func compileBody(js string) (*goja.Program, *WorkflowProgramError) {
 	src := bodyPrefix + js + "\n})"
 	prg, err := parser.ParseFile(nil, fileName, src, 0, parseOptions...)
 	if err != nil {
-		return nil, syntaxError(err)
+		return nil, syntaxError(err, bodyPosition)
 	}
 	if len(prg.Body) != 1 {
 		return nil, notABody(prg, src, 1)
@@ -47,7 +47,7 @@ func compileBody(js string) (*goja.Program, *WorkflowProgramError) {
 	}
 	p, err := goja.CompileAST(prg, false)
 	if err != nil {
-		return nil, syntaxError(err)
+		return nil, syntaxError(err, bodyPosition)
 	}
 	return p, nil
 }
@@ -73,7 +73,9 @@ func bodyPosition(line, col int) (int, int) {
 	return line, col
 }
 
-func syntaxError(err error) *WorkflowProgramError {
+// syntaxError describes a parse or compile error, with its position
+// mapped by at.
+func syntaxError(err error, at func(line, col int) (int, int)) *WorkflowProgramError {
 	e := &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError"}
 	var pe *parser.Error
 	switch x := err.(type) {
@@ -87,7 +89,7 @@ func syntaxError(err error) *WorkflowProgramError {
 		e.Message = "SyntaxError: " + x.Message
 		if x.File != nil {
 			p := x.File.Position(x.Offset)
-			e.Line, e.Column = bodyPosition(p.Line, p.Column)
+			e.Line, e.Column = at(p.Line, p.Column)
 		}
 		return e
 	}
@@ -95,7 +97,7 @@ func syntaxError(err error) *WorkflowProgramError {
 		e.Message = "SyntaxError: " + err.Error()
 		return e
 	}
-	e.Line, e.Column = bodyPosition(pe.Position.Line, pe.Position.Column)
+	e.Line, e.Column = at(pe.Position.Line, pe.Position.Column)
 	e.Message = fmt.Sprintf("SyntaxError: %s (line %d, column %d)", pe.Message, e.Line, e.Column)
 	return e
 }

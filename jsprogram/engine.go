@@ -107,15 +107,18 @@ type toolConfig struct {
 // toolKind is toolConfig.Sandflow for the workflow tool.
 const toolKind = "workflow-tool"
 
-// Compile implements host.Engine: module is a workflow tool's
-// configuration, {"sandflow": "workflow-tool", "maxSubagents": n}.
+// Compile implements host.Engine. A module is either a workflow tool's
+// configuration, {"sandflow": "workflow-tool", "maxSubagents": n}, or an
+// authored tool's script (no JSON object with a "sandflow" member is also
+// a script that runs). A script is only checked for size and encoding
+// here: parsing and running it is for workers (see Check).
 func (e *Engine) Compile(_ context.Context, module []byte) (host.CompiledModule, error) {
 	var c toolConfig
-	if err := json.Unmarshal(module, &c); err != nil {
-		return nil, &host.PluginError{Reason: "bad_program", Detail: "a goja module is a JSON tool configuration: " + err.Error()}
+	if json.Unmarshal(module, &c) != nil || c.Sandflow == "" {
+		return e.compileScript(module)
 	}
 	if c.Sandflow != toolKind {
-		return nil, &host.PluginError{Reason: "bad_program", Detail: fmt.Sprintf("a goja module's \"sandflow\" must be %q, not %q", toolKind, c.Sandflow)}
+		return nil, &host.PluginError{Reason: "bad_program", Detail: fmt.Sprintf("a goja tool configuration's \"sandflow\" must be %q, not %q", toolKind, c.Sandflow)}
 	}
 	lim := e.lim
 	if c.MaxSubagents != nil {
@@ -127,12 +130,26 @@ func (e *Engine) Compile(_ context.Context, module []byte) (host.CompiledModule,
 	return &compiled{e: e, lim: lim}, nil
 }
 
-// Check implements host.SourceEngine; Compile checked everything.
-func (e *Engine) Check(context.Context, host.CompiledModule, host.Limits) error { return nil }
+// Check implements host.SourceEngine. A workflow tool was checked by
+// Compile. A script is run in a worker as far as its definition, which
+// must be the tool the manifest describes.
+func (e *Engine) Check(ctx context.Context, cm host.CompiledModule, m host.Manifest, _ host.Limits) error {
+	c, ok := cm.(*compiled)
+	if !ok || c.source == "" {
+		return nil
+	}
+	def, err := e.define(ctx, c.source)
+	if err != nil {
+		return err
+	}
+	return def.matches(m)
+}
 
 type compiled struct {
 	e   *Engine
 	lim Limits
+	// source is an authored tool's script; empty for the workflow tool.
+	source string
 }
 
 func (c *compiled) Close(context.Context) error { return nil }
@@ -160,19 +177,38 @@ func (i *instance) Call(ctx context.Context, export string) (int32, error) {
 	case abi.VersionExport:
 		return abi.Version, nil
 	case abi.RunExport:
-		return i.run(ctx)
+		if i.c.source != "" {
+			return i.run(ctx, kindTool)
+		}
+		return i.run(ctx, kindProgram)
+	case abi.StepExport:
+		if i.c.source != "" {
+			return i.run(ctx, kindStep)
+		}
 	}
-	return 0, &host.GuestError{Message: fmt.Sprintf("a workflow program has no export %s", export)}
+	return 0, &host.GuestError{Message: fmt.Sprintf("a JavaScript tool has no export %s", export)}
 }
 
-func (i *instance) run(ctx context.Context) (int32, error) {
+func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	e := i.c.e
 	w, err := e.pool.get(ctx)
 	if err != nil {
 		return 0, err
 	}
 	lim := i.c.lim
-	raw, _ := json.Marshal(activation{Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
+	if kind != kindProgram && i.cfg.CPULimit > 0 {
+		// An authored tool's JavaScript time is its plugin's CPU limit.
+		lim.JSTime = min(lim.JSTime, i.cfg.CPULimit)
+	}
+	if kind == kindStep {
+		// A step attempt draws fresh randomness, as a WebAssembly step
+		// instance does.
+		if _, err := io.ReadFull(i.cfg.Random, i.seed); err != nil {
+			e.pool.put(w, true)
+			return 0, fmt.Errorf("jsprogram: seeding: %w", err)
+		}
+	}
+	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
 	if err := w.send(frameActivate, raw); err != nil {
 		e.pool.put(w, false)
 		return 0, fmt.Errorf("jsprogram: starting an activation: %w", err)

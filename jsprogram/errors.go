@@ -52,6 +52,12 @@ const (
 	// ctx.agent call, so it can never continue.
 	CodeNeverSettles = "program_never_settles"
 
+	// CodeNoDefinition: a tool script never called defineWorkflowTool.
+	CodeNoDefinition = "no_definition"
+	// CodeTooManyPending: an authored tool waits on more operations at
+	// once than an await can name.
+	CodeTooManyPending = "too_many_pending"
+
 	// Codes of WorkflowProgramAgentError besides abi.AgentErr ones.
 
 	// CodeInvalidCall: ctx.agent was called with bad arguments.

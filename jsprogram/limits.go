@@ -7,6 +7,8 @@ import "time"
 type Limits struct {
 	// SourceBytes bounds the program's source (256 KiB).
 	SourceBytes int `json:"sourceBytes"`
+	// ScriptBytes bounds an authored tool's script (4 MiB).
+	ScriptBytes int `json:"scriptBytes"`
 	// ValueBytes bounds the return value and each ctx.agent input, as
 	// JSON (1 MiB).
 	ValueBytes int `json:"valueBytes"`
@@ -34,6 +36,7 @@ type Limits struct {
 // DefaultLimits are the spec's limits.
 var DefaultLimits = Limits{
 	SourceBytes:  256 << 10,
+	ScriptBytes:  4 << 20,
 	ValueBytes:   1 << 20,
 	ValueDepth:   1000,
 	ReplyBytes:   4 << 20,
@@ -56,6 +59,7 @@ func (l Limits) withDefaults() Limits {
 		}
 	}
 	set(&l.SourceBytes, d.SourceBytes)
+	set(&l.ScriptBytes, d.ScriptBytes)
 	set(&l.ValueBytes, d.ValueBytes)
 	set(&l.ValueDepth, d.ValueDepth)
 	set(&l.ReplyBytes, d.ReplyBytes)

@@ -87,6 +87,11 @@ func i64(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v
 
 // activation is what a worker needs to run one start or resume.
 type activation struct {
+	// Kind is what to run: a workflow tool's program (""), or an authored
+	// tool's workflow activation, step attempt or definition.
+	Kind string `json:"kind,omitempty"`
+	// Source is an authored tool's script.
+	Source string `json:"source,omitempty"`
 	// Seed seeds Math.random; the host draws it from the run's generator.
 	Seed []byte `json:"seed"`
 	// Now is the logical clock at the start, unix ns.
@@ -98,7 +103,9 @@ type activation struct {
 type doneMsg struct {
 	// Status is "completed" (the program issued complete), "aborted" (the
 	// parent sent 'K', or an op failed) or "failed" (a limit the worker
-	// caught; Error says which).
+	// caught; Error says which), or "defined".
 	Status string                `json:"status"`
 	Error  *WorkflowProgramError `json:"error,omitempty"`
+	// Definition answers a define activation (status "defined").
+	Definition *Definition `json:"definition,omitempty"`
 }

@@ -96,10 +96,13 @@ type programCache struct {
 	max   int
 	order []string
 	m     map[string]*goja.Program
+
+	scriptOrder []string
+	scripts     map[string]*script
 }
 
 func newProgramCache(n int) *programCache {
-	return &programCache{max: n, m: map[string]*goja.Program{}}
+	return &programCache{max: n, m: map[string]*goja.Program{}, scripts: map[string]*script{}}
 }
 
 func (c *programCache) get(js string) (*goja.Program, *WorkflowProgramError) {
@@ -161,6 +164,11 @@ type session struct {
 	pending []*call
 	written int
 
+	// An authored tool's prelude, and the futures of its ops not yet
+	// delivered.
+	tool *goja.Object
+	futs []*fut
+
 	mu      sync.Mutex
 	running bool
 	since   time.Time
@@ -182,7 +190,27 @@ func (s *session) run() (d doneMsg) {
 			d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the JavaScript engine failed: %v", x)}}
 		}
 	}()
-	err := s.activate()
+	var err error
+	switch s.act.Kind {
+	case kindProgram:
+		err = s.activate()
+	case kindTool:
+		err = s.runTool()
+	case kindStep:
+		err = s.runStep()
+	case kindDefine:
+		var def *Definition
+		var perr *WorkflowProgramError
+		def, perr, err = s.define()
+		if err == nil {
+			if perr != nil {
+				return doneMsg{Status: "failed", Error: perr}
+			}
+			return doneMsg{Status: "defined", Definition: def}
+		}
+	default:
+		err = fmt.Errorf("jsprogram worker: unknown activation kind %q", s.act.Kind)
+	}
 	var hit *limitHit
 	switch {
 	case err == nil:
@@ -509,7 +537,11 @@ func (s *session) setup() error {
 	vm.SetMaxCallStackSize(s.lim.StackDepth)
 	rng := rand.New(rand.NewChaCha8([32]byte(pad32(s.act.Seed))))
 	vm.SetRandSource(rng.Float64)
-	vm.SetTimeSource(func() time.Time { return time.Unix(0, s.now).UTC() })
+	if s.act.Kind == kindStep {
+		vm.SetTimeSource(stepNow)
+	} else {
+		vm.SetTimeSource(func() time.Time { return time.Unix(0, s.now).UTC() })
+	}
 	s.mu.Lock()
 	s.vm = vm
 	s.mu.Unlock()

@@ -1,0 +1,442 @@
+// The prelude of an authored tool script, run after shim.js: the globals a
+// script uses (defineWorkflowTool, sleep, createHook, createWebhook,
+// getWorkflowMetadata, FatalError, RetryableError, Response) and the
+// driver of its entry point. Like shim.js it keeps its own references to
+// the built-ins it uses.
+//
+// mode is "workflow" (a start or resume of a run), "step" (one step
+// attempt) or "define" (reading the tool's definition at registration).
+// Ops are issued through host.future (ops that make a future: a promise)
+// and host.call (ops answered at once: the value's JSON text).
+(function (host, base, mode, ops) {
+  "use strict";
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const keys = Object.keys;
+  const isArray = Array.isArray;
+  const apply = Reflect.apply;
+  const then = Promise.prototype.then;
+  const PromiseCtor = Promise;
+  const promiseResolve = Promise.resolve.bind(Promise);
+  const promiseReject = Promise.reject.bind(Promise);
+  const StringCtor = String;
+  const NumberCtor = Number;
+  const isFinite = Number.isFinite;
+  const DateCtor = Date;
+  const dateGetTime = Date.prototype.getTime;
+  // shim.js has replaced the global Function; the prototype is the same.
+  const fnToString = Object.getPrototypeOf(function () {}).toString;
+  const regexpExec = RegExp.prototype.exec;
+  const arrayFrom = Array.from;
+  const asyncIterator = Symbol.asyncIterator;
+
+  const lock = (obj, name, value) =>
+    defineProperty(obj, name, { value, writable: false, enumerable: false, configurable: false });
+  const setField = (obj, name, value) =>
+    defineProperty(obj, name, { value, writable: true, enumerable: true, configurable: true });
+
+  // The errors of the Workflow SDK.
+  class FatalError extends Error {
+    constructor(message) {
+      super(message);
+      defineProperty(this, "name", { value: "FatalError", writable: true, configurable: true });
+      setField(this, "fatal", true);
+    }
+  }
+  class RetryableError extends Error {
+    constructor(message, options) {
+      super(message);
+      defineProperty(this, "name", { value: "RetryableError", writable: true, configurable: true });
+      if (options !== undefined && options !== null && options.retryAfter !== undefined) {
+        setField(this, "retryAfter", options.retryAfter);
+      }
+    }
+  }
+
+  // A Response for createWebhook's respondWith and request.respondWith:
+  // a status, headers and a text body.
+  class Response {
+    constructor(body, init) {
+      const i = init === undefined || init === null ? {} : init;
+      setField(this, "status", i.status === undefined ? 200 : NumberCtor(i.status));
+      const h = {};
+      if (i.headers !== undefined && i.headers !== null) {
+        const ks = keys(i.headers);
+        for (let k = 0; k < ks.length; k++) h[ks[k]] = StringCtor(i.headers[ks[k]]);
+      }
+      setField(this, "headers", h);
+      setField(this, "body", body === undefined || body === null ? "" : typeof body === "string" ? body : base.encode(body, "the response body")[0] || "");
+    }
+  }
+
+  // toError turns an error object from the host into an Error of the
+  // matching class.
+  function toError(eo) {
+    if (eo === null || typeof eo !== "object") return new Error(StringCtor(eo));
+    const message = typeof eo.message === "string" ? eo.message : "";
+    let e;
+    if (eo.type === "FatalError") e = new FatalError(message);
+    else if (eo.type === "RetryableError") e = new RetryableError(message);
+    else {
+      e = new Error(message);
+      if (typeof eo.type === "string" && eo.type !== "") {
+        defineProperty(e, "name", { value: eo.type, writable: true, configurable: true });
+      }
+    }
+    setField(e, "type", typeof eo.type === "string" ? eo.type : "Error");
+    if (eo.details !== undefined) setField(e, "details", eo.details);
+    return e;
+  }
+
+  // toObject is the error object a thrown value becomes: as a step's
+  // failure, or the run's.
+  function toObject(v) {
+    const d = base.describe(v);
+    let type = d[0] === "" ? "Error" : d[0];
+    let message = d[1];
+    if (d[0] === "" && d[1] === "") message = d[4] === "" ? "a value that cannot be shown" : d[4];
+    const eo = { type, message };
+    if (v !== null && typeof v === "object") {
+      let retryAfter;
+      try {
+        retryAfter = v.retryAfter;
+      } catch (e) {}
+      if (type === "RetryableError" && retryAfter !== undefined) {
+        const ms = retryAfterMs(retryAfter);
+        if (ms > 0) eo.retryAfterMs = ms;
+      }
+      if (type === "RetryableError") eo.retryable = true;
+    }
+    if (d[2] !== "") eo.stack = d[2];
+    return eo;
+  }
+
+  // Durations: a number of milliseconds, or text such as "1h", "30 min",
+  // "2.5 days".
+  const units = {
+    ms: 1, msec: 1, msecs: 1, millisecond: 1, milliseconds: 1,
+    s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
+    m: 60000, min: 60000, mins: 60000, minute: 60000, minutes: 60000,
+    h: 3600000, hr: 3600000, hrs: 3600000, hour: 3600000, hours: 3600000,
+    d: 86400000, day: 86400000, days: 86400000,
+    w: 604800000, week: 604800000, weeks: 604800000,
+    y: 31557600000, yr: 31557600000, yrs: 31557600000, year: 31557600000, years: 31557600000,
+  };
+  const durationRE = /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$/i;
+  function durationMs(d, what) {
+    if (typeof d === "number") {
+      if (!isFinite(d) || d < 0) throw new TypeError(what + ": a duration must be a finite number of milliseconds, 0 or more, not " + d);
+      return d;
+    }
+    if (typeof d === "string") {
+      const m = apply(regexpExec, durationRE, [d]);
+      const unit = m === null ? undefined : m[2] === "" ? 1 : units[m[2].toLowerCase()];
+      if (unit === undefined) {
+        throw new TypeError(what + ': "' + d + '" is not a duration such as "30s", "10 min", "1h" or "2 days"');
+      }
+      return NumberCtor(m[1]) * unit;
+    }
+    throw new TypeError(what + ": a duration is a number of milliseconds or a string such as \"1h\", not " + (d === null ? "null" : typeof d));
+  }
+  function retryAfterMs(v) {
+    if (v instanceof DateCtor) return apply(dateGetTime, v, []) - DateCtor.now();
+    try {
+      return durationMs(v, "retryAfter");
+    } catch (e) {
+      return 0;
+    }
+  }
+
+  // payload encodes an op's payload, throwing a TypeError when it is not
+  // JSON.
+  function payload(v, what) {
+    const enc = base.encode(v, what);
+    if (enc[0] === undefined) throw new TypeError(enc[2]);
+    return enc[0];
+  }
+
+  // future issues an op that makes a future; rejections become errors.
+  function future(kind, name, body) {
+    return apply(then, host.future(kind, name, body), [undefined, (eo) => { throw toError(eo); }]);
+  }
+
+  const inWorkflow = (what) => {
+    if (mode !== "workflow") {
+      throw new Error(what + " can be called only in the workflow body" + (mode === "step" ? ", not in a step" : ", not while the script loads"));
+    }
+  };
+
+  // sleep(duration | Date): a durable timer; resolves to undefined.
+  function sleep(d) {
+    inWorkflow("sleep");
+    let req;
+    if (d instanceof DateCtor) {
+      const t = apply(dateGetTime, d, []);
+      if (!isFinite(t)) throw new TypeError("sleep: the Date is invalid");
+      req = { until: t };
+    } else {
+      req = { ms: Math.floor(durationMs(d, "sleep")) };
+    }
+    return apply(then, future(ops.sleep, "", payload(req, "sleep")), [() => undefined]);
+  }
+
+  function checkOptions(what, o, allowed) {
+    if (o === undefined) return {};
+    if (o === null || typeof o !== "object" || isArray(o)) throw new TypeError(what + ": the options must be an object");
+    const ks = keys(o);
+    for (let i = 0; i < ks.length; i++) {
+      if (allowed.indexOf(ks[i]) < 0) throw new TypeError(what + ': unknown option "' + ks[i] + '"; the options are ' + allowed.join(", "));
+    }
+    return o;
+  }
+
+  function makeHook(id, created, receive) {
+    let disposed = false;
+    const next = () => future(ops.hookNext, "", payload({ hook: id }, "hook"));
+    const hook = {
+      token: created.token,
+      then(onFulfilled, onRejected) {
+        return apply(then, apply(then, next(), [receive]), [onFulfilled, onRejected]);
+      },
+      getConflict() {
+        return promiseResolve(created.conflict === undefined ? null : created.conflict);
+      },
+      dispose() {
+        if (disposed) return;
+        disposed = true;
+        host.call(ops.hookDispose, "", payload({ hook: id }, "hook"));
+      },
+      [asyncIterator]() {
+        return {
+          next: () => apply(then, apply(then, next(), [receive]), [(value) => ({ value, done: false })]),
+          return: () => {
+            hook.dispose();
+            return promiseResolve({ value: undefined, done: true });
+          },
+        };
+      },
+    };
+    if (typeof Symbol.dispose === "symbol") hook[Symbol.dispose] = hook.dispose;
+    return hook;
+  }
+
+  // createHook({ token?, metadata? }): payloads sent to the token, in order.
+  function createHook(options) {
+    inWorkflow("createHook");
+    const o = checkOptions("createHook", options, ["token", "metadata"]);
+    if (o.token !== undefined && (typeof o.token !== "string" || o.token === "")) {
+      throw new TypeError("createHook: token must be a non-empty string");
+    }
+    const req = {};
+    if (o.token !== undefined) req.token = o.token;
+    if (o.metadata !== undefined) req.metadata = o.metadata;
+    const r = host.call(ops.hookCreate, "", payload(req, "createHook"));
+    return makeHook(r[0], base.parse(r[1]), (v) => v);
+  }
+
+  function httpResponse(r, what) {
+    if (r === null || typeof r !== "object") throw new TypeError(what + ": a response is a Response or { status, headers?, body? }");
+    const out = { status: r.status === undefined ? 200 : NumberCtor(r.status) };
+    if (r.headers !== undefined && r.headers !== null) {
+      const h = {};
+      const ks = keys(r.headers);
+      for (let k = 0; k < ks.length; k++) h[ks[k]] = StringCtor(r.headers[ks[k]]);
+      out.headers = h;
+    }
+    if (r.body !== undefined && r.body !== null && r.body !== "") {
+      out.body = typeof r.body === "string" ? r.body : payload(r.body, what + " body");
+    }
+    return out;
+  }
+
+  // createWebhook({ respondWith? }): a hook whose URL receives HTTP
+  // requests; with respondWith "manual", answer each with
+  // request.respondWith(response).
+  function createWebhook(options) {
+    inWorkflow("createWebhook");
+    const o = checkOptions("createWebhook", options, ["respondWith"]);
+    const spec = {};
+    if (o.respondWith === "manual") spec.manual = true;
+    else if (o.respondWith !== undefined) spec.respondWith = httpResponse(o.respondWith, "createWebhook respondWith");
+    const r = host.call(ops.hookCreate, "", payload({ webhook: spec }, "createWebhook"));
+    const id = r[0];
+    const created = base.parse(r[1]);
+    const receive = (req) => {
+      const body = req.body === undefined ? "" : req.body;
+      const request = {
+        method: req.method,
+        url: req.url,
+        headers: req.headers === undefined ? {} : req.headers,
+        body,
+        bodyEncoding: req.bodyEncoding,
+        text() {
+          return promiseResolve(body);
+        },
+        json() {
+          try {
+            return promiseResolve(base.parse(body));
+          } catch (e) {
+            return promiseReject(e);
+          }
+        },
+        respondWith(response) {
+          if (!spec.manual) throw new Error("respondWith: this webhook answers by itself; create it with respondWith: \"manual\"");
+          const res = httpResponse(response, "respondWith");
+          res.hook = id;
+          res.request = req.index;
+          host.call(ops.webhookRespond, "", payload(res, "respondWith"));
+        },
+      };
+      return freeze(request);
+    };
+    const hook = makeHook(id, created, receive);
+    hook.url = created.url;
+    return hook;
+  }
+
+  // getStepMetadata(): the attempt a step runs in.
+  let stepInfo;
+  function getStepMetadata() {
+    if (stepInfo === undefined) throw new Error("getStepMetadata can be called only in a step");
+    return stepInfo;
+  }
+
+  function getWorkflowMetadata() {
+    return base.parse(host.call(ops.metadata, "", "")[1]);
+  }
+
+  // The steps' stand-in in the workflow body: each call of a "use step"
+  // function becomes a step op; the step runs in a step attempt.
+  function step(name, fn, args) {
+    const req = { input: arrayFrom(args) };
+    const policy = retryPolicy(name, fn);
+    if (policy !== undefined) req.retry = policy;
+    return future(ops.step, name, payload(req, "the input of step " + name));
+  }
+  function retryPolicy(name, fn) {
+    const r = fn.retry;
+    const n = fn.maxRetries;
+    if (r === undefined && n === undefined) return undefined;
+    const p = {};
+    if (r !== undefined) {
+      if (r === null || typeof r !== "object") throw new TypeError(name + ".retry must be an object { maxAttempts?, initialBackoffMs?, maxBackoffMs?, backoffFactor? }");
+      const ks = ["maxAttempts", "initialBackoffMs", "maxBackoffMs", "backoffFactor"];
+      for (let i = 0; i < ks.length; i++) if (r[ks[i]] !== undefined) p[ks[i]] = NumberCtor(r[ks[i]]);
+    }
+    if (n !== undefined) {
+      if (typeof n !== "number" || !(n >= 0) || n !== Math.floor(n)) throw new TypeError(name + ".maxRetries must be an integer, 0 or more");
+      p.maxAttempts = n + 1;
+    }
+    return p;
+  }
+
+  // ctx.ask(request): a question to a person; resolves to the answer.
+  function ask(request, options) {
+    inWorkflow("ctx.ask");
+    const o = checkOptions("ctx.ask", options, ["signal"]);
+    if (o.signal !== undefined) {
+      throw new TypeError("ctx.ask: the signal option is not supported by this host yet (a question is withdrawn when its run ends)");
+    }
+    if (request === null || typeof request !== "object" || isArray(request)) {
+      throw new TypeError("ctx.ask: the request must be an object { prompt, title?, display?, options?, allowFreeform? }");
+    }
+    return future(ops.ask, "", payload(request, "ctx.ask"));
+  }
+
+  // ctx.agent(name).send(message, { outputSchema? }): one turn with a new
+  // session of the named agent; response.result() resolves when it ends.
+  function agent(name, options) {
+    inWorkflow("ctx.agent");
+    if (typeof name !== "string" || name === "") throw new TypeError("ctx.agent: the first argument must be an agent name");
+    checkOptions("ctx.agent(\"" + name + "\")", options, []);
+    let sent = false;
+    return freeze({
+      name,
+      send(message, sendOptions) {
+        const so = checkOptions("send", sendOptions, ["outputSchema"]);
+        if (sent) {
+          return promiseReject(new Error("send: this host opens a new session per turn, so a session takes one message; call ctx.agent again"));
+        }
+        if (typeof message !== "string") return promiseReject(new TypeError("send: the message must be a string"));
+        sent = true;
+        const req = so.outputSchema === undefined ? { message } : { message, outputSchema: so.outputSchema };
+        let turn;
+        try {
+          turn = future(ops.agent, name, payload(req, "send"));
+        } catch (e) {
+          return promiseReject(e);
+        }
+        return promiseResolve(freeze({ result: () => turn }));
+      },
+    });
+  }
+
+  // The tool's definition, from defineWorkflowTool.
+  let definition;
+  const entries = ["execute", "task", "serve"];
+  function defineWorkflowTool(def) {
+    if (definition !== undefined) throw new Error("defineWorkflowTool: a script defines one tool; it was called twice");
+    if (def === null || typeof def !== "object") throw new TypeError("defineWorkflowTool: the definition must be an object");
+    checkOptions("defineWorkflowTool", def, ["description", "inputSchema", "execute", "task", "serve"]);
+    if (typeof def.description !== "string" || def.description === "") {
+      throw new TypeError("defineWorkflowTool: description must be a non-empty string");
+    }
+    if (def.inputSchema === null || typeof def.inputSchema !== "object" || isArray(def.inputSchema)) {
+      throw new TypeError("defineWorkflowTool: inputSchema must be a JSON Schema object");
+    }
+    const found = [];
+    for (let i = 0; i < entries.length; i++) if (def[entries[i]] !== undefined) found.push(entries[i]);
+    if (found.length !== 1) {
+      throw new TypeError("defineWorkflowTool: define exactly one entry point, execute, task or serve; found " + (found.length === 0 ? "none" : found.join(" and ")));
+    }
+    const entry = found[0];
+    const fn = def[entry];
+    if (typeof fn !== "function") throw new TypeError("defineWorkflowTool: " + entry + " must be a function");
+    if (!host.isWorkflow(apply(fnToString, fn, []))) {
+      throw new SyntaxError("defineWorkflowTool: " + entry + ' must start with the "use workflow" directive');
+    }
+    definition = freeze({
+      description: def.description,
+      inputSchema: payload(def.inputSchema, "inputSchema"),
+      entry,
+      fn,
+    });
+    return definition;
+  }
+
+  // run calls the entry point. (goja has no async generators, so progress
+  // is ctx.progress(value), not yield.)
+  async function run(input, ctx) {
+    return await definition.fn(input, ctx);
+  }
+
+  // ctx.progress(value): a progress snapshot for the pending call, as the
+  // spec's yield; a body that returns nothing (or null) ends with the
+  // last one.
+  function progress(value) {
+    inWorkflow("ctx.progress");
+    host.call(ops.progress, "", payload(value === undefined ? null : value, "a progress value"));
+  }
+
+  lock(globalThis, "defineWorkflowTool", defineWorkflowTool);
+  lock(globalThis, "sleep", sleep);
+  lock(globalThis, "createHook", createHook);
+  lock(globalThis, "createWebhook", createWebhook);
+  lock(globalThis, "getWorkflowMetadata", getWorkflowMetadata);
+  lock(globalThis, "getStepMetadata", getStepMetadata);
+  lock(globalThis, "FatalError", FatalError);
+  lock(globalThis, "RetryableError", RetryableError);
+  lock(globalThis, "Response", Response);
+  lock(globalThis, "__sandflow", freeze({ step: mode === "workflow" ? step : undefined }));
+
+  return {
+    definition: () => definition,
+    ctx: (toolName, callId) => freeze({ toolName, callId, ask, agent, progress }),
+    run,
+    setStep(info) {
+      stepInfo = freeze(info);
+    },
+    toObject,
+    toError,
+  };
+})

@@ -1,0 +1,566 @@
+package jsprogram
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/dop251/goja"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+//go:embed toolshim.js
+var toolShimSource string
+
+var toolShimProgram = goja.MustCompile("toolshim.js", toolShimSource, true)
+
+// Kinds of activation (activation.Kind).
+const (
+	kindProgram = ""         // a workflow tool's program: the source is the input's js
+	kindTool    = "workflow" // a start or resume of an authored tool's run
+	kindStep    = "step"     // one step attempt of an authored tool
+	kindDefine  = "define"   // read an authored tool's definition
+)
+
+// Definition is what a tool script defines with defineWorkflowTool.
+type Definition struct {
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+	// Entry is execute, task or serve.
+	Entry string `json:"entry"`
+	// Steps are the script's "use step" functions, in source order.
+	Steps []string `json:"steps,omitempty"`
+}
+
+// fut is a future an authored tool's op made, not yet delivered to the VM.
+type fut struct {
+	pos             uint32
+	resolve, reject func(any) error
+	settled, ok     bool
+	raw             []byte
+}
+
+// maxPending bounds the futures a run waits on at once (an await's limit).
+const maxPending = 4096
+
+// scripts caches compiled tool scripts by the hash of their source.
+func (c *programCache) script(src string) (*script, *WorkflowProgramError) {
+	sum := sha256.Sum256([]byte(src))
+	key := "script:" + string(sum[:])
+	if s := c.scripts[key]; s != nil {
+		return s, nil
+	}
+	s, perr := compileScript(src)
+	if perr != nil {
+		return nil, perr
+	}
+	if len(c.scriptOrder) >= c.max {
+		delete(c.scripts, c.scriptOrder[0])
+		c.scriptOrder = c.scriptOrder[1:]
+	}
+	c.scriptOrder = append(c.scriptOrder, key)
+	c.scripts[key] = s
+	return s, nil
+}
+
+// loadScript compiles and runs a tool script in a fresh VM with the tool
+// prelude for mode. A failure is the error object the activation ends
+// with (perr), or an error from the VM or the host (err).
+func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error) {
+	sc, perr := s.cache.script(s.act.Source)
+	if perr != nil {
+		return nil, perr, nil
+	}
+	if err := s.setup(); err != nil {
+		return nil, nil, err
+	}
+	fv, err := s.vm.RunProgram(toolShimProgram)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jsprogram worker: tool prelude: %w", err)
+	}
+	fn, _ := goja.AssertFunction(fv)
+	host := s.vm.NewObject()
+	_ = host.Set("future", s.hostFuture)
+	_ = host.Set("call", s.hostCall)
+	_ = host.Set("isWorkflow", func(text string) bool { return hasDirective(text, "use workflow") })
+	ops := s.vm.NewObject()
+	for name, k := range map[string]abi.OpKind{
+		"sleep": abi.OpSleep, "ask": abi.OpAsk, "step": abi.OpStep, "agent": abi.OpAgent, "progress": abi.OpProgress,
+		"hookCreate": abi.OpHookCreate, "hookNext": abi.OpHookNext, "hookDispose": abi.OpHookDispose,
+		"webhookRespond": abi.OpWebhookRespond, "metadata": abi.OpMetadata,
+	} {
+		_ = ops.Set(name, int(k))
+	}
+	tv, err := fn(goja.Undefined(), host, s.shim, s.vm.ToValue(mode), ops)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jsprogram worker: tool prelude: %w", err)
+	}
+	s.tool = tv.ToObject(s.vm)
+	if _, err := s.vm.RunProgram(sc.prg); err != nil {
+		return nil, nil, err
+	}
+	if goja.IsUndefined(s.callTool("definition")) {
+		return nil, &WorkflowProgramError{Code: CodeNoDefinition, Message: "the script never called defineWorkflowTool({ description, inputSchema, execute | task | serve })"}, nil
+	}
+	return sc, nil, nil
+}
+
+// callTool calls a function of the tool prelude that cannot throw.
+func (s *session) callTool(name string, args ...goja.Value) goja.Value {
+	f, _ := goja.AssertFunction(s.tool.Get(name))
+	v, err := f(goja.Undefined(), args...)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// define runs a script far enough to read its definition.
+func (s *session) define() (*Definition, *WorkflowProgramError, error) {
+	sc, perr, err := s.loadScript(kindDefine)
+	if perr != nil || err != nil {
+		if err != nil {
+			perr, err = s.loadFailure(err)
+		}
+		return nil, perr, err
+	}
+	d := s.callTool("definition").ToObject(s.vm)
+	return &Definition{
+		Description: d.Get("description").String(),
+		InputSchema: json.RawMessage(d.Get("inputSchema").String()),
+		Entry:       d.Get("entry").String(),
+		Steps:       sc.steps,
+	}, nil, nil
+}
+
+// loadFailure turns an error from running a script's top level into the
+// error the script is refused with, or returns an interrupt as is.
+func (s *session) loadFailure(err error) (*WorkflowProgramError, error) {
+	var ie *goja.InterruptedError
+	if errors.As(err, &ie) {
+		return nil, s.fail(err)
+	}
+	var so *goja.StackOverflowError
+	if errors.As(err, &so) {
+		return &WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
+			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)}, nil
+	}
+	var ex *goja.Exception
+	if errors.As(err, &ex) {
+		eo := s.toolError(ex.Value())
+		var d toolErrorDetails
+		_ = json.Unmarshal(eo.Details, &d)
+		return &WorkflowProgramError{Code: CodeUncaught, Name: eo.Type, Message: "Uncaught " + eo.Type + ": " + eo.Message + " (while the script loads)",
+			Line: d.Line, Column: d.Column, Stack: d.Stack}, nil
+	}
+	return nil, err
+}
+
+// toolErrorDetails are the details of an error object a tool's uncaught
+// error becomes.
+type toolErrorDetails struct {
+	Stack  string `json:"stack,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+}
+
+var scriptStackPos = regexp.MustCompile(regexp.QuoteMeta(scriptName) + `:(\d+):(\d+)`)
+
+// toolError is the error object a value thrown by a tool's code becomes:
+// its name as the type (FatalError, RetryableError, TypeError, ...), its
+// message, and its stack.
+func (s *session) toolError(v goja.Value) *abi.ErrorObject {
+	ov, err := func() (ov goja.Value, err error) {
+		defer func() {
+			if x := recover(); x != nil {
+				err = fmt.Errorf("%v", x)
+			}
+		}()
+		return s.callTool("toObject", v), nil
+	}()
+	if err != nil {
+		return &abi.ErrorObject{Type: "Error", Message: "a value that cannot be shown"}
+	}
+	var raw struct {
+		abi.ErrorObject
+		Stack string `json:"stack"`
+	}
+	enc := s.shim.Get("encode")
+	encf, _ := goja.AssertFunction(enc)
+	r, err := encf(goja.Undefined(), ov, s.vm.ToValue("an error"))
+	if err == nil {
+		if js := r.ToObject(s.vm).Get("0"); js != nil && !goja.IsUndefined(js) {
+			_ = json.Unmarshal([]byte(js.String()), &raw)
+		}
+	}
+	eo := raw.ErrorObject
+	eo.Type, eo.Message = clip(eo.Type, 200), clip(eo.Message, maxMessage)
+	if eo.Type == "" {
+		eo.Type = "Error"
+	}
+	if raw.Stack != "" {
+		d := toolErrorDetails{Stack: clip(raw.Stack, maxStack)}
+		if m := scriptStackPos.FindStringSubmatch(d.Stack); m != nil {
+			d.Line, _ = strconv.Atoi(m[1])
+			d.Column, _ = strconv.Atoi(m[2])
+		}
+		eo.Details, _ = json.Marshal(d)
+	}
+	return &eo
+}
+
+// finish reports an authored tool's outcome with op (complete or
+// step_complete).
+func (s *session) finish(op abi.OpKind, result []byte, eo *abi.ErrorObject) error {
+	var payload []byte
+	if eo != nil {
+		payload, _ = json.Marshal(map[string]any{"error": eo})
+	} else {
+		payload = append(append([]byte(`{"result":`), result...), '}')
+	}
+	body, err := s.op(op, "", payload)
+	if err != nil {
+		return err
+	}
+	if st := status(body); st != abi.StatusOK {
+		var refused abi.ErrorObject
+		_ = json.Unmarshal(body[abi.BodyHeaderSize:], &refused)
+		if eo == nil || len(eo.Details) > 0 || len(eo.Message) > 1000 {
+			// A result over the host's limit, or an error too big to
+			// keep: end with a small error that says so.
+			small := &abi.ErrorObject{Type: abi.ErrTypeTooLarge, Message: "the host refused the outcome: " + clip(refused.Message, 1000)}
+			if eo != nil {
+				small = &abi.ErrorObject{Type: eo.Type, Message: clip(eo.Message, 1000)}
+			}
+			return s.finish(op, nil, small)
+		}
+		return fmt.Errorf("the host refused the tool's error: %s", refused.Message)
+	}
+	return nil
+}
+
+// runFailure turns an error from the VM while a tool runs into its
+// outcome: a thrown value becomes the error object the run or step ends
+// with; a limit or an abort ends the activation.
+func (s *session) runFailure(op abi.OpKind, err error) error {
+	var ex *goja.Exception
+	var so *goja.StackOverflowError
+	switch {
+	case errors.As(err, &so):
+		return s.finish(op, nil, (&WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
+			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)}).Object())
+	case errors.As(err, &ex):
+		return s.finish(op, nil, s.toolError(ex.Value()))
+	}
+	return s.fail(err)
+}
+
+// encodeResult encodes a tool's result within the limits, or says why it
+// cannot be.
+func (s *session) encodeResult(v goja.Value, what string) ([]byte, *abi.ErrorObject, error) {
+	enc, _ := goja.AssertFunction(s.shim.Get("encode"))
+	r, err := enc(goja.Undefined(), v, s.vm.ToValue(what))
+	if err != nil {
+		return nil, nil, err
+	}
+	arr := r.ToObject(s.vm)
+	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
+		out := js.String()
+		if len(out) > s.lim.ValueBytes {
+			return nil, (&WorkflowProgramError{Code: CodeOutputTooLarge,
+				Message: fmt.Sprintf("%s is %d bytes as JSON; the limit is %d bytes", what, len(out), s.lim.ValueBytes)}).Object(), nil
+		}
+		if d := jsonDepth(out); d > s.lim.ValueDepth {
+			return nil, (&WorkflowProgramError{Code: CodeOutputTooDeep,
+				Message: fmt.Sprintf("%s nests %d levels deep as JSON; the limit is %d", what, d, s.lim.ValueDepth)}).Object(), nil
+		}
+		return []byte(out), nil, nil
+	}
+	code := CodeNotSerializable
+	if arr.Get("1").String() == "too_deep" {
+		code = CodeOutputTooDeep
+	}
+	return nil, (&WorkflowProgramError{Code: code, Message: arr.Get("2").String()}).Object(), nil
+}
+
+// runTool is a start or resume of an authored tool's run: load the
+// script, call its entry point with the input, and drive it until it
+// settles, waiting for whichever of its futures settles first.
+func (s *session) runTool() error {
+	_, perr, err := s.loadScript(kindTool)
+	if err != nil {
+		if perr, err = s.loadFailure(err); err != nil {
+			return err
+		}
+	}
+	if perr != nil {
+		return s.finish(abi.OpComplete, nil, perr.Object())
+	}
+	body, err := s.op(abi.OpInput, "", nil)
+	if err != nil {
+		return err
+	}
+	if status(body) != abi.StatusOK {
+		return fmt.Errorf("jsprogram worker: the host refused the input op: %s", refusal(body))
+	}
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	input, err := parse(goja.Undefined(), s.vm.ToValue(string(body[abi.BodyHeaderSize:])))
+	if err != nil {
+		return err
+	}
+	var meta abi.Metadata
+	if body, err = s.op(abi.OpMetadata, "", nil); err != nil {
+		return err
+	}
+	_ = json.Unmarshal(body[abi.BodyHeaderSize:], &meta)
+	ctx := s.callTool("ctx", s.vm.ToValue(meta.WorkflowName), s.vm.ToValue(meta.WorkflowRunID))
+	runFn, _ := goja.AssertFunction(s.tool.Get("run"))
+	ret, err := runFn(goja.Undefined(), input, ctx)
+	if err != nil {
+		return s.runFailure(abi.OpComplete, err)
+	}
+	p := ret.Export().(*goja.Promise)
+	flush, _ := goja.AssertFunction(s.shim.Get("flush"))
+	for p.State() == goja.PromiseStatePending {
+		if len(s.futs) == 0 {
+			return s.finish(abi.OpComplete, nil, (&WorkflowProgramError{Code: CodeNeverSettles,
+				Message: "the workflow waits for something that never happens: only steps, sleeps, questions, hooks, webhooks and agent turns settle, and none is pending (a promise nothing resolves, say)"}).Object())
+		}
+		if len(s.futs) > maxPending {
+			return s.finish(abi.OpComplete, nil, (&WorkflowProgramError{Code: CodeTooManyPending,
+				Message: fmt.Sprintf("the workflow waits on %d operations at once; the limit is %d", len(s.futs), maxPending)}).Object())
+		}
+		if err := s.awaitAny(); err != nil {
+			return err
+		}
+		// Deliver what settled in the order the ops were made, one per
+		// turn, until the body settles.
+		// Ops the body makes meanwhile come after the batch's.
+		batch := s.futs
+		s.futs = nil
+		var rest []*fut
+		for _, f := range batch {
+			if !f.settled || p.State() != goja.PromiseStatePending {
+				rest = append(rest, f)
+				continue
+			}
+			if err := s.deliverFut(f); err != nil {
+				return s.runFailure(abi.OpComplete, err)
+			}
+			if _, err := flush(goja.Undefined()); err != nil {
+				return s.runFailure(abi.OpComplete, err)
+			}
+		}
+		s.futs = append(rest, s.futs...)
+	}
+	if p.State() == goja.PromiseStateRejected {
+		return s.finish(abi.OpComplete, nil, s.toolError(p.Result()))
+	}
+	out, eo, err := s.encodeResult(p.Result(), "the result")
+	if err != nil {
+		return s.runFailure(abi.OpComplete, err)
+	}
+	return s.finish(abi.OpComplete, out, eo)
+}
+
+// awaitAny waits, blocking, until at least one pending future settles,
+// and marks every one the host says has.
+func (s *session) awaitAny() error {
+	payload := u32(uint32(abi.AwaitAny | abi.AwaitBlock))
+	byPos := make(map[uint32]*fut, len(s.futs))
+	for _, f := range s.futs {
+		payload = binary.LittleEndian.AppendUint32(payload, f.pos)
+		byPos[f.pos] = f
+	}
+	body, err := s.op(abi.OpAwait, "", payload)
+	if err != nil {
+		return err
+	}
+	if st := status(body); st != abi.StatusOK {
+		return fmt.Errorf("jsprogram worker: await answered %d: %s", st, refusal(body))
+	}
+	rest := body[abi.BodyHeaderSize:]
+	for len(rest) >= 12 {
+		pos := binary.LittleEndian.Uint32(rest)
+		state := binary.LittleEndian.Uint32(rest[4:])
+		n := binary.LittleEndian.Uint32(rest[8:])
+		if uint64(len(rest)-12) < uint64(n) {
+			break
+		}
+		if f := byPos[pos]; f != nil {
+			f.settled, f.ok, f.raw = true, state == uint32(abi.FutureFulfilled), rest[12:12+n]
+		}
+		rest = rest[12+n:]
+	}
+	return nil
+}
+
+// deliverFut settles a future's promise with its value or error object,
+// parsed inside the VM.
+func (s *session) deliverFut(f *fut) error {
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	raw := f.raw
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	v, err := parse(goja.Undefined(), s.vm.ToValue(string(raw)))
+	if err != nil {
+		return err
+	}
+	if f.ok {
+		return f.resolve(v)
+	}
+	return f.reject(v)
+}
+
+// hostFuture is host.future(kind, name, payload): it issues an op that
+// makes a future and returns its promise.
+func (s *session) hostFuture(fc goja.FunctionCall) goja.Value {
+	body := s.hostOp(fc)
+	st := status(body)
+	p, res, rej := s.vm.NewPromise()
+	f := &fut{pos: binary.LittleEndian.Uint32(body[4:]), resolve: res, reject: rej}
+	if st == abi.StatusPending {
+		s.futs = append(s.futs, f)
+	} else {
+		f.settled, f.ok, f.raw = true, st == abi.StatusOK, body[abi.BodyHeaderSize:]
+		if err := s.deliverFut(f); err != nil {
+			panic(err)
+		}
+	}
+	return s.vm.ToValue(p)
+}
+
+// hostCall is host.call(kind, name, payload): an op answered at once. It
+// returns [future, the value's JSON text].
+func (s *session) hostCall(fc goja.FunctionCall) goja.Value {
+	body := s.hostOp(fc)
+	if status(body) != abi.StatusOK {
+		s.throwRefusal(body)
+	}
+	return s.vm.ToValue([]any{binary.LittleEndian.Uint32(body[4:]), string(body[abi.BodyHeaderSize:])})
+}
+
+// hostOp issues the op of a host.future or host.call and throws the
+// host's refusal as an error.
+func (s *session) hostOp(fc goja.FunctionCall) []byte {
+	kind := abi.OpKind(fc.Argument(0).ToInteger())
+	if s.act.Kind != kindTool && !(s.act.Kind == kindStep && kind == abi.OpMetadata) {
+		panic(s.vm.NewTypeError("this operation is available only in the workflow body"))
+	}
+	name := fc.Argument(1).String()
+	body, err := s.op(kind, name, []byte(fc.Argument(2).String()))
+	if err != nil {
+		s.vm.Interrupt(err)
+		panic(s.vm.NewTypeError("the activation ended"))
+	}
+	switch status(body) {
+	case abi.StatusOK, abi.StatusPending, abi.StatusRejected:
+		return body
+	}
+	s.throwRefusal(body)
+	return nil
+}
+
+// throwRefusal throws the error object of a refused op as an Error.
+func (s *session) throwRefusal(body []byte) {
+	raw := body[abi.BodyHeaderSize:]
+	if len(raw) == 0 {
+		raw = []byte(fmt.Sprintf(`{"type":"Error","message":"the host refused the operation (status %d)"}`, status(body)))
+	}
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	eo, err := parse(goja.Undefined(), s.vm.ToValue(string(raw)))
+	if err != nil {
+		panic(err)
+	}
+	panic(s.callTool("toError", eo))
+}
+
+// runStep is one step attempt: load the script, call the step function
+// the host names with the recorded arguments, and report its outcome.
+func (s *session) runStep() error {
+	sc, perr, err := s.loadScript(kindStep)
+	if err != nil {
+		if perr, err = s.loadFailure(err); err != nil {
+			return err
+		}
+	}
+	if perr != nil {
+		return s.finish(abi.OpStepComplete, nil, perr.Object())
+	}
+	body, err := s.op(abi.OpStepInput, "", nil)
+	if err != nil {
+		return err
+	}
+	var in abi.StepInput
+	if status(body) != abi.StatusOK || json.Unmarshal(body[abi.BodyHeaderSize:], &in) != nil {
+		return fmt.Errorf("jsprogram worker: the host refused step_input: %s", refusal(body))
+	}
+	known := false
+	for _, n := range sc.steps {
+		known = known || n == in.Name
+	}
+	fn, ok := goja.AssertFunction(s.vm.Get(in.Name))
+	if !known || !ok {
+		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "FatalError",
+			Message: fmt.Sprintf("this script has no step %q (its steps are the top-level async functions that start with \"use step\")", in.Name)})
+	}
+	info, _ := json.Marshal(map[string]any{"stepName": in.Name, "stepId": in.StepID, "attempt": in.Attempt, "workflowRunId": in.RunID})
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	iv, err := parse(goja.Undefined(), s.vm.ToValue(string(info)))
+	if err != nil {
+		return err
+	}
+	s.callTool("setStep", iv)
+	input := in.Input
+	if len(input) == 0 {
+		input = json.RawMessage("[]")
+	}
+	args, err := parse(goja.Undefined(), s.vm.ToValue(string(input)))
+	if err != nil {
+		return err
+	}
+	var argv []goja.Value
+	if a, isArray := args.Export().([]any); isArray {
+		o := args.ToObject(s.vm)
+		for i := range a {
+			argv = append(argv, o.Get(strconv.Itoa(i)))
+		}
+	} else {
+		argv = []goja.Value{args}
+	}
+	ret, err := fn(goja.Undefined(), argv...)
+	if err != nil {
+		return s.runFailure(abi.OpStepComplete, err)
+	}
+	flush, _ := goja.AssertFunction(s.shim.Get("flush"))
+	if _, err := flush(goja.Undefined()); err != nil {
+		return s.runFailure(abi.OpStepComplete, err)
+	}
+	p, _ := ret.Export().(*goja.Promise)
+	switch {
+	case p == nil:
+		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "FatalError", Message: fmt.Sprintf("step %s did not return a promise", in.Name)})
+	case p.State() == goja.PromiseStatePending:
+		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "Error",
+			Message: fmt.Sprintf("step %s waits for something that never settles in a step (steps cannot sleep, ask or wait for hooks; the workflow body can)", in.Name)})
+	case p.State() == goja.PromiseStateRejected:
+		return s.finish(abi.OpStepComplete, nil, s.toolError(p.Result()))
+	}
+	out, eo, err := s.encodeResult(p.Result(), "the result of step "+in.Name)
+	if err != nil {
+		return s.runFailure(abi.OpStepComplete, err)
+	}
+	return s.finish(abi.OpStepComplete, out, eo)
+}
+
+// stepNow is the clock of a step attempt: real time, as for WebAssembly
+// step instances.
+func stepNow() time.Time { return time.Now().UTC() }
