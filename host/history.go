@@ -185,10 +185,29 @@ func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*Re
 			return nil, err
 		}
 	} else {
-		lp, err = h.adHocPlugin(ctx, wasm, hist.Run.Plugin)
+		lp, err = h.adHocPlugin(ctx, h.engine, wasm, hist.Run.Plugin)
 		if err != nil {
 			return nil, err
 		}
+	}
+	return h.checkReplay(ctx, rs, lp)
+}
+
+// CheckReplayOn is CheckReplay against a module for the named engine (one
+// of Options.Engines, or wazero or wasmtime): a JavaScript tool's script,
+// say, against the history of a WebAssembly guest's run.
+func (h *Host) CheckReplayOn(ctx context.Context, hist *History, module []byte, engine string) (*ReplayReport, error) {
+	rs, err := hist.state()
+	if err != nil {
+		return nil, err
+	}
+	eng, err := h.engineFor(ctx, engine)
+	if err != nil {
+		return nil, fmt.Errorf("engine %s is not available on this host: %w", engine, err)
+	}
+	lp, err := h.adHocPlugin(ctx, eng, module, hist.Run.Plugin)
+	if err != nil {
+		return nil, err
 	}
 	return h.checkReplay(ctx, rs, lp)
 }
@@ -201,13 +220,15 @@ func short(hash string) string {
 }
 
 // adHocPlugin compiles a module for a replay check without registering it.
-func (h *Host) adHocPlugin(ctx context.Context, wasm []byte, name string) (*loadedPlugin, error) {
-	if err := checkModuleLimits(wasm, h.limits); err != nil {
-		return nil, err
+func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name string) (*loadedPlugin, error) {
+	if _, isSource := eng.(SourceEngine); !isSource {
+		if err := checkModuleLimits(wasm, h.limits); err != nil {
+			return nil, err
+		}
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
-	cm, err := h.compile(ctx, h.engine, hash, wasm)
+	cm, err := h.compile(ctx, eng, hash, wasm)
 	if err != nil {
 		return nil, err
 	}
