@@ -56,7 +56,7 @@ func notABody(prg *ast.Program, src string, stmt int) *WorkflowProgramError {
 	e := &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError",
 		Message: "SyntaxError: the program must be the body of an async function; it closes the function early"}
 	if stmt < len(prg.Body) {
-		pos := prg.File.Position(int(prg.Body[stmt].Idx0()))
+		pos := prg.File.Position(int(prg.Body[stmt].Idx0()) - 1) // Idx is 1-based
 		e.Line, e.Column = bodyPosition(pos.Line, pos.Column)
 	}
 	return e

@@ -271,9 +271,9 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker sent frame %q", f.typ)})
 			}
 		case <-js.c:
-			return fail(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the program ran JavaScript for more than %s in one start or resume (stopped inside a built-in)", lim.JSTime)})
+			return fail(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the program ran JavaScript for more than %s in one %s (stopped inside a built-in)", lim.JSTime, activationNoun(kind))})
 		case <-total.C:
-			return fail(&WorkflowProgramError{Code: CodeTotalTime, Message: fmt.Sprintf("one start or resume took more than %s", lim.TotalTime)})
+			return fail(&WorkflowProgramError{Code: CodeTotalTime, Message: fmt.Sprintf("one %s took more than %s", activationNoun(kind), lim.TotalTime)})
 		case <-ctx.Done():
 			e.pool.put(w, false)
 			return 0, ctx.Err()

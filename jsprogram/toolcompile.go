@@ -28,7 +28,7 @@ type script struct {
 func compileScript(src string) (*script, *WorkflowProgramError) {
 	prg, err := parser.ParseFile(nil, scriptName, src, 0, parseOptions...)
 	if err != nil {
-		return nil, syntaxError(err, samePosition)
+		return nil, asyncGeneratorHint(syntaxError(err, samePosition), src)
 	}
 	type insert struct {
 		at   int
@@ -48,7 +48,7 @@ func compileScript(src string) (*script, *WorkflowProgramError) {
 			continue
 		}
 		name := fl.Name.Name.String()
-		pos := prg.File.Position(int(fl.Idx0()))
+		pos := prg.File.Position(int(fl.Name.Idx0()) - 1) // Idx is 1-based
 		if !fl.Async || fl.Generator {
 			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("SyntaxError: step %s must be an async function, not a generator or a plain function (line %d, column %d)", name, pos.Line, pos.Column)}
@@ -112,6 +112,24 @@ func stepDirective(src string, body *ast.BlockStatement) (int, bool) {
 		}
 	}
 	return end, found
+}
+
+// asyncGeneratorHint explains the parser's error at the star of an async
+// generator (the spec's progress form), which goja does not have.
+func asyncGeneratorHint(e *WorkflowProgramError, src string) *WorkflowProgramError {
+	if !strings.HasPrefix(e.Message, "SyntaxError: Unexpected token *") || e.Line < 1 {
+		return e
+	}
+	lines := strings.SplitN(src, "\n", e.Line+1)
+	if e.Line > len(lines) || e.Column < 1 || e.Column > len(lines[e.Line-1])+1 {
+		return e
+	}
+	// The parser reports the star, or the token after it.
+	before := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(lines[e.Line-1][:e.Column-1]), "*"))
+	if strings.HasSuffix(before, "async") || strings.HasSuffix(before, "function") {
+		e.Message += "; async generators are not supported here: report progress with ctx.progress(value) instead of yield"
+	}
+	return e
 }
 
 // samePosition maps a script's positions: they are the author's.

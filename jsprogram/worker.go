@@ -220,14 +220,25 @@ func (s *session) run() (d doneMsg) {
 	case errors.As(err, &hit):
 		e := &WorkflowProgramError{Code: hit.code}
 		if hit.code == CodeJSTime {
-			e.Message = fmt.Sprintf("the program ran JavaScript for more than %s in one start or resume", s.lim.JSTime)
+			e.Message = fmt.Sprintf("the program ran JavaScript for more than %s in one %s", s.lim.JSTime, activationNoun(s.act.Kind))
 		} else {
-			e.Message = fmt.Sprintf("one start or resume took more than %s (it ran %s)", s.lim.TotalTime, time.Since(start).Round(time.Millisecond))
+			e.Message = fmt.Sprintf("one %s took more than %s (it ran %s)", activationNoun(s.act.Kind), s.lim.TotalTime, time.Since(start).Round(time.Millisecond))
 		}
 		return doneMsg{Status: "failed", Error: e}
 	}
 	s.broken = true
 	return doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: err.Error()}}
+}
+
+// activationNoun names what an activation of kind runs, for messages.
+func activationNoun(kind string) string {
+	switch kind {
+	case kindStep:
+		return "step attempt"
+	case kindDefine:
+		return "load of the script"
+	}
+	return "start or resume"
 }
 
 // The JavaScript clock runs while the worker has the ball, and stops while
