@@ -209,6 +209,12 @@ func engineKind(e Engine) string {
 }
 
 // engineFor returns the engine of a kind, making it on first use.
+// EngineFor returns the host's engine of that name: one of
+// Options.Engines, or wazero or wasmtime (made on first use).
+func (h *Host) EngineFor(ctx context.Context, name string) (Engine, error) {
+	return h.engineFor(ctx, name)
+}
+
 func (h *Host) engineFor(ctx context.Context, kind string) (Engine, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

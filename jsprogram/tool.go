@@ -146,11 +146,30 @@ func (d *Definition) matches(m host.Manifest) error {
 }
 
 // RegisterTool registers the tool a script defines as the next version of
-// the plugin name, on a host that has this engine under EngineName.
-func RegisterTool(ctx context.Context, h *host.Host, e *Engine, name string, source []byte) (host.Plugin, error) {
+// the plugin name, on a host that has an Engine under EngineName
+// (host.Options.Engines).
+func RegisterTool(ctx context.Context, h *host.Host, name string, source []byte) (host.Plugin, error) {
+	he, err := h.EngineFor(ctx, EngineName)
+	if err != nil {
+		return host.Plugin{}, fmt.Errorf("%w: this host has no JavaScript engine: %v", host.ErrBadManifest, err)
+	}
+	e, ok := he.(*Engine)
+	if !ok {
+		return host.Plugin{}, fmt.Errorf("%w: this host's %s engine is not a jsprogram engine", host.ErrBadManifest, EngineName)
+	}
 	def, err := e.DefineTool(ctx, source)
 	if err != nil {
 		return host.Plugin{}, err
 	}
 	return h.AddPlugin(ctx, source, def.Manifest(name))
+}
+
+// IsScript reports whether a module is a script rather than WebAssembly or
+// a workflow tool's configuration.
+func IsScript(module []byte) bool {
+	if bytes.HasPrefix(module, []byte("\x00asm")) {
+		return false
+	}
+	var c toolConfig
+	return json.Unmarshal(module, &c) != nil || c.Sandflow == ""
 }

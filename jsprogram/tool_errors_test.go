@@ -46,7 +46,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 		{"serve", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" }, async serve() { "use workflow"; } });`, "entry \"serve\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := jsprogram.RegisterTool(ctx, f.h, f.eng, "bad", []byte(tc.src))
+			_, err := jsprogram.RegisterTool(ctx, f.h, "bad", []byte(tc.src))
 			var pe *host.PluginError
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)

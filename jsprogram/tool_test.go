@@ -25,7 +25,7 @@ func (f *fixture) addTool(name string) host.Plugin {
 
 func (f *fixture) addSource(name, src string) host.Plugin {
 	f.t.Helper()
-	p, err := jsprogram.RegisterTool(context.Background(), f.h, f.eng, name, []byte(src))
+	p, err := jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src))
 	if err != nil {
 		f.t.Fatalf("registering %s: %v", name, err)
 	}

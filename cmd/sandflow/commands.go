@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,23 +16,50 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
+func (a *app) printAdded(p host.Plugin) error {
+	if a.asJSON {
+		return a.printJSON(p)
+	}
+	fmt.Fprintf(a.out, "added %s version %d (module %s, %d bytes, entry %s)\n", p.Name, p.Version, p.ModuleHash[:12], p.Size, p.Manifest.Entry)
+	return nil
+}
+
 func pluginCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "plugin", Short: "Add and list plugins"}
-	var manifestPath string
+	var manifestPath, name string
 	add := &cobra.Command{
-		Use:   "add FILE.wasm --manifest MANIFEST.json",
-		Short: "Check, compile and register a plugin module as its tool's next version",
-		Args:  args(cobra.ExactArgs(1)),
+		Use:   "add FILE.wasm --manifest MANIFEST.json | FILE.js [--name NAME]",
+		Short: "Check, compile and register a plugin module (or a JavaScript tool script) as its tool's next version",
+		Long: "Registers a WebAssembly module with its manifest, or a JavaScript tool script: a script that calls\n" +
+			"defineWorkflowTool({ description, inputSchema, execute | task }). A script needs no manifest: its\n" +
+			"definition is read by running it, and the tool is named by --name or the file's name.",
+		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			if manifestPath == "" {
-				return &usageError{"--manifest is required"}
-			}
-			wasm, err := os.ReadFile(argv[0])
+			module, err := os.ReadFile(argv[0])
 			if err != nil {
 				return err
+			}
+			if manifestPath == "" && jsprogram.IsScript(module) {
+				if name == "" {
+					name = strings.TrimSuffix(filepath.Base(argv[0]), filepath.Ext(argv[0]))
+				}
+				return a.withHost(cmd.Context(), func(h *host.Host) error {
+					p, err := jsprogram.RegisterTool(cmd.Context(), h, name, module)
+					if err != nil {
+						return err
+					}
+					return a.printAdded(p)
+				})
+			}
+			if manifestPath == "" {
+				return &usageError{"--manifest is required for a WebAssembly module"}
+			}
+			if name != "" {
+				return &usageError{"--name is for JavaScript tools; a module's manifest names its tool"}
 			}
 			raw, err := os.ReadFile(manifestPath)
 			if err != nil {
@@ -42,18 +70,15 @@ func pluginCmd(a *app) *cobra.Command {
 				return err
 			}
 			return a.withHost(cmd.Context(), func(h *host.Host) error {
-				p, err := h.AddPlugin(cmd.Context(), wasm, m)
+				p, err := h.AddPlugin(cmd.Context(), module, m)
 				if err != nil {
 					return err
 				}
-				if a.asJSON {
-					return a.printJSON(p)
-				}
-				fmt.Fprintf(a.out, "added %s version %d (module %s, %d bytes, entry %s)\n", p.Name, p.Version, p.ModuleHash[:12], p.Size, p.Manifest.Entry)
-				return nil
+				return a.printAdded(p)
 			})
 		},
 	}
+	add.Flags().StringVar(&name, "name", "", "a JavaScript tool's name (default: the file's name without .js)")
 	add.Flags().StringVar(&manifestPath, "manifest", "", "the plugin's manifest (JSON)")
 	list := &cobra.Command{
 		Use:   "list",
@@ -485,7 +510,7 @@ func hooksCmd(a *app) *cobra.Command {
 func replayCmd(a *app) *cobra.Command {
 	var historyPath, pluginPath string
 	c := &cobra.Command{
-		Use:   "replay RUN | --history FILE [--plugin NEW.wasm]",
+		Use:   "replay RUN | --history FILE [--plugin NEW.wasm|NEW.js]",
 		Short: "Re-run a history against its plugin, or a new module, and report any divergence",
 		Long: `Replay re-runs a run's recorded history, read from the data directory or
 from an exported file, against the plugin version it ran on, or against
@@ -523,7 +548,12 @@ replays old histories). Nothing is recorded. Exits 4 on a divergence.`,
 				if err != nil {
 					return err
 				}
-				rep, err := h.CheckReplay(ctx, hist, wasm)
+				var rep *host.ReplayReport
+				if wasm != nil && jsprogram.IsScript(wasm) {
+					rep, err = h.CheckReplayOn(ctx, hist, wasm, jsprogram.EngineName)
+				} else {
+					rep, err = h.CheckReplay(ctx, hist, wasm)
+				}
 				if a.asJSON && rep != nil {
 					out := struct {
 						*host.ReplayReport

@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/store"
 )
 
 // The workflow tool from the command line: enable it with a budget, call
@@ -62,5 +66,56 @@ return { triage, review };`})
 	}
 	if failed.Error.Type != "WorkflowProgramError" || failed.Error.Details.Code != "max_subagents" || !strings.Contains(failed.Error.Message, "call 3") {
 		t.Fatalf("over budget: %s", out)
+	}
+}
+
+// An authored JavaScript tool from the command line: added from its
+// script alone (a second add is version 2), called, answered from another
+// process, and its history replayed against the script and against the
+// Go twin, which makes the same ops.
+func TestCLIJavaScriptTool(t *testing.T) {
+	c := newCLI(t)
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "examples", "js", "deploy.js")
+	if out := c.ok("plugin", "add", script); !strings.Contains(out, "added deploy version 1") || !strings.Contains(out, "entry execute") {
+		t.Fatalf("add: %s", out)
+	}
+	if out := c.ok("plugin", "add", script, "--name", "deploy"); !strings.Contains(out, "added deploy version 2") {
+		t.Fatalf("second add: %s", out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.js")
+	if err := os.WriteFile(bad, []byte("defineWorkflowTool({ description: 'x', inputSchema: { type: 'object' },\n  async execute() { return 1; } });"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if errs := c.expect(exitInvalid, "plugin", "add", bad); !strings.Contains(errs, `"use workflow"`) {
+		t.Errorf("a script without the directive: %s", errs)
+	}
+	ri := decode[host.RunInfo](t, c.ok("call", "deploy", "--input", `{"service":"api"}`, "--json"))
+	if ri.Status != store.StatusWaiting || len(ri.Waiting) != 1 || ri.Waiting[0].AskID == "" || ri.Version != 2 {
+		t.Fatalf("call: %+v", ri)
+	}
+	done := decode[host.RunInfo](t, c.ok("asks", "answer", ri.Waiting[0].AskID, "approve", "--json"))
+	if done.Status != store.StatusCompleted || !strings.Contains(compact(t, done.Result), `"deployed":true`) {
+		t.Fatalf("answer: %+v", done)
+	}
+	if out := c.ok("replay", ri.ID); !strings.Contains(out, "consistent") {
+		t.Errorf("replay:\n%s", out)
+	}
+	hist := filepath.Join(t.TempDir(), "run.history.zst")
+	c.ok("runs", "export", ri.ID, "-o", hist)
+	// The Go twin makes the same ops, so the script's history replays
+	// against it.
+	goWasm, err := guestbuild.Build(filepath.Join(root, "examples", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("replay", "--history", hist, "--plugin", goWasm); !strings.Contains(out, "consistent") {
+		t.Errorf("the script's history against the Go twin:\n%s", out)
+	}
+	if out := c.ok("replay", "--history", hist, "--plugin", script); !strings.Contains(out, "consistent") {
+		t.Errorf("the history against the script:\n%s", out)
 	}
 }

@@ -36,6 +36,18 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rawManifest := []byte(r.FormValue("manifest"))
+	if len(rawManifest) == 0 && len(r.MultipartForm.File["manifest"]) == 0 && jsprogram.IsScript(wasm) {
+		// A JavaScript tool script defines its own manifest.
+		name := r.FormValue("name")
+		if name == "" {
+			return badRequest("a JavaScript tool needs a \"name\" field (a WebAssembly module needs a manifest)")
+		}
+		p, err := jsprogram.RegisterTool(r.Context(), s.h, name, wasm)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusCreated, p)
+	}
 	if len(rawManifest) == 0 {
 		if rawManifest, err = formFile(r, "manifest", s.cfg.MaxBodyBytes); err != nil {
 			return err

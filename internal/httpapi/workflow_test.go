@@ -1,16 +1,20 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/store"
 )
 
 func TestMain(m *testing.M) {
@@ -58,5 +62,64 @@ func TestWorkflowToolOverHTTP(t *testing.T) {
 	_ = json.Unmarshal(call.Run.Result, &got)
 	if r.status != http.StatusOK || len(got) != 2 || got[0] != "triaged #1" || got[1] != "triaged #2" {
 		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+}
+
+// A JavaScript tool is uploaded like a module, with a name instead of a
+// manifest: its definition is its manifest. Uploading it again adds a
+// version; a script that defines no tool is refused with why.
+func TestJSToolUploadOverHTTP(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}}, nil)
+	script := repoFile(t, "examples/js/remind.js")
+	upload := func(token, name string, src []byte) reply {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		fw, _ := mw.CreateFormFile("module", "tool.js")
+		fw.Write(src)
+		if name != "" {
+			mw.WriteField("name", name)
+		}
+		mw.Close()
+		return e.do("POST", "/v1/plugins", token, &buf, mw.FormDataContentType())
+	}
+	if r := upload(apiToken, "remind", script); r.status != http.StatusForbidden && r.status != http.StatusUnauthorized {
+		t.Fatalf("upload with an API token: %d %s", r.status, r.body)
+	}
+	if r := upload(adminToken, "", script); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `needs a \"name\" field`) {
+		t.Fatalf("upload without a name: %d %s", r.status, r.body)
+	}
+	if r := upload(adminToken, "bad", []byte(`const x = 1;`)); r.status != http.StatusBadRequest || r.code(t) != "plugin_bad_program" || !strings.Contains(string(r.body), "never called defineWorkflowTool") {
+		t.Fatalf("a script with no tool: %d %s", r.status, r.body)
+	}
+	for v := 1; v <= 2; v++ {
+		r := upload(adminToken, "remind", script)
+		var p host.Plugin
+		r.json(t, &p)
+		if r.status != http.StatusCreated || p.Version != v || p.Manifest.Engine != jsprogram.EngineName || p.Manifest.Description != "Schedule a reminder." {
+			t.Fatalf("upload %d: %d %s", v, r.status, r.body)
+		}
+	}
+	r := e.post("/v1/tools/remind/calls?wait=30s", `{"note":"tea","delay":"0ms"}`)
+	var call struct {
+		Run host.RunInfo `json:"run"`
+	}
+	r.json(t, &call)
+	if call.Run.ID == "" {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for call.Run.Status != store.StatusCompleted && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		e.get("/v1/runs/" + call.Run.ID).json(t, &call.Run)
+	}
+	var res map[string]string
+	_ = json.Unmarshal(call.Run.Result, &res)
+	if call.Run.Status != store.StatusCompleted || res["reminder"] != "tea" || call.Run.Version != 2 {
+		t.Fatalf("run: %+v", call.Run)
 	}
 }
