@@ -115,7 +115,7 @@ func TestJSToolUploadOverHTTP(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for call.Run.Status != store.StatusCompleted && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		e.get("/v1/runs/" + call.Run.ID).json(t, &call.Run)
+		e.get("/v1/runs/"+call.Run.ID).json(t, &call.Run)
 	}
 	var res map[string]string
 	_ = json.Unmarshal(call.Run.Result, &res)
