@@ -219,3 +219,97 @@ func TestToolReplaysGoHistories(t *testing.T) {
 		})
 	}
 }
+
+// The rest of the workflow context: ctx.agent sessions (a reply, a
+// structured one, a failed turn as a status, not a throw), a manual
+// webhook answering its request, a hook awaited in a loop and disposed
+// (goja has no for await), and the run's metadata.
+func TestToolContext(t *testing.T) {
+	a := newAgents(func(turn host.AgentTurn) abi.AgentResult {
+		if turn.Agent == "echo" && turn.Message == "fail" {
+			return abi.AgentResult{Status: abi.AgentFailed, Error: &abi.AgentError{Code: abi.AgentErrFailed, Message: "the child gave up"}}
+		}
+		return echo(turn)
+	})
+	f := newFixture(t, jsprogram.Limits{}, a)
+	f.addSource("context", `defineWorkflowTool({ description: "context", inputSchema: { type: "object" },
+  async execute(input, ctx) {
+    "use workflow";
+    const meta = getWorkflowMetadata();
+    const triage = ctx.agent("ticket-triage");
+    const plain = await (await triage.send("#7")).result();
+    const structured = await (await ctx.agent("ticket-review").send("#7", { outputSchema: { type: "object" } })).result();
+    const failed = await (await ctx.agent("echo").send("fail")).result();
+    let second;
+    try { await triage.send("again"); } catch (e) { second = e.message; }
+
+    const hook = createHook({ token: "feed-" + meta.workflowRunId });
+    const seen = [];
+    for (;;) {
+      const item = await hook;
+      if (item.done) break;
+      seen.push(item.n);
+    }
+    hook.dispose();
+    const web = createWebhook({ respondWith: "manual" });
+    ctx.progress({ webhook: web.url });
+    const req = await web;
+    const body = await req.json();
+    req.respondWith(new Response(JSON.stringify({ got: body.n }), { status: 201, headers: { "content-type": "application/json" } }));
+    return { tool: ctx.toolName, run: ctx.callId === meta.workflowRunId, plain, structured, failed, second, seen, method: req.method };
+  } });`)
+	ctx := context.Background()
+	ri := f.call("context", `{}`)
+	waitsOn(t, ri, "hook")
+	for _, p := range []string{`{"n":1}`, `{"n":2}`, `{"done":true}`} {
+		if _, err := f.h.ResumeHook(ctx, "feed-"+ri.ID, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ri, _ = f.h.Drive(ctx, ri.ID)
+	waitsOn(t, ri, "webhook")
+	if _, err := f.h.ResumeHook(ctx, "feed-"+ri.ID, []byte(`{}`)); !errors.Is(err, host.ErrUnknownHook) {
+		t.Errorf("the hook was not disposed: %v", err)
+	}
+	w := ri.Waiting[0]
+	d, err := f.h.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: `{"n":5}`})
+	if err != nil || d.Response != nil {
+		t.Fatalf("delivery %+v %v: a manual webhook answers from the run", d, err)
+	}
+	ri, _ = f.h.Drive(ctx, ri.ID)
+	resp, err := f.h.WebhookResponse(ctx, ri.ID, d.Hook, d.Index)
+	if err != nil || resp == nil || resp.Status != 201 || resp.Body != `{"got":5}` || resp.Headers["content-type"] != "application/json" {
+		t.Errorf("the webhook's response: %+v %v", resp, err)
+	}
+	got := result[struct {
+		Tool, Second, Method string
+		Run                  bool
+		Plain, Failed        struct {
+			Status, Reply string
+			Error         *abi.AgentError
+		}
+		Structured struct {
+			Status string
+			Data   map[string]any
+		}
+		Seen []int
+	}](t, ri)
+	if got.Tool != "context" || !got.Run || got.Method != "POST" {
+		t.Errorf("context: %s", ri.Result)
+	}
+	if got.Plain.Status != "completed" || got.Plain.Reply != "ticket-triage: #7" || got.Structured.Data["agent"] != "ticket-review" {
+		t.Errorf("agent turns: %s", ri.Result)
+	}
+	if got.Failed.Status != "failed" || got.Failed.Error == nil || got.Failed.Error.Message != "the child gave up" {
+		t.Errorf("failed turn: %s", ri.Result)
+	}
+	if !strings.Contains(got.Second, "a session takes one message") {
+		t.Errorf("second send: %q", got.Second)
+	}
+	if len(got.Seen) != 2 || got.Seen[0] != 1 || got.Seen[1] != 2 {
+		t.Errorf("hook payloads: %v", got.Seen)
+	}
+	if total, distinct := a.turns(); total != 3 || distinct != 3 {
+		t.Errorf("%d turns over %d ids, want 3 sent once each across the replays", total, distinct)
+	}
+}
