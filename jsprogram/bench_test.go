@@ -124,3 +124,75 @@ func BenchmarkMemoryPerProgram(b *testing.B) {
 	b.ReportMetric(float64(st.RSSBytes)/float64(st.Workers), "worker-rss-bytes")
 	b.ReportMetric(float64(heap)/float64(b.N*waiting), "host-heap-bytes/waiting-run")
 }
+
+const benchTool = `defineWorkflowTool({ description: "bench", inputSchema: { type: "object" },
+  async execute({ steps }) {
+    "use workflow";
+    let n = 0;
+    for (let i = 0; i < steps; i++) n += await add(i);
+    return { n };
+  } });
+async function add(i) { "use step"; return i; }`
+
+// Start to result of an authored tool that returns at once: the script is
+// loaded and its entry point run in a warm worker, with the run's log
+// written (store sync on).
+func BenchmarkToolTrivial(b *testing.B) {
+	f := newFixture(b, jsprogram.Limits{}, nil)
+	f.addSource("bench", benchTool)
+	f.call("bench", `{"steps":0}`)
+	b.ResetTimer()
+	for b.Loop() {
+		if ri := f.call("bench", `{"steps":0}`); ri.Status != store.StatusCompleted {
+			b.Fatal(ri.Status, ri.Error)
+		}
+	}
+}
+
+// A tool with one step: two activations of the body and one step
+// attempt, each in a worker, and their commits.
+func BenchmarkToolOneStep(b *testing.B) {
+	f := newFixture(b, jsprogram.Limits{}, nil)
+	f.addSource("bench", benchTool)
+	f.call("bench", `{"steps":1}`)
+	b.ResetTimer()
+	for b.Loop() {
+		ri := f.call("bench", `{"steps":1}`)
+		if ri.Status != store.StatusCompleted {
+			ri, _ = f.h.Drive(context.Background(), ri.ID)
+		}
+		if ri.Status != store.StatusCompleted {
+			b.Fatal(ri.Status, ri.Error)
+		}
+	}
+}
+
+// Replay of an authored tool's run with 100 recorded steps (101
+// activations) from its history, in one worker activation.
+func BenchmarkToolReplay100Steps(b *testing.B) {
+	f := newFixture(b, jsprogram.Limits{}, nil)
+	f.addSource("bench", benchTool)
+	ri := f.call("bench", `{"steps":100}`)
+	for ri.Status == store.StatusWaiting || ri.Status == store.StatusRunning {
+		ri, _ = f.h.Drive(context.Background(), ri.ID)
+	}
+	if string(ri.Result) != `{"n":4950}` {
+		b.Fatal(ri.Status, ri.Error, string(ri.Result))
+	}
+	var buf bytes.Buffer
+	if err := f.h.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
+		b.Fatal(err)
+	}
+	raw := buf.Bytes()
+	b.ResetTimer()
+	for b.Loop() {
+		hist, err := host.ReadHistory(bytes.NewReader(raw))
+		if err != nil {
+			b.Fatal(err)
+		}
+		rep, err := f.h.CheckReplay(context.Background(), hist, nil)
+		if err != nil || rep.End != "completed" || rep.Ops != 101 {
+			b.Fatal(err, rep)
+		}
+	}
+}
