@@ -373,33 +373,17 @@ func (s *session) runTool() error {
 // awaitAny waits, blocking, until at least one pending future settles,
 // and marks every one the host says has.
 func (s *session) awaitAny() error {
-	payload := u32(uint32(abi.AwaitAny | abi.AwaitBlock))
+	positions := make([]uint32, len(s.futs))
 	byPos := make(map[uint32]*fut, len(s.futs))
-	for _, f := range s.futs {
-		payload = binary.LittleEndian.AppendUint32(payload, f.pos)
+	for i, f := range s.futs {
+		positions[i] = f.pos
 		byPos[f.pos] = f
 	}
-	body, err := s.op(abi.OpAwait, "", payload)
-	if err != nil {
-		return err
-	}
-	if st := status(body); st != abi.StatusOK {
-		return fmt.Errorf("jsprogram worker: await answered %d: %s", st, refusal(body))
-	}
-	rest := body[abi.BodyHeaderSize:]
-	for len(rest) >= 12 {
-		pos := binary.LittleEndian.Uint32(rest)
-		state := binary.LittleEndian.Uint32(rest[4:])
-		n := binary.LittleEndian.Uint32(rest[8:])
-		if uint64(len(rest)-12) < uint64(n) {
-			break
-		}
+	return s.awaitFutures(abi.AwaitAny, positions, func(pos uint32, ok bool, raw []byte) {
 		if f := byPos[pos]; f != nil {
-			f.settled, f.ok, f.raw = true, state == uint32(abi.FutureFulfilled), rest[12:12+n]
+			f.settled, f.ok, f.raw = true, ok, raw
 		}
-		rest = rest[12+n:]
-	}
-	return nil
+	})
 }
 
 // deliverFut settles a future's promise with its value or error object,

@@ -690,13 +690,28 @@ func (s *session) settle(c *call, fulfilled bool, raw []byte) {
 
 // awaitBatch waits, blocking, for every pending call that has not settled.
 func (s *session) awaitBatch() error {
-	payload := u32(uint32(abi.AwaitAll | abi.AwaitBlock))
+	var positions []uint32
 	byPos := map[uint32]*call{}
 	for _, c := range s.pending {
 		if !c.settled {
-			payload = binary.LittleEndian.AppendUint32(payload, c.pos)
+			positions = append(positions, c.pos)
 			byPos[c.pos] = c
 		}
+	}
+	return s.awaitFutures(abi.AwaitAll, positions, func(pos uint32, ok bool, raw []byte) {
+		if c := byPos[pos]; c != nil {
+			s.settle(c, ok, raw)
+		}
+	})
+}
+
+// awaitFutures waits, blocking, for the futures at positions (all of them,
+// or any), and calls settled for each one the host says has settled, with
+// its value or error object.
+func (s *session) awaitFutures(mode abi.AwaitMode, positions []uint32, settled func(pos uint32, ok bool, raw []byte)) error {
+	payload := u32(uint32(mode | abi.AwaitBlock))
+	for _, p := range positions {
+		payload = binary.LittleEndian.AppendUint32(payload, p)
 	}
 	body, err := s.op(abi.OpAwait, "", payload)
 	if err != nil {
@@ -713,9 +728,7 @@ func (s *session) awaitBatch() error {
 		if uint64(len(rest)-12) < uint64(n) {
 			break
 		}
-		if c := byPos[pos]; c != nil {
-			s.settle(c, state == 1, rest[12:12+n])
-		}
+		settled(pos, state == uint32(abi.FutureFulfilled), rest[12:12+n])
 		rest = rest[12+n:]
 	}
 	return nil
