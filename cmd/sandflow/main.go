@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
@@ -87,7 +88,7 @@ type app struct {
 	dataDir    string
 	engine     string
 	agentsPath string
-	agents     host.AgentBackend
+	agents     *agents.Backends
 	js         *jsprogram.Engine
 	asJSON     bool
 	out        io.Writer
@@ -104,14 +105,14 @@ func (a *app) open(ctx context.Context) (*host.Host, error) {
 func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error) {
 	o.EngineName = a.engine
 	if a.agentsPath != "" && a.agents == nil {
-		b, err := loadAgents(a.agentsPath)
+		b, err := loadAgents(ctx, a.agentsPath)
 		if err != nil {
 			return nil, err
 		}
 		a.agents = b
 	}
 	if a.agents != nil {
-		o.Agents = a.agents
+		o.Agents = a.agents.AgentBackend
 	}
 	// JavaScript programs run in workers: this binary, re-executed.
 	if a.js == nil {

@@ -97,6 +97,9 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 					logger.Info("no tokens given: using the ones in " + path)
 				}
 				cfg := httpapi.Config{MaxUploadBytes: maxUpload, Logger: logger}
+				if a.agents != nil {
+					cfg.ExternalAgents = a.agents.External
+				}
 				if apiToken != "" {
 					cfg.APITokens = []string{apiToken}
 				}

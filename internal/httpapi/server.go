@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/store"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	// WebhookTimeout is how long a manual webhook request waits for the
 	// run's answer (default 30 s).
 	WebhookTimeout time.Duration
+	// ExternalAgents, when set, serves its agent turns as work items
+	// under /v1/agent-turns, for a platform that runs its own agents.
+	ExternalAgents *agents.External
 	Logger         *slog.Logger
 }
 
@@ -150,6 +154,10 @@ func (s *Server) routes() {
 	api("POST /v1/asks/{id}/answer", roleAPI, s.answerAsk)
 	api("POST /v1/asks/{id}/withdraw", roleAPI, s.withdrawAsk)
 	api("POST /v1/hooks/{token}", roleAPI, s.resumeHook)
+	api("GET /v1/agent-turns", roleAPI, s.listAgentTurns)
+	api("POST /v1/agent-turns/{id}/claim", roleAPI, s.claimAgentTurn)
+	api("POST /v1/agent-turns/{id}/complete", roleAPI, s.completeAgentTurn)
+	api("POST /v1/agent-turns/{id}/fail", roleAPI, s.failAgentTurn)
 	s.mux.HandleFunc("/.well-known/workflow/v1/webhook/{token}", s.webhook)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/httpapi"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -115,11 +117,78 @@ func TestJSToolUploadOverHTTP(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for call.Run.Status != store.StatusCompleted && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		e.get("/v1/runs/"+call.Run.ID).json(t, &call.Run)
+		e.get("/v1/runs/"+call.Run.ID).json(t, &call)
 	}
 	var res map[string]string
 	_ = json.Unmarshal(call.Run.Result, &res)
 	if call.Run.Status != store.StatusCompleted || res["reminder"] != "tea" || call.Run.Version != 2 {
 		t.Fatalf("run: %+v", call.Run)
 	}
+}
+
+// External agents over HTTP: a run's turn appears as a work item; the
+// platform long-polls for it, claims it (a second worker is refused while
+// the lease holds), and completes it; the run goes on with the reply.
+func TestAgentTurnsOverHTTP(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	ext := agents.NewExternal([]host.AgentInfo{{Name: "researcher", Description: "run by the platform"}})
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}, Agents: ext}, &httpapi.Config{APITokens: []string{apiToken}, AdminTokens: []string{adminToken}, ExternalAgents: ext})
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{}`), "application/json"); r.status != http.StatusCreated {
+		t.Fatalf("enable: %d %s", r.status, r.body)
+	}
+	in, _ := json.Marshal(map[string]string{"js": `const r = await ctx.agent("researcher", { message: "find X", outputSchema: { type: "object" } }); return r;`})
+	var call struct {
+		Run host.RunInfo `json:"run"`
+	}
+	e.post("/v1/tools/workflow/calls", string(in)).json(t, &call)
+	var list struct{ Turns []agents.WorkItem }
+	e.get("/v1/agent-turns?agent=researcher&unclaimed=true&wait=20s").json(t, &list)
+	if len(list.Turns) != 1 || list.Turns[0].Message != "find X" || list.Turns[0].RunID != call.Run.ID || compactJSON(list.Turns[0].OutputSchema) != `{"type":"object"}` {
+		t.Fatalf("work items: %+v", list)
+	}
+	id := list.Turns[0].ID
+	if r := e.post("/v1/agent-turns/"+id+"/claim", `{"worker":"w1","leaseSeconds":60}`); r.status != http.StatusOK {
+		t.Fatalf("claim: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/agent-turns/"+id+"/claim", `{"worker":"w2"}`); r.status != http.StatusConflict || r.code(t) != "claimed" {
+		t.Errorf("second claim: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/agent-turns/"+id+"/claim", `{}`); r.status != http.StatusBadRequest {
+		t.Errorf("claim without a worker: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/agent-turns/"+id+"/complete", `{"worker":"w1","reply":"done","data":{"found":true}}`); r.status != http.StatusNoContent {
+		t.Fatalf("complete: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/agent-turns/"+id+"/fail", `{"message":"late"}`); r.status != http.StatusNotFound {
+		t.Errorf("failing a completed item: %d %s", r.status, r.body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !call.Run.Status.Terminal() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		e.get("/v1/runs/" + call.Run.ID).json(t, &call)
+	}
+	var res map[string]bool
+	_ = json.Unmarshal(call.Run.Result, &res)
+	if call.Run.Status != store.StatusCompleted || !res["found"] {
+		t.Fatalf("run: %+v", call.Run)
+	}
+	// With no work, a poll waits and returns an empty list.
+	start := time.Now()
+	r := e.get("/v1/agent-turns?wait=200ms")
+	r.json(t, &list)
+	if r.status != http.StatusOK || len(list.Turns) != 0 || time.Since(start) < 200*time.Millisecond {
+		t.Errorf("empty poll: %d %s after %s", r.status, r.body, time.Since(start))
+	}
+}
+
+func compactJSON(b []byte) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return string(b)
+	}
+	return buf.String()
 }

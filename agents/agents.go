@@ -1,0 +1,177 @@
+// Package agents provides backends for the agent turns runs make
+// (ctx.agent): scripted agents with canned or rule-based replies, for demos
+// and tests that run offline; an OpenAI-compatible chat-completions client;
+// external fulfilment, where turns become work items a platform claims and
+// completes; and Mux, which routes each turn to its agent's backend. An
+// application that embeds sandflow can also give the host a Go function
+// (host.AgentFunc).
+//
+// Load reads an agents file:
+//
+//	{"openai": {"baseURL": "https://api.example.com/v1", "model": "some-model", "apiKeyEnv": "OPENAI_API_KEY"},
+//	 "agents": [
+//	   {"name": "ticket-triage", "description": "sorts tickets", "reply": "triaged {message}"},
+//	   {"name": "reviewer", "kind": "openai", "instructions": "Review what you are sent."},
+//	   {"name": "researcher", "kind": "external", "description": "run by the platform"}]}
+//
+// An agent's kind is "scripted" (the default), "openai" or "external".
+// The file never holds a key: the OpenAI backend reads it from the
+// environment variable apiKeyEnv names.
+package agents
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+)
+
+// Mux routes each turn to the backend that has its agent.
+type Mux struct {
+	list   []host.AgentInfo
+	byName map[string]host.AgentBackend
+}
+
+var _ host.AgentBackend = (*Mux)(nil)
+
+// NewMux makes a Mux of backends; an agent name in two backends is an
+// error.
+func NewMux(ctx context.Context, backends ...host.AgentBackend) (*Mux, error) {
+	m := &Mux{byName: map[string]host.AgentBackend{}}
+	for _, b := range backends {
+		list, err := b.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range list {
+			if m.byName[a.Name] != nil {
+				return nil, fmt.Errorf("agent %q is listed twice", a.Name)
+			}
+			m.byName[a.Name] = b
+			m.list = append(m.list, a)
+		}
+	}
+	return m, nil
+}
+
+// Agents implements host.AgentBackend.
+func (m *Mux) Agents(context.Context) ([]host.AgentInfo, error) { return m.list, nil }
+
+// Turn implements host.AgentBackend.
+func (m *Mux) Turn(ctx context.Context, t host.AgentTurn) (abi.AgentResult, error) {
+	b := m.byName[t.Agent]
+	if b == nil {
+		return failed(abi.AgentErrUnavailable, "no agent is called %q", t.Agent), nil
+	}
+	return b.Turn(ctx, t)
+}
+
+// File is the content of an agents file.
+type File struct {
+	OpenAI *OpenAIConfig `json:"openai,omitempty"`
+	Agents []FileAgent   `json:"agents"`
+}
+
+// OpenAIConfig configures the OpenAI backend of an agents file.
+type OpenAIConfig struct {
+	BaseURL        string `json:"baseURL,omitempty"`
+	Model          string `json:"model,omitempty"`
+	APIKeyEnv      string `json:"apiKeyEnv,omitempty"`
+	TimeoutSeconds int    `json:"timeoutSeconds,omitempty"`
+	MaxRetries     int    `json:"maxRetries,omitempty"`
+}
+
+// FileAgent is one agent of an agents file. Kind picks its backend; the
+// other fields are those of that backend's agents.
+type FileAgent struct {
+	Kind string `json:"kind,omitempty"`
+	ScriptedAgent
+	Instructions string `json:"instructions,omitempty"`
+	Model        string `json:"model,omitempty"`
+}
+
+// Backends are what an agents file configures: the backend the host uses,
+// and the external backend (nil when no agent is external), which the HTTP
+// API serves work items from.
+type Backends struct {
+	host.AgentBackend
+	External *External
+}
+
+// Load reads an agents file.
+func Load(ctx context.Context, path string) (*Backends, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := Parse(ctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return b, nil
+}
+
+// Parse reads the content of an agents file.
+func Parse(ctx context.Context, raw []byte) (*Backends, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	var scripted []ScriptedAgent
+	var external []host.AgentInfo
+	var oa *OpenAI
+	for _, a := range f.Agents {
+		kind := a.Kind
+		if kind == "" {
+			kind = "scripted"
+		}
+		if kind != "scripted" && (a.Reply != "" || a.Data != nil || a.Fail != "" || a.DelayMs != 0 || len(a.Rules) > 0) {
+			return nil, fmt.Errorf("agent %s: reply, data, fail, delayMs and rules are for scripted agents, not %s ones", a.Name, kind)
+		}
+		if kind != "openai" && (a.Instructions != "" || a.Model != "") {
+			return nil, fmt.Errorf("agent %s: instructions and model are for openai agents, not %s ones", a.Name, kind)
+		}
+		switch kind {
+		case "scripted":
+			scripted = append(scripted, a.ScriptedAgent)
+		case "external":
+			external = append(external, host.AgentInfo{Name: a.Name, Description: a.Description})
+		case "openai":
+			if f.OpenAI == nil {
+				return nil, fmt.Errorf("agent %s is an openai agent, but the file has no \"openai\" settings", a.Name)
+			}
+			if oa == nil {
+				c := f.OpenAI
+				oa = &OpenAI{BaseURL: c.BaseURL, Model: c.Model, APIKeyEnv: c.APIKeyEnv,
+					Timeout: time.Duration(c.TimeoutSeconds) * time.Second, MaxRetries: c.MaxRetries}
+			}
+			oa.List = append(oa.List, OpenAIAgent{Name: a.Name, Description: a.Description, Instructions: a.Instructions, Model: a.Model})
+		default:
+			return nil, fmt.Errorf("agent %s: kind %q is not scripted, openai or external", a.Name, a.Kind)
+		}
+	}
+	s, err := NewScripted(scripted)
+	if err != nil {
+		return nil, err
+	}
+	backends := []host.AgentBackend{s}
+	out := &Backends{}
+	if oa != nil {
+		backends = append(backends, oa)
+	}
+	if len(external) > 0 {
+		out.External = NewExternal(external)
+		backends = append(backends, out.External)
+	}
+	if out.AgentBackend, err = NewMux(ctx, backends...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
