@@ -148,7 +148,10 @@ func TestOpenAIBackend(t *testing.T) {
 			},
 			`{"ok":"second time lucky"}`, 2},
 		{"timeout", "reviewer", `{ message: "x" }`,
-			func(int, map[string]any) (int, string) { time.Sleep(3 * time.Second); return 200, completion("too late") },
+			func(int, map[string]any) (int, string) {
+				time.Sleep(3 * time.Second)
+				return 200, completion("too late")
+			},
 			`{"code":"agent_timeout"`, 1},
 		{"unknown agent", "nobody", `{ message: "x" }`, nil, `{"code":"agent_unavailable"`, 0},
 	} {

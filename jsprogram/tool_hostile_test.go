@@ -154,7 +154,10 @@ func TestToolRandomAndDateReplay(t *testing.T) {
   } });
 async function rollStep() { "use step"; return { z: Math.random(), a: Date.now() }; }`)
 	ri := f.call("dice", `{}`)
-	waitUntil(t, "the step", func() bool { ri, _ = f.h.Run(context.Background(), ri.ID); return len(ri.Waiting) == 1 && ri.Waiting[0].Kind == "sleep" })
+	waitUntil(t, "the step", func() bool {
+		ri, _ = f.h.Run(context.Background(), ri.ID)
+		return len(ri.Waiting) == 1 && ri.Waiting[0].Kind == "sleep"
+	})
 	var progress struct {
 		R1 float64 `json:"r1"`
 		D1 int64   `json:"d1"`

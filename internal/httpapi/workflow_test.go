@@ -169,7 +169,7 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for !call.Run.Status.Terminal() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-		e.get("/v1/runs/" + call.Run.ID).json(t, &call)
+		e.get("/v1/runs/"+call.Run.ID).json(t, &call)
 	}
 	var res map[string]bool
 	_ = json.Unmarshal(call.Run.Result, &res)
