@@ -39,6 +39,8 @@ var (
 	bucketPlugins = []byte("plugins")
 	bucketModules = []byte("modules")
 	bucketMeta    = []byte("meta")
+	// bucketSessions holds the session layer's records, opaque here.
+	bucketSessions = []byte("sessions")
 )
 
 // schemaVersion is written on first open and checked on every open.
@@ -74,7 +76,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta} {
+		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -572,6 +574,46 @@ func (s *Bolt) Plugins(ctx context.Context) ([]Plugin, error) {
 				return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, k, err)
 			}
 			out = append(out, p)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PutSession implements Store.
+func (s *Bolt) PutSession(ctx context.Context, id string, data []byte) error {
+	if id == "" {
+		return fmt.Errorf("%w: a session needs an id", ErrSessionNotFound)
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSessions).Put([]byte(id), packValue(nil, data, s.threshold))
+	})
+}
+
+// Session implements Store.
+func (s *Bolt) Session(ctx context.Context, id string) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketSessions).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrSessionNotFound, id)
+		}
+		data, err := unpackValue(v)
+		if err != nil {
+			return fmt.Errorf("%w: session %s: %v", ErrCorrupt, id, err)
+		}
+		out = append([]byte(nil), data...) // v is only valid in the transaction
+		return nil
+	})
+	return out, err
+}
+
+// SessionIDs implements Store.
+func (s *Bolt) SessionIDs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSessions).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
 			return nil
 		})
 	})

@@ -21,6 +21,9 @@ var (
 	ErrHookTaken = errors.New("store: hook token held by another run")
 	// ErrHookNotFound is returned when no run holds the token.
 	ErrHookNotFound = errors.New("store: hook token not found")
+	// ErrSessionNotFound is returned for a session the store has no
+	// record of.
+	ErrSessionNotFound = errors.New("store: session not found")
 	// ErrPluginNotFound is returned when no plugin version matches.
 	ErrPluginNotFound = errors.New("store: plugin not found")
 	// ErrPluginInUse is returned by DeletePluginVersion when a run that has

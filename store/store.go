@@ -72,6 +72,14 @@ type Store interface {
 	// ErrPluginNotFound when there is no such version.
 	DeletePluginVersion(ctx context.Context, name string, version int) error
 
+	// PutSession stores the session layer's record of a session, which
+	// the store keeps opaque, replacing any earlier one.
+	PutSession(ctx context.Context, id string, data []byte) error
+	// Session returns a session's record, or ErrSessionNotFound.
+	Session(ctx context.Context, id string) ([]byte, error)
+	// SessionIDs lists the sessions, by id.
+	SessionIDs(ctx context.Context) ([]string, error)
+
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }

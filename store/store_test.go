@@ -719,3 +719,44 @@ func TestUnpackValueCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// Session records are stored opaque, compressed when large, survive a
+// reopen, and are listed by id.
+func TestSessions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Session(ctx, "s1"); !errors.Is(err, ErrSessionNotFound) {
+		t.Fatalf("missing session: %v", err)
+	}
+	big := []byte(`{"tasks":"` + strings.Repeat("x", 10000) + `"}`)
+	if err := s.PutSession(ctx, "s1", []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSession(ctx, "s2", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSession(ctx, "s1", []byte(`{"v":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSession(ctx, "", nil); err == nil {
+		t.Error("a session without an id was stored")
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Session(ctx, "s1"); err != nil || string(got) != `{"v":2}` {
+		t.Errorf("s1 = %s, %v", got, err)
+	}
+	if got, err := s.Session(ctx, "s2"); err != nil || !bytes.Equal(got, big) {
+		t.Errorf("s2: %d bytes, %v", len(got), err)
+	}
+	if ids, err := s.SessionIDs(ctx); err != nil || len(ids) != 2 || ids[0] != "s1" || ids[1] != "s2" {
+		t.Errorf("ids %v, %v", ids, err)
+	}
+}
