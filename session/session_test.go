@@ -1,0 +1,332 @@
+package session_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/agents"
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/session"
+	"github.com/sandflow/sandflow/store"
+)
+
+func TestMain(m *testing.M) {
+	jsprogram.MaybeWorker() // JavaScript tools run in re-executed test binaries
+	os.Exit(m.Run())
+}
+
+// fixture is a host with JavaScript tools and scripted agents, and a
+// session manager over it, on a store in a temp dir.
+type fixture struct {
+	t      *testing.T
+	dir    string
+	agents host.AgentBackend
+	eng    *jsprogram.Engine
+	h      *host.Host
+	m      *session.Manager
+}
+
+const agentsFile = `{"agents": [
+  {"name": "reviewer", "description": "reviews release notes", "reply": "reviewed",
+   "data": {"approved": true, "reason": "clear and complete"},
+   "rules": [{"contains": "TODO", "reply": "not ready", "data": {"approved": false, "reason": "the notes still say TODO"}}]},
+  {"name": "billing", "description": "answers billing questions", "reply": "billing: {message}"},
+  {"name": "support", "description": "answers everything else", "reply": "support: {message}"}]}`
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	b, err := agents.Parse(context.Background(), []byte(agentsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, dir: t.TempDir(), agents: b}
+	f.open()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	eng, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h, err := host.OpenDir(context.Background(), filepath.Join(f.dir, "data"), &host.Options{
+		Engines: map[string]host.Engine{jsprogram.EngineName: eng}, Agents: f.agents})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.eng, f.h, f.m = eng, h, session.NewManager(h)
+}
+
+func (f *fixture) close() {
+	if f.h != nil {
+		f.m.Close()
+		f.h.Close(context.Background())
+		f.eng.Close(context.Background())
+		f.h = nil
+	}
+}
+
+// restart closes everything and opens it again on the same data, and
+// recovers the runs.
+func (f *fixture) restart() {
+	f.close()
+	f.open()
+	if err := f.h.Recover(context.Background(), nil); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) add(name, src string) {
+	f.t.Helper()
+	if _, err := jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src)); err != nil {
+		f.t.Fatalf("registering %s: %v", name, err)
+	}
+}
+
+func (f *fixture) addExample(name string) {
+	f.t.Helper()
+	src, err := os.ReadFile("../examples/js/" + name + ".js")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.add(name, string(src))
+}
+
+func (f *fixture) session(id string) *session.Session {
+	f.t.Helper()
+	s, err := f.m.Open(context.Background(), id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func call(t *testing.T, s *session.Session, tool, input string, opts *session.CallOptions) session.CallResult {
+	t.Helper()
+	r, err := s.Call(context.Background(), tool, json.RawMessage(input), opts)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return r
+}
+
+var receipt = regexp.MustCompile(`^Started task (approve-deadline-[a-z0-9]{6})\. Its result will arrive in a <task_result> message\.$`)
+
+// The spec's deploy task: the receipt comes at once and the conversation
+// goes on; the [Tasks] note lists the task; once the person approves, the
+// result arrives once, as a <task_result> block, and survives a restart
+// on the way.
+func TestDeployTaskReceiptThenResult(t *testing.T) {
+	f := newFixture(t)
+	f.addExample("approve-deadline")
+	ctx := context.Background()
+	s := f.session("conv-1")
+	tools, err := s.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools {
+		names = append(names, tl.Name)
+	}
+	if strings.Join(names, ",") != "approve-deadline,task_wait,task_cancel" {
+		t.Errorf("tools %v", names)
+	}
+	start := time.Now()
+	r := call(t, s, "approve-deadline", `{"service":"api"}`, nil)
+	m := receipt.FindStringSubmatch(r.Text)
+	if r.Status != "started" || m == nil || m[1] != r.TaskID {
+		t.Fatalf("receipt %+v", r)
+	}
+	id := r.TaskID
+	t.Logf("receipt after %s: %s", time.Since(start).Round(time.Millisecond), r.Text)
+	if note, ok, err := s.Note(ctx); err != nil || !ok || note != "[Tasks]\n<tasks>\n<task id=\""+id+"\" tool=\"approve-deadline\" status=\"working\"/>\n</tasks>" {
+		t.Errorf("note %q %v %v", note, ok, err)
+	}
+	if _, ok, _ := s.Note(ctx); ok {
+		t.Error("a second note without a change")
+	}
+	if res, _ := s.Results(ctx); res != "" {
+		t.Errorf("a result before the approval: %s", res)
+	}
+	wt := call(t, s, session.TaskWaitTool, `{"timeoutSeconds": 1}`, nil)
+	if wt.Text != "No task settled within 1 seconds. 1 task is still working: "+id+"." {
+		t.Errorf("task_wait: %q", wt.Text)
+	}
+	// The question is open; the host restarts; the person approves.
+	var ask string
+	waitUntil(t, "the question", func() bool {
+		ri, _ := f.h.Run(ctx, id)
+		for _, w := range ri.Waiting {
+			if w.Kind == "ask" {
+				ask = w.AskID
+			}
+		}
+		return ask != ""
+	})
+	f.restart()
+	s = f.session("conv-1")
+	if _, err := f.h.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	wt = call(t, s, session.TaskWaitTool, `{}`, nil)
+	if wt.Text != id+" completed; its result follows." {
+		t.Errorf("task_wait: %q", wt.Text)
+	}
+	res, err := s.Results(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`<task_result id="%s" tool="approve-deadline" status="completed">{"deployed":true,"paged":false,"url":"https://api.deploys.invalid/releases/%s-4"}</task_result>`, id, id)
+	if res != want {
+		t.Errorf("results\n%s\nwant\n%s", res, want)
+	}
+	if res, _ := s.Results(ctx); res != "" {
+		t.Errorf("a result given twice: %s", res)
+	}
+	if ended, res, err := s.HoldTurn(ctx); !ended || res != "" || err != nil {
+		t.Errorf("the turn could not end: %v %q %v", ended, res, err)
+	}
+}
+
+// task_cancel stops a task, which never reports back; the texts are the
+// spec's; bad task ids and arguments are refused with their codes.
+func TestTaskCancelAndRefusals(t *testing.T) {
+	f := newFixture(t)
+	f.addExample("approve-deadline")
+	ctx := context.Background()
+	s := f.session("conv-2")
+	id := call(t, s, "approve-deadline", `{"service":"api"}`, nil).TaskID
+	if got := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil).Text; got != "Stopped "+id+"; it won't report back." {
+		t.Errorf("cancel: %q", got)
+	}
+	if got := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil).Text; got != id+" had no work to stop." {
+		t.Errorf("second cancel: %q", got)
+	}
+	waitUntil(t, "the run to end", func() bool { ri, _ := f.h.Run(ctx, id); return ri.Status == store.StatusCancelled })
+	if res, _ := s.Results(ctx); res != "" {
+		t.Errorf("cancelled work reported back: %s", res)
+	}
+	for _, tc := range []struct {
+		tool, input string
+		opts        *session.CallOptions
+		want        error
+		text        string
+	}{
+		{session.TaskCancelTool, `{"taskId":"approve-deadline-zzzzzz"}`, nil, session.ErrUnknownTask, "this session has no task approve-deadline-zzzzzz"},
+		{session.TaskCancelTool, `{}`, nil, session.ErrBadRequest, "task_cancel takes"},
+		{session.TaskWaitTool, `{"timeoutSeconds": 0}`, nil, session.ErrBadRequest, "at least 1"},
+		{session.TaskWaitTool, `{"timeoutSeconds": 1.5}`, nil, session.ErrBadRequest, "whole number"},
+		{session.TaskWaitTool, `{"seconds": 1}`, nil, session.ErrBadRequest, "unknown field"},
+		{"approve-deadline", `{"service":"x"}`, &session.CallOptions{TaskID: "approve-deadline-nope00"}, session.ErrUnknownTask, "no task approve-deadline-nope00"},
+		{"approve-deadline", `{"service":"x"}`, &session.CallOptions{TaskID: id}, session.ErrBadRequest, "is not resumable"},
+		{"nope", `{}`, nil, host.ErrUnknownTool, "nope"},
+	} {
+		_, err := s.Call(ctx, tc.tool, json.RawMessage(tc.input), tc.opts)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s %s: %v, want %v containing %q", tc.tool, tc.input, err, tc.want, tc.text)
+		}
+	}
+	if _, err := f.m.Open(ctx, "bad id!"); !errors.Is(err, session.ErrBadRequest) {
+		t.Errorf("bad session id: %v", err)
+	}
+}
+
+const waiter = `defineWorkflowTool({ description: "waits for its hook", inputSchema: { type: "object" },
+  async task({ n }) {
+    "use workflow";
+    const payload = await createHook({ token: "wait-" + n });
+    return payload;
+  } });`
+
+// A session runs at most 32 working tasks: the 33rd call is refused and
+// names them; once one settles, a call starts again. Results share one
+// budget, and what is over it is cut and marked.
+func TestWorkingTaskLimitAndResultBudget(t *testing.T) {
+	f := newFixture(t)
+	f.add("waiter", waiter)
+	ctx := context.Background()
+	s := f.session("conv-3")
+	for i := range session.MaxWorkingTasks {
+		call(t, s, "waiter", fmt.Sprintf(`{"n":%d}`, i), nil)
+	}
+	_, err := s.Call(ctx, "waiter", json.RawMessage(`{"n":99}`), nil)
+	if !errors.Is(err, session.ErrTooManyTasks) || !strings.Contains(err.Error(), "already runs 32 tasks") {
+		t.Fatalf("33rd task: %v", err)
+	}
+	deliver := func(i int, payload string) {
+		waitUntil(t, "the hook", func() bool {
+			_, err := f.h.ResumeHook(ctx, fmt.Sprintf("wait-%d", i), json.RawMessage(payload))
+			return err == nil
+		})
+	}
+	// Two results: 40 KB and 20 KB of text, over the 50 KB budget; 3,000
+	// lines, over the line budget, in a third.
+	deliver(0, `{"text":"`+strings.Repeat("a", 40_000)+`"}`)
+	deliver(1, `{"text":"`+strings.Repeat("b", 20_000)+`"}`)
+	waitUntil(t, "two results", func() bool {
+		n := 0
+		for _, tk := range s.Tasks(ctx) {
+			if tk.Status == session.Completed {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if r := call(t, s, "waiter", `{"n":100}`, nil); r.Status != "started" {
+		t.Errorf("a call after a task settled: %+v", r)
+	}
+	res, err := s.Results(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(res, "\n")
+	if len(blocks) != 2 || !strings.HasSuffix(blocks[0], `"}</task_result>`) || !strings.HasSuffix(blocks[1], "b[truncated]</task_result>") {
+		t.Fatalf("results: %d blocks, ends %q / %q", len(blocks), tail(blocks[0]), tail(blocks[len(blocks)-1]))
+	}
+	if body := len(res) - 2*len(`<task_result id="waiter-xxxxxx" tool="waiter" status="completed"></task_result>`) - len("[truncated]") - 1; body != session.ResultBytes {
+		t.Errorf("result bodies are %d bytes, want the budget of %d", body, session.ResultBytes)
+	}
+	// A failed task's error message keeps its newlines: 3,000 lines are cut
+	// at the line budget.
+	f.add("liner", `defineWorkflowTool({ description: "fails loudly", inputSchema: { type: "object" },
+  async task() { "use workflow"; throw new Error(Array(3000).fill("x").join("\n")); } });`)
+	call(t, s, "liner", `{}`, nil)
+	var got string
+	waitUntil(t, "the failure", func() bool {
+		got, _ = s.Results(ctx)
+		return got != ""
+	})
+	if n := strings.Count(got, "\n"); n != session.ResultLines-1 || !strings.Contains(got, "status=\"failed\">x\nx") || !strings.HasSuffix(got, "\nx[truncated]</task_result>") {
+		t.Errorf("%d newlines; starts %.120q, ends %q", n, got, tail(got))
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 40 {
+		return s[len(s)-40:]
+	}
+	return s
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
