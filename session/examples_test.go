@@ -55,7 +55,7 @@ func TestAgentRouter(t *testing.T) {
 	f.addExample("router")
 	s := f.session("conv-router")
 	for q, want := range map[string]string{
-		"Why was I charged twice?": `{"agent":"billing","reply":"billing: Why was I charged twice?"}`,
+		"Why was I charged twice?":    `{"agent":"billing","reply":"billing: Why was I charged twice?"}`,
 		"How do I reset my password?": `{"agent":"support","reply":"support: How do I reset my password?"}`,
 	} {
 		in, _ := json.Marshal(map[string]string{"question": q})
