@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -59,6 +60,8 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	sessions *session.Manager
 }
 
 // New makes a server over a host.
@@ -86,7 +89,7 @@ func New(h *host.Host, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger}
+	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, sessions: session.NewManager(h)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -101,7 +104,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) Close(ctx context.Context) error {
 	s.cancel()
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { s.wg.Wait(); s.sessions.Close(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -154,6 +157,12 @@ func (s *Server) routes() {
 	api("POST /v1/asks/{id}/answer", roleAPI, s.answerAsk)
 	api("POST /v1/asks/{id}/withdraw", roleAPI, s.withdrawAsk)
 	api("POST /v1/hooks/{token}", roleAPI, s.resumeHook)
+	api("GET /v1/sessions/{id}/tools", roleAPI, s.sessionTools)
+	api("POST /v1/sessions/{id}/calls", roleAPI, s.sessionCall)
+	api("GET /v1/sessions/{id}/calls/{runId}", roleAPI, s.sessionAwait)
+	api("POST /v1/sessions/{id}/results", roleAPI, s.sessionResults)
+	api("POST /v1/sessions/{id}/note", roleAPI, s.sessionNote)
+	api("GET /v1/sessions/{id}/tasks", roleAPI, s.sessionTasks)
 	api("GET /v1/agent-turns", roleAPI, s.listAgentTurns)
 	api("POST /v1/agent-turns/{id}/claim", roleAPI, s.claimAgentTurn)
 	api("POST /v1/agent-turns/{id}/complete", roleAPI, s.completeAgentTurn)

@@ -192,3 +192,71 @@ func compactJSON(b []byte) string {
 	}
 	return buf.String()
 }
+
+// A session over HTTP: a task tool's receipt, the [Tasks] note, task_wait,
+// the question answered, the result taken once, and task_cancel of an
+// unknown task.
+func TestSessionOverHTTP(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}}, nil)
+	if _, err := jsprogram.RegisterTool(context.Background(), e.h, "approve-deadline", repoFile(t, "examples/js/approve-deadline.js")); err != nil {
+		t.Fatal(err)
+	}
+	var tools struct{ Tools []host.Tool }
+	e.get("/v1/sessions/conv-1/tools").json(t, &tools)
+	if len(tools.Tools) != 3 || tools.Tools[2].Name != "task_cancel" {
+		t.Fatalf("tools %+v", tools)
+	}
+	var c struct{ Text, Status, TaskID, RunID string }
+	r := e.post("/v1/sessions/conv-1/calls", `{"tool":"approve-deadline","input":{"service":"api"}}`)
+	r.json(t, &c)
+	if r.status != http.StatusOK || c.Status != "started" || c.Text != "Started task "+c.TaskID+". Its result will arrive in a <task_result> message." {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	var note struct {
+		Note    string
+		Changed bool
+	}
+	e.post("/v1/sessions/conv-1/note", ``).json(t, &note)
+	if !note.Changed || !strings.Contains(note.Note, `<task id="`+c.TaskID+`" tool="approve-deadline" status="working"/>`) {
+		t.Errorf("note %+v", note)
+	}
+	var ask string
+	deadline := time.Now().Add(20 * time.Second)
+	for ask == "" && time.Now().Before(deadline) {
+		var asks struct{ Asks []struct{ ID, RunID string } }
+		e.get("/v1/asks").json(t, &asks)
+		for _, a := range asks.Asks {
+			if a.RunID == c.TaskID {
+				ask = a.ID
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := e.post("/v1/asks/"+ask+"/answer", `{"optionId":"approve"}`); r.status != http.StatusOK {
+		t.Fatalf("answer: %d %s", r.status, r.body)
+	}
+	e.post("/v1/sessions/conv-1/calls", `{"tool":"task_wait","input":{"timeoutSeconds":20}}`).json(t, &c)
+	if !strings.HasSuffix(c.Text, "completed; its result follows.") {
+		t.Errorf("task_wait: %+v", c)
+	}
+	var res struct{ Message string }
+	e.post("/v1/sessions/conv-1/results", ``).json(t, &res)
+	if !strings.HasPrefix(res.Message, `<task_result id="approve-deadline-`) || !strings.Contains(res.Message, `"deployed":true`) {
+		t.Errorf("results %q", res.Message)
+	}
+	e.post("/v1/sessions/conv-1/results", ``).json(t, &res)
+	if res.Message != "" {
+		t.Errorf("a result given twice: %q", res.Message)
+	}
+	if r := e.post("/v1/sessions/conv-1/calls", `{"tool":"task_cancel","input":{"taskId":"approve-deadline-zzzzzz"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+		t.Errorf("cancel unknown: %d %s", r.status, r.body)
+	}
+	if r := e.get("/v1/sessions/bad%20id/tasks"); r.status != http.StatusBadRequest {
+		t.Errorf("bad session id: %d %s", r.status, r.body)
+	}
+}

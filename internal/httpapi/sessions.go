@@ -1,0 +1,161 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sandflow/sandflow/session"
+)
+
+// Sessions: the model-facing layer (package session). A platform's agent
+// loop lists a session's tools, calls them (task_wait and task_cancel
+// included), takes the task results that arrived, and reads the [Tasks]
+// note.
+
+func (s *Server) openSession(r *http.Request) (*session.Session, error) {
+	ss, err := s.sessions.Open(r.Context(), r.PathValue("id"))
+	return ss, sessionError(err)
+}
+
+// sessionTools is GET /v1/sessions/{id}/tools.
+func (s *Server) sessionTools(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	tools, err := ss.Tools(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": tools})
+}
+
+// callResponse is what a session call answers.
+type callResponse struct {
+	// Text is the tool result the model reads.
+	Text   string `json:"text"`
+	Status string `json:"status"`
+	TaskID string `json:"taskId,omitempty"`
+	RunID  string `json:"runId,omitempty"`
+}
+
+func toResponse(c session.CallResult) callResponse {
+	return callResponse{Text: c.Text, Status: c.Status, TaskID: c.TaskID, RunID: c.Run.ID}
+}
+
+// sessionCall is POST /v1/sessions/{id}/calls {"tool", "input", "taskId"?}.
+// An execute call whose run waits answers status "waiting" with its runId
+// (the turn waits: GET .../calls/{runId}?wait= for the result); query wait
+// bounds how long the call itself may take first (default 30 s).
+func (s *Server) sessionCall(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Tool   string          `json:"tool"`
+		Input  json.RawMessage `json:"input"`
+		TaskID string          `json:"taskId"`
+	}
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Tool == "" {
+		return badRequest("a call needs \"tool\"")
+	}
+	if len(req.Input) == 0 {
+		req.Input = json.RawMessage("{}")
+	}
+	res, err := ss.Call(r.Context(), req.Tool, req.Input, &session.CallOptions{TaskID: req.TaskID})
+	if err != nil {
+		return sessionError(err)
+	}
+	return writeJSON(w, http.StatusOK, toResponse(res))
+}
+
+// sessionAwait is GET /v1/sessions/{id}/calls/{runId}?wait=: an execute
+// call's result once its run ends; 202 with status waiting while it has
+// not within wait.
+func (s *Server) sessionAwait(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	wait, err := s.waitParam(r, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := ss.Await(ctx, r.PathValue("runId"))
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		return writeJSON(w, http.StatusAccepted, callResponse{Status: "waiting", RunID: r.PathValue("runId")})
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toResponse(res))
+}
+
+// sessionResults is POST /v1/sessions/{id}/results: the task results that
+// have not reached the model, as one message ("" when none); each is given
+// once.
+func (s *Server) sessionResults(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	msg, err := ss.Results(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"message": msg})
+}
+
+// sessionNote is POST /v1/sessions/{id}/note: the [Tasks] note when the
+// tasks changed since the last one.
+func (s *Server) sessionNote(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	note, changed, err := ss.Note(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"note": note, "changed": changed})
+}
+
+// sessionTasks is GET /v1/sessions/{id}/tasks.
+func (s *Server) sessionTasks(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	tasks := ss.Tasks(r.Context())
+	if tasks == nil {
+		tasks = []session.Task{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
+}
+
+func sessionError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *session.Error
+	if errors.As(err, &se) {
+		status := http.StatusBadRequest
+		switch se.Code {
+		case session.CodeUnknownTask:
+			status = http.StatusNotFound
+		case session.CodeTooManyTasks:
+			status = http.StatusConflict
+		}
+		return &apiError{status, se.Code, se.Message}
+	}
+	return err
+}
