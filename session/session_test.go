@@ -48,6 +48,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newFixtureWith(t, b)
+}
+
+func newFixtureWith(t *testing.T, b host.AgentBackend) *fixture {
+	t.Helper()
 	f := &fixture{t: t, dir: t.TempDir(), agents: b}
 	f.open()
 	t.Cleanup(f.close)
