@@ -1,7 +1,6 @@
 package jsprogram
 
 import (
-	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
@@ -49,26 +48,6 @@ type fut struct {
 
 // maxPending bounds the futures a run waits on at once (an await's limit).
 const maxPending = 4096
-
-// scripts caches compiled tool scripts by the hash of their source.
-func (c *programCache) script(src string) (*script, *WorkflowProgramError) {
-	sum := sha256.Sum256([]byte(src))
-	key := "script:" + string(sum[:])
-	if s := c.scripts[key]; s != nil {
-		return s, nil
-	}
-	s, perr := compileScript(src)
-	if perr != nil {
-		return nil, perr
-	}
-	if len(c.scriptOrder) >= c.max {
-		delete(c.scripts, c.scriptOrder[0])
-		c.scriptOrder = c.scriptOrder[1:]
-	}
-	c.scriptOrder = append(c.scriptOrder, key)
-	c.scripts[key] = s
-	return s, nil
-}
 
 // loadScript compiles and runs a tool script in a fresh VM with the tool
 // prelude for mode. A failure is the error object the activation ends

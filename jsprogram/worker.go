@@ -90,38 +90,53 @@ func workerMain(in io.Reader, out io.Writer) int {
 	}
 }
 
-// programCache keeps compiled programs by the hash of their source: a run
-// that resumes replays the same program.
+// programCache keeps compiled programs (workflow tool bodies) and tool
+// scripts by the hash of their source: a run that resumes replays the same
+// one.
 type programCache struct {
-	max   int
-	order []string
-	m     map[string]*goja.Program
-
-	scriptOrder []string
-	scripts     map[string]*script
+	bodies  *compileCache[*goja.Program]
+	scripts *compileCache[*script]
 }
 
 func newProgramCache(n int) *programCache {
-	return &programCache{max: n, m: map[string]*goja.Program{}, scripts: map[string]*script{}}
+	return &programCache{bodies: newCompileCache(n, compileBody), scripts: newCompileCache(n, compileScript)}
 }
 
-func (c *programCache) get(js string) (*goja.Program, *WorkflowProgramError) {
-	sum := sha256.Sum256([]byte(js))
+func (c *programCache) get(js string) (*goja.Program, *WorkflowProgramError) { return c.bodies.get(js) }
+
+func (c *programCache) script(src string) (*script, *WorkflowProgramError) {
+	return c.scripts.get(src)
+}
+
+// compileCache holds the last max things compile made, by source hash.
+type compileCache[T any] struct {
+	max     int
+	order   []string
+	m       map[string]T
+	compile func(string) (T, *WorkflowProgramError)
+}
+
+func newCompileCache[T any](max int, compile func(string) (T, *WorkflowProgramError)) *compileCache[T] {
+	return &compileCache[T]{max: max, m: map[string]T{}, compile: compile}
+}
+
+func (c *compileCache[T]) get(src string) (T, *WorkflowProgramError) {
+	sum := sha256.Sum256([]byte(src))
 	key := string(sum[:])
-	if p := c.m[key]; p != nil {
-		return p, nil
+	if v, ok := c.m[key]; ok {
+		return v, nil
 	}
-	p, perr := compileBody(js)
+	v, perr := c.compile(src)
 	if perr != nil {
-		return nil, perr
+		return v, perr
 	}
 	if len(c.order) >= c.max {
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
 	c.order = append(c.order, key)
-	c.m[key] = p
-	return p, nil
+	c.m[key] = v
+	return v, nil
 }
 
 // errAborted: the parent ended the activation.
