@@ -16,7 +16,6 @@
   const isArray = Array.isArray;
   const apply = Reflect.apply;
   const then = Promise.prototype.then;
-  const PromiseCtor = Promise;
   const promiseResolve = Promise.resolve.bind(Promise);
   const promiseReject = Promise.reject.bind(Promise);
   const StringCtor = String;
@@ -53,18 +52,22 @@
     }
   }
 
+  // copyHeaders copies headers as strings; undefined when there are none.
+  function copyHeaders(headers) {
+    if (headers === undefined || headers === null) return undefined;
+    const h = {};
+    const ks = keys(headers);
+    for (let k = 0; k < ks.length; k++) h[ks[k]] = StringCtor(headers[ks[k]]);
+    return h;
+  }
+
   // A Response for createWebhook's respondWith and request.respondWith:
   // a status, headers and a text body.
   class Response {
     constructor(body, init) {
       const i = init === undefined || init === null ? {} : init;
       setField(this, "status", i.status === undefined ? 200 : NumberCtor(i.status));
-      const h = {};
-      if (i.headers !== undefined && i.headers !== null) {
-        const ks = keys(i.headers);
-        for (let k = 0; k < ks.length; k++) h[ks[k]] = StringCtor(i.headers[ks[k]]);
-      }
-      setField(this, "headers", h);
+      setField(this, "headers", copyHeaders(i.headers) || {});
       setField(this, "body", body === undefined || body === null ? "" : typeof body === "string" ? body : base.encode(body, "the response body")[0] || "");
     }
   }
@@ -237,12 +240,8 @@
   function httpResponse(r, what) {
     if (r === null || typeof r !== "object") throw new TypeError(what + ": a response is a Response or { status, headers?, body? }");
     const out = { status: r.status === undefined ? 200 : NumberCtor(r.status) };
-    if (r.headers !== undefined && r.headers !== null) {
-      const h = {};
-      const ks = keys(r.headers);
-      for (let k = 0; k < ks.length; k++) h[ks[k]] = StringCtor(r.headers[ks[k]]);
-      out.headers = h;
-    }
+    const headers = copyHeaders(r.headers);
+    if (headers !== undefined) out.headers = headers;
     if (r.body !== undefined && r.body !== null && r.body !== "") {
       out.body = typeof r.body === "string" ? r.body : payload(r.body, what + " body");
     }

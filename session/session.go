@@ -93,7 +93,7 @@ type Task struct {
 	CancelReason string    `json:"cancelReason,omitempty"`
 	StartedAt    time.Time `json:"startedAt"`
 	SettledAt    time.Time `json:"settledAt,omitzero"`
-	// output is the result's text, read when the task settles.
+	// Output is the result's text, read when the task settles.
 	Output string `json:"output,omitempty"`
 }
 
@@ -534,8 +534,10 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 		if len(settled) > 0 || len(working) == 0 {
 			return waitText(settled, working, 0), nil
 		}
-		// Wake on a change to any working task's run.
+		// Wake on a change to any working task's run; quit ends the
+		// watchers' goroutines when this round is over.
 		wake := make(chan struct{}, 1)
+		quit := make(chan struct{})
 		var stops []func()
 		for _, t := range working {
 			ch, stop := s.m.h.Watch(t.RunID)
@@ -547,11 +549,12 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 					case wake <- struct{}{}:
 					default:
 					}
-				case <-ctx.Done():
+				case <-quit:
 				}
 			}()
 		}
 		stopAll := func() {
+			close(quit)
 			for _, stop := range stops {
 				stop()
 			}
