@@ -325,6 +325,37 @@ type cpuClock interface {
 func (i *wzInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
 func (i *wzInstance) pauseCPU() func() { return i.meter.pause() }
 
+// CPUClock is the CPU budget of an instance whose engine keeps its own
+// clock (a source engine's worker, say). An engine puts it in the context
+// it passes to its OpHandler with WithCPUClock, and the host restarts and
+// pauses it as it does a WebAssembly guest's: a replay gives each
+// recorded activation a fresh budget, and so does the live work after it.
+type CPUClock struct {
+	Restart func()
+	// Pause, if set, stops the clock and returns what starts it again.
+	Pause func() (resume func())
+}
+
+// WithCPUClock returns ctx carrying c for RestartCPU and PauseCPU.
+func WithCPUClock(ctx context.Context, c CPUClock) context.Context {
+	return context.WithValue(ctx, instKey{}, engineClock(c))
+}
+
+type engineClock CPUClock
+
+func (c engineClock) restartCPU() {
+	if c.Restart != nil {
+		c.Restart()
+	}
+}
+
+func (c engineClock) pauseCPU() func() {
+	if c.Pause != nil {
+		return c.Pause()
+	}
+	return func() {}
+}
+
 // RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
 // budget for the rest of its call.
 func RestartCPU(ctx context.Context) {

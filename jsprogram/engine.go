@@ -217,6 +217,11 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	// these timers are the backstop for a program stuck in a built-in.
 	js := newStopwatch(lim.JSTime + e.grace)
 	defer js.stop()
+	// The host restarts the budget as a replay passes each recorded
+	// activation, and when the live work begins: the worker is told with
+	// the op's reply.
+	fresh := false
+	ctx = host.WithCPUClock(ctx, host.CPUClock{Restart: func() { fresh = true }})
 	total := time.NewTimer(lim.TotalTime + e.grace)
 	defer total.Stop()
 	fail := func(pe *WorkflowProgramError) (int32, error) {
@@ -236,7 +241,12 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				if err != nil {
 					return i.abort(w, err)
 				}
-				if err := w.send(frameReply, i64(i.cfg.Clock.Now()), body); err != nil {
+				typ := byte(frameReply)
+				if fresh {
+					typ, fresh = frameReplyFresh, false
+					js.left = lim.JSTime + e.grace
+				}
+				if err := w.send(typ, i64(i.cfg.Clock.Now()), body); err != nil {
 					return fail(w.death(lim))
 				}
 				// The worker does not count the pipe's transit as

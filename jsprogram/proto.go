@@ -20,6 +20,8 @@ import (
 //
 //	'A' activate  JSON activation
 //	'R' reply     i64 clock (unix ns) | op response body
+//	'F' reply     as 'R', and the JavaScript time budget starts afresh (the
+//	              host's replay passed a recorded activation, or its end)
 //	'K' abort     empty: the host ended the activation (the run waits, or the
 //	              op failed); the worker stops the program and answers 'D'
 //
@@ -29,12 +31,13 @@ import (
 //	'W' write     u8 stream (1 stdout, 2 stderr) | bytes
 //	'D' done      JSON doneMsg
 const (
-	frameActivate = 'A'
-	frameReply    = 'R'
-	frameAbort    = 'K'
-	frameOp       = 'O'
-	frameWrite    = 'W'
-	frameDone     = 'D'
+	frameActivate   = 'A'
+	frameReply      = 'R'
+	frameReplyFresh = 'F'
+	frameAbort      = 'K'
+	frameOp         = 'O'
+	frameWrite      = 'W'
+	frameDone       = 'D'
 )
 
 // maxFrame bounds a frame; the largest legitimate ones carry a child's reply

@@ -68,8 +68,12 @@
   const lock = (obj, name, value) =>
     defineProperty(obj, name, { value, writable: false, enumerable: false, configurable: false });
   lock(globalThis, "eval", deny("eval"));
-  lock(globalThis, "Function", deny("Function"));
-  lock(getPrototypeOf(function () {}), "constructor", deny("Function"));
+  // The stand-in keeps the real prototype, so Function.prototype.call and
+  // instanceof Function work as ever.
+  const FunctionStandIn = deny("Function");
+  defineProperty(FunctionStandIn, "prototype", { value: getPrototypeOf(function () {}), writable: false });
+  lock(globalThis, "Function", FunctionStandIn);
+  lock(getPrototypeOf(function () {}), "constructor", FunctionStandIn);
   lock(getPrototypeOf(async function () {}), "constructor", deny("AsyncFunction"));
   lock(getPrototypeOf(function* () {}), "constructor", deny("GeneratorFunction"));
 
@@ -89,7 +93,12 @@
       if (d > depthLimit) return true;
       if (apply(setHas, seen, [x])) continue;
       apply(setAdd, seen, [x]);
-      const ks = keys(x);
+      let ks;
+      try {
+        ks = keys(x);
+      } catch (e) {
+        continue; // a Proxy whose ownKeys throws: JSON.stringify will say so
+      }
       for (let i = 0; i < ks.length; i++) {
         let c;
         try {
@@ -123,7 +132,13 @@
       }
       return [undefined, "not_serializable", what + " cannot be converted to JSON: " + msg];
     }
-    return [s === undefined ? "null" : s];
+    if (s === undefined) return ["null"];
+    // A toJSON method can return what the walk above never saw.
+    const depth = host.depth(s);
+    if (depth > depthLimit) {
+      return [undefined, "too_deep", what + " nests " + depth + " levels deep as JSON; the limit is " + depthLimit];
+    }
+    return [s];
   }
 
   function agent(name, options) {

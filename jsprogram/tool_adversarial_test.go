@@ -1,8 +1,3 @@
-//go:build findings
-
-// Open findings, kept out of the default test run until fixed: run with
-// go test -tags findings. See the issue notes.
-
 package jsprogram_test
 
 import (
@@ -113,7 +108,11 @@ const BODIES = {
   withStatement: async () => { with ({ __sandflow: { step: undefined } }) { return await metaStep(); } },
   aliasStep: async () => { const alias = metaStep; return await alias(); },
   boundStep: async () => await metaStep.bind(null)(),
-  forgedGuardCall: async () => await __sandflow.step("metaStep", function () {}, []),
+  forgedGuardCall: async () => {
+    // The compiler's statement ran first; a second call cannot swap a step.
+    const swapped = await caught(async () => __sandflow.steps(["metaStep", async () => ({ forged: true })]));
+    return { swapped, ran: await metaStep() };
+  },
   protoStepGetter: async () => {
     Object.defineProperty(Object.prototype, "step", { configurable: true, get() { return undefined; } });
     return await metaStep();
@@ -403,14 +402,10 @@ func TestToolAdversarial(t *testing.T) {
 		// --- Stalling the host while it encodes or describes values. ---
 		{name: "result getter loops", run: body("resultGetterLoops"),
 			want: []string{"failed " + jsprogram.ErrorType + ": the program ran JavaScript for more than 2s in one start or resume [js_time_limit]"}},
-		// FINDING: a thrown value whose name getter never returns is stopped at the JavaScript
-		// time limit, but toolError (toolworker.go, the recover around callTool("toObject"))
-		// swallows the interrupt, so the run fails with "Error: a value that cannot be shown"
-		// instead of js_time_limit. It should fail with [js_time_limit] as the result getter does.
+		// A limit that stops the reading of a thrown value's name is the run's error.
 		{name: "thrown value's getter loops", run: body("thrownGetterLoops"),
 			want: []string{"failed " + jsprogram.ErrorType + ": the program ran JavaScript for more than 2s in one start or resume [js_time_limit]"}},
-		// FINDING: same in a step attempt: the step fails with "Error: a value that cannot be
-		// shown" instead of the step attempt's js_time_limit error.
+		// The same in a step attempt.
 		{name: "step's thrown value's getter loops", run: body("stepThrownGetterLoops"),
 			want: []string{`completed {"name":"` + jsprogram.ErrorType + `","message":"the program ran JavaScript for more than 2s in one step attempt"}`}},
 		{name: "throwing toJSON", run: body("throwingToJSON"),
@@ -421,10 +416,7 @@ func TestToolAdversarial(t *testing.T) {
 			want: []string{"failed " + jsprogram.ErrorType + ": * [js_time_limit]", "failed " + jsprogram.ErrorType + ": * [memory_limit]", "failed " + jsprogram.ErrorType + ": * [output_too_deep]"}},
 		{name: "throwing getter in the result", run: body("throwingGetter"),
 			want: []string{"failed " + jsprogram.ErrorType + ": the result cannot be converted to JSON: no a [output_not_serializable]"}},
-		// FINDING: a result whose ownKeys trap throws fails the run as if the body had thrown
-		// ("Error: no keys", no position), because shim.js tooDeep calls keys(x) outside its
-		// try; a throwing getter (the case above) is output_not_serializable. It should be
-		// output_not_serializable too.
+		// A Proxy whose ownKeys trap throws is not JSON, as a throwing getter is not.
 		{name: "throwing ownKeys in the result", run: body("throwingOwnKeys"),
 			want: []string{"failed " + jsprogram.ErrorType + ": the result cannot be converted to JSON: no keys [output_not_serializable]"}},
 		{name: "thenable that never settles", run: body("neverSettlingThenable"),
@@ -448,10 +440,8 @@ func TestToolAdversarial(t *testing.T) {
 			want: []string{`completed {"name":"` + jsprogram.ErrorType + `","message":"the JavaScript engine failed: *"}`, `completed {"name":"TypeError",*`}},
 		{name: "goja panic while the script loads", run: define(advDefineRevoked),
 			want: []string{"refused: *[worker_crashed]", "refused: *TypeError*"}},
-		// FINDING: shim.js replaces the global Function with a function that throws, whose
-		// prototype is a plain object: Function.prototype.call is undefined and no function is
-		// instanceof Function, which breaks ordinary code (type checks, call.bind idioms). The
-		// replacement should keep Function.prototype (and instanceof) as they are.
+		// Function is not available as a constructor, yet Function.prototype and
+		// instanceof Function are as ever.
 		{name: "Function.prototype and instanceof Function", run: body("functionPrototype"),
 			want: []string{`completed ["function",true,true]`}},
 		{name: "hook payload 9000 deep", run: func(t *testing.T) string {
@@ -485,27 +475,20 @@ func TestToolAdversarial(t *testing.T) {
 			want: []string{"failed Error: xxxxxxxx*... [2088960 bytes cut]"}},
 		{name: "step input 1500 deep", run: body("deepStepInput"),
 			want: []string{`completed {"name":"TypeError","message":"the input of step echoStep nests deeper than 1000 levels"}`}},
-		// FINDING: payload() in toolshim.js checks depth with the shim's walk only, which a
-		// toJSON method hides: the 1501-deep input is sent to the host, recorded, and handed to
-		// the step, which then fails on its own result ("the result of step echoStep nests
-		// deeper than 1000 levels"). The worker should check the encoded text, as encodeResult
-		// does (jsonDepth), and throw the TypeError at the call.
+		// The depth limit holds for what toJSON returns: the encoded text decides.
 		{name: "step input 1500 deep through toJSON", run: body("deepStepInputViaToJSON"),
 			want: []string{`completed {"name":"TypeError","message":"the input of step echoStep nests *"}`}},
-		// FINDING: same for ctx.progress: a 1501-deep progress value is recorded (and becomes
-		// the run's result if the body returns nothing).
+		// The same for ctx.progress.
 		{name: "progress 1500 deep through toJSON", run: body("deepProgressViaToJSON"),
 			want: []string{`completed {"name":"TypeError","message":"a progress value nests *"}`}},
 		{name: "result 1500 deep through toJSON", run: body("deepResultViaToJSON"),
 			want: []string{"failed " + jsprogram.ErrorType + ": the result nests 1501 levels deep as JSON; the limit is 1000 [output_too_deep]"}},
-		// FINDING: a function and a Symbol passed to a step arrive as null (JSON.stringify's
-		// rule for arrays), so the step gets a value its caller never passed. A step's
-		// input that cannot round-trip should be refused with a TypeError at the call.
+		// A step's arguments are JSON values: a function or a Symbol is refused at the
+		// call, not turned into null.
 		{name: "function and Symbol as step arguments", run: body("functionArgs"),
 			want: []string{`completed {"name":"TypeError","message":"the input of step echoStep *"}`}},
-		// FINDING: an explicit undefined argument arrives as null, so the step's default
-		// parameter does not apply: calling the step is not like calling the function. It
-		// should arrive as undefined (or be refused).
+		// Undefined arguments at the end are left off, so a default parameter applies
+		// in the attempt as in a direct call.
 		{name: "undefined step argument and a default parameter", run: body("undefinedArg"),
 			want: []string{`completed {"value":{"a":"the default"}}`, `completed {"name":"TypeError","message":"the input of step defaultStep *"}`}},
 		{name: "BigInt in a question", run: body("bigintAsk"),
@@ -537,25 +520,16 @@ func TestToolAdversarial(t *testing.T) {
 		{name: "respondWith twice", run: func(t *testing.T) string {
 			return f.webhookCase(t, "respondTwice", 201)
 		}, want: []string{`completed {"name":"BadRequestError","message":"webhook_respond: request 0 of webhook * is already answered"}`}},
-		// FINDING: durationMs in toolshim.js looks the unit up in a plain object, so
-		// "1 constructor" (or "2 toString") finds Object.prototype's member: the sleep is sent
-		// as {"ms":null} and the host answers "give exactly one of ms and until". It should be
-		// the shim's TypeError for a bad duration.
+		// Units are looked up among the units only, never on Object.prototype.
 		{name: "sleep(\"1 constructor\")", run: body("sleepConstructor"),
 			want: []string{`completed {"name":"TypeError","message":"sleep: \"1 constructor\" is not a duration such as \"30s\", \"10 min\", \"1h\" or \"2 days\""}`}},
-		// FINDING: a finite sleep too long for an int64 (1e300 ms) passes the shim's check and
-		// is sent as 1e+300; the host's refusal is Go's decoding error ("json: cannot unmarshal
-		// number 1e+300 into Go struct field SleepRequest.ms of type int64"). It should say
-		// what the bound is, as sleep("1000000 years") does ("sleep: ms must be 0-...").
+		// A sleep past what JSON carries as an integer gets the host's bound.
 		{name: "sleep(1e300)", run: body("sleepHuge"),
 			want: []string{`completed {"name":"BadRequestError","message":"sleep: ms must be 0-*"}`, `completed {"name":"TypeError","message":"sleep: a duration *"}`}},
 		{name: "agent name of 300 bytes", run: body("longAgentName"),
 			want: []string{`completed {"name":"BadRequestError","message":"agent: name must be 1-256 bytes of UTF-8"}`, `completed {"name":"TypeError",*`}},
-		// FINDING: the run's error object is encoded with JSON.stringify inside the VM
-		// (toolError in toolworker.go), which honours an Object.prototype.toJSON the script
-		// installed, and its details are taken from that text: a script makes its run fail as
-		// a host WorkflowProgramError [memory_limit] it never hit. It should fail with
-		// "Error: real" (details from the host's own encoding).
+		// The run's error object is read field by field by the host, never through
+		// the script's JSON: an Object.prototype.toJSON cannot forge its type or code.
 		{name: "forged error object via Object.prototype.toJSON", run: body("forgedErrorCode"),
 			want: []string{"failed Error: real"}},
 
@@ -563,57 +537,36 @@ func TestToolAdversarial(t *testing.T) {
 		{name: "with statement around a step call", run: body("withStatement"), want: []string{`completed {"attempt":1}`}},
 		{name: "aliased step", run: body("aliasStep"), want: []string{`completed {"attempt":1}`}},
 		{name: "bound step", run: body("boundStep"), want: []string{`completed {"attempt":1}`}},
-		{name: "guard called directly", run: body("forgedGuardCall"), want: []string{`completed {"attempt":1}`}},
+		{name: "step stand-ins declared again", run: body("forgedGuardCall"),
+			want: []string{`completed {"swapped":{"name":"TypeError","message":"__sandflow.steps is called once, by the step compiler"},"ran":{"attempt":1}}`}},
 		{name: "step getter on Object.prototype", run: body("protoStepGetter"), want: []string{`completed {"attempt":1}`}},
-		// FINDING: toolshim.js says it keeps its own references to the built-ins it uses, but
-		// retryPolicy and sleep call the global Math.floor (and checkOptions, durationMs use
-		// Array.prototype.indexOf/join and String.prototype.toLowerCase): a body that replaces
-		// Math.floor gets "metaStep.maxRetries must be an integer, 0 or more" for a step whose
-		// maxRetries is 0. The step should run.
+		// The prelude keeps its own Math.floor, indexOf, join and toLowerCase.
 		{name: "Math.floor replaced before a step call", run: body("shadowedMathFloor"), want: []string{`completed {"attempt":1}`}},
 		{name: "redefine __sandflow", run: body("redefineGuard"),
 			want: []string{`completed {"name":"TypeError","message":"Cannot redefine property: __sandflow"}`}},
-		// FINDING: compileScript only makes top-level function declarations steps; an arrow
-		// (or function expression, or nested declaration) that starts with "use step" runs
-		// inline in the workflow body, on every replay, silently. The script should be refused
-		// ("use step" where it has no effect), as a non-async step is, or the function made a
-		// step.
+		// "use step" where it would have no effect is refused at registration.
 		{name: "arrow function with \"use step\"", run: script("advnested", advNestedStep, `{}`),
 			want: []string{`refused: *use step*`, `completed {"attempt":1}`}},
-		// FINDING: stepDirective (toolcompile.go) inserts the guard right after a directive
-		// that has no semicolon, on the same line ("use step" if (__sandflow.step) ...), which
-		// does not parse: a script without semicolons is refused with "Unexpected token if".
+		// Scripts without semicolons compile.
 		{name: "step directive without a semicolon", run: script("advnosemi", advNoSemicolons, `{}`),
 			want: []string{`completed {"attempt":1}`}},
-		// FINDING: the guard names the step by its own name inside the step's scope, so a
-		// const of the same name in the step (const plan = ... in plan) is in its TDZ: the call
-		// throws ReferenceError. It should run the step.
+		// Names declared in a step's scope do not touch its stand-in.
 		{name: "step declares a const of its own name", run: script("advshadows", advShadows, `{"body":"const"}`),
 			want: []string{`completed {"value":"plan for api"}`}},
-		// FINDING: a parameter named like the step (async function job(job)) is what the guard
-		// passes as the step function, so the step's retry policy is read from the argument
-		// (job.maxRetries = -1 throws a TypeError here; a valid value silently becomes the
-		// policy). It should use the declared function's policy.
+		// The retry policy is the declared function's, not an argument's.
 		{name: "step parameter of its own name", run: script("advshadows", advShadows, `{"body":"param"}`),
 			want: []string{`completed {"value":-1}`}},
-		// FINDING: a step parameter named __sandflow shadows the guard's global, so the step's
-		// body runs inline in the workflow (here getStepMetadata throws; a side effect would
-		// repeat on every replay). The script should be refused (__sandflow is reserved) or
-		// the guard use a binding the step cannot shadow.
+		// Nothing a step declares can make it run inline in the workflow body.
 		{name: "step parameter named __sandflow", run: script("advparam", advSandflowParam, `{}`),
 			want: []string{`refused: *__sandflow*`, `completed {"attempt":1}`}},
-		// FINDING: same with a function declaration named __sandflow in the step's body
-		// (hoisted above the guard).
+		// The same with a function declaration in the step's body.
 		{name: "step declares function __sandflow", run: script("advfunc", advSandflowFunction, `{}`),
 			want: []string{`refused: *__sandflow*`, `completed {"attempt":1}`}},
-		// FINDING: the step attempt looks the step up by name on the global object
-		// (runStep: s.vm.Get(in.Name)), so a top-level reassignment of the binding runs another
-		// function as the step. It should run the declared "use step" function.
+		// A step attempt runs the declared "use step" function, whatever the
+		// script later assigns to its name.
 		{name: "step binding reassigned at the top level", run: script("advreassigned", advReassigned, `{}`),
 			want: []string{`completed "declared"`, `refused: *plan*`}},
-		// FINDING: the guard is inserted on the directive's line, so the columns of code after
-		// it on that line shift by its length in the step's error details and stack. The step
-		// error's column should be the author's, as it is for the same line outside a step.
+		// Positions in a step's errors are the author's.
 		{name: "column of an error after a one-line step directive", run: func(t *testing.T) string {
 			out := script("advcolumns", advColumns, `{}`)(t)
 			var r struct{ Step, Plain int }
@@ -625,12 +578,8 @@ func TestToolAdversarial(t *testing.T) {
 
 		// --- Determinism. ---
 		{name: "what the body sees replays the same", run: f.fingerprintCase, want: []string{"same"}},
-		// FINDING: each start or resume replays the body from the top, and the worker counts
-		// the replay against the JavaScript time limit (session.used covers the whole
-		// activation), so a run whose activations each compute well within the limit fails
-		// once their sum passes it. The host gives each replayed activation a fresh CPU budget
-		// for WebAssembly guests (host/workflow.go, wait: RestartCPU); a script's run should
-		// complete here.
+		// Each replayed activation gets its own JavaScript time budget, as it did
+		// when it first ran (and as WebAssembly guests' do).
 		{name: "replayed compute counts against the time limit", run: f.budgetCase(register), want: []string{`completed {"sleeps":4}`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ const BODIES = {
   bigint: async () => 10n,
   badSleep: async () => { await sleep("soon"); },
   forever: async () => { await new Promise(() => {}); },
-  forgedStep: async () => __sandflow.step("defineWorkflowTool", () => {}, []),
+  forgedStep: async () => __sandflow.steps(["defineWorkflowTool", () => {}]),
   overwriteGuard: async () => { "use strict"; globalThis.__sandflow = { step: undefined }; },
   badAsk: async (ctx) => { try { await ctx.ask({ title: "no prompt" }); } catch (e) { return { name: e.name, message: e.message }; } },
   stepLoop: async () => { try { await spin(); } catch (e) { return { name: e.name, message: e.message }; } },
@@ -45,7 +45,7 @@ const BODIES = {
   },
   patchedThen: async () => {
     Promise.prototype.then = function () { throw new Error("patched"); };
-    return await echoStep(1);
+    return await echoStep(1).then((v) => v);
   },
   deepInput: async () => { let a = []; for (let i = 0; i < 100000; i++) a = [a]; try { await echoStep(a); } catch (e) { return { name: e.name, message: e.message }; } },
 };
@@ -81,7 +81,7 @@ func TestHostileTools(t *testing.T) {
 		{"bigint", "failed", jsprogram.ErrorType + ": the result cannot be converted to JSON: [output_not_serializable]"},
 		{"badSleep", "failed", `TypeError: sleep: "soon" is not a duration such as "30s", "10 min", "1h" or "2 days"`},
 		{"forever", "failed", jsprogram.ErrorType + ": the workflow waits for something that never happens: [program_never_settles]"},
-		{"forgedStep", "failed", `FatalError: this script has no step "defineWorkflowTool"`},
+		{"forgedStep", "failed", `TypeError: __sandflow.steps is called once, by the step compiler`},
 		{"overwriteGuard", "failed", "TypeError: Cannot assign to read only property '__sandflow'"},
 		{"badAsk", "completed", `{"name":"BadRequestError","message":"ask: prompt is required"}`},
 		{"stepLoop", "completed", `{"name":"` + jsprogram.ErrorType + `","message":"the program ran JavaScript for more than 4s in one step attempt"}`},

@@ -2,10 +2,12 @@ package jsprogram
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/dop251/goja"
 	"github.com/dop251/goja/ast"
+	"github.com/dop251/goja/file"
 	"github.com/dop251/goja/parser"
 )
 
@@ -19,99 +21,194 @@ type script struct {
 	steps []string
 }
 
-// compileScript compiles a tool script. Each step function gets a guard
-// after its directives: in the workflow body, calling it issues a step op
+// compileScript compiles a tool script. Its steps are the top-level async
+// function declarations whose body starts with "use step". The compiler
+// adds one statement, run first: [a, b] = __sandflow.steps(["a", a, "b",
+// b]), which keeps the declared (hoisted) functions and gives each binding
+// a stand-in. In the workflow body a call of the stand-in issues a step op
 // (the function runs in a step attempt, and replay reuses its recorded
-// result); in a step attempt it runs. This is what the Workflow SDK's
-// compiler does to a "use step" function. The guard goes on the
-// directive's line, so line numbers do not change.
+// result); elsewhere it runs the function. This is what the Workflow SDK's
+// compiler does to a "use step" function. The statement's text goes after
+// the script's last line, so every position in the script is the
+// author's; the statement itself is moved to the front of the program.
+// "use step" anywhere else would do nothing, so it is refused.
 func compileScript(src string) (*script, *WorkflowProgramError) {
 	prg, err := parser.ParseFile(nil, scriptName, src, 0, parseOptions...)
 	if err != nil {
 		return nil, asyncGeneratorHint(syntaxError(err, samePosition), src)
 	}
-	type insert struct {
-		at   int
-		text string
-	}
-	var ins []insert
+	at := func(idx file.Idx) file.Position { return prg.File.Position(int(idx) - 1) } // Idx is 1-based
+	topLevel := map[*ast.FunctionLiteral]bool{}
 	var steps []string
 	seen := map[string]bool{}
 	for _, st := range prg.Body {
 		fd, ok := st.(*ast.FunctionDeclaration)
-		if !ok || fd.Function.Name == nil || fd.Function.Body == nil {
+		if !ok || fd.Function.Name == nil || fd.Function.Body == nil || !hasStepDirective(fd.Function.Body) {
 			continue
 		}
 		fl := fd.Function
-		at, isStep := stepDirective(src, fl.Body)
-		if !isStep {
-			continue
-		}
+		topLevel[fl] = true
 		name := fl.Name.Name.String()
-		pos := prg.File.Position(int(fl.Name.Idx0()) - 1) // Idx is 1-based
-		if !fl.Async || fl.Generator {
-			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("SyntaxError: step %s must be an async function, not a generator or a plain function (line %d, column %d)", name, pos.Line, pos.Column)}
+		pos := at(fl.Name.Idx0())
+		refuse := func(msg string) *WorkflowProgramError {
+			return &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("SyntaxError: %s (line %d, column %d)", msg, pos.Line, pos.Column)}
 		}
-		if seen[name] {
-			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("SyntaxError: step %s is declared twice (line %d, column %d)", name, pos.Line, pos.Column)}
-		}
-		if len(name) > 256 {
-			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("SyntaxError: a step's name must be at most 256 bytes; %s... is %d", name[:32], len(name))}
+		switch {
+		case !fl.Async || fl.Generator:
+			return nil, refuse(fmt.Sprintf("step %s must be an async function, not a generator or a plain function", name))
+		case seen[name]:
+			return nil, refuse(fmt.Sprintf("step %s is declared twice", name))
+		case len(name) > 256:
+			return nil, refuse(fmt.Sprintf("a step's name must be at most 256 bytes; %s... is %d", name[:32], len(name)))
 		}
 		seen[name] = true
 		steps = append(steps, name)
-		ins = append(ins, insert{at, fmt.Sprintf(" if (__sandflow.step) return __sandflow.step(%q, %s, arguments);", name, name)})
 	}
-	var b strings.Builder
-	last := 0
-	for _, in := range ins {
-		b.WriteString(src[last:in.at])
-		b.WriteString(in.text)
-		last = in.at
+	for _, fn := range functionLiterals(prg) {
+		var body *ast.BlockStatement
+		var start file.Idx
+		switch f := fn.(type) {
+		case *ast.FunctionLiteral:
+			body, start = f.Body, f.Idx0()
+			if topLevel[f] {
+				continue
+			}
+		case *ast.ArrowFunctionLiteral:
+			body, _ = f.Body.(*ast.BlockStatement)
+			start = f.Idx0()
+		}
+		if body != nil && hasStepDirective(body) {
+			pos := at(start)
+			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf(`SyntaxError: "use step" has no effect here: a step is a top-level async function declaration, function name() { "use step"; ... } (line %d, column %d)`, pos.Line, pos.Column)}
+		}
 	}
-	b.WriteString(src[last:])
-	// Parsed again with our options: goja.Compile's defaults would load a
-	// source map the script names.
-	guarded, err := parser.ParseFile(nil, scriptName, b.String(), 0, parseOptions...)
-	if err != nil {
-		return nil, syntaxError(err, samePosition)
+	if len(steps) > 0 {
+		if prg, err = withStepStandIns(src, prg, steps); err != nil {
+			return nil, syntaxError(err, samePosition)
+		}
 	}
-	p, err := goja.CompileAST(guarded, false)
+	p, err := goja.CompileAST(prg, false)
 	if err != nil {
 		return nil, syntaxError(err, samePosition)
 	}
 	return &script{prg: p, steps: steps}, nil
 }
 
-// stepDirective reports whether a function body's directive prologue has
-// "use step", and where the prologue ends (after its last directive and
-// that directive's semicolon).
-func stepDirective(src string, body *ast.BlockStatement) (int, bool) {
-	end, found := 0, false
+// withStepStandIns parses the script again with the steps' statement
+// after its last line, and moves that statement to the front, after the
+// script's directives.
+func withStepStandIns(src string, prg *ast.Program, steps []string) (*ast.Program, error) {
+	var b strings.Builder
+	b.WriteString(src)
+	// A newline ends a line comment; the semicolon, a last statement
+	// without one (a line starting with [ would continue it).
+	b.WriteString("\n;[")
+	b.WriteString(strings.Join(steps, ", "))
+	b.WriteString("] = __sandflow.steps([")
+	for i, name := range steps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q, %s", name, name)
+	}
+	b.WriteString("]);\n")
+	// Parsed with our options: goja.Compile's defaults would load a
+	// source map the script names.
+	full, err := parser.ParseFile(nil, scriptName, b.String(), 0, parseOptions...)
+	if err != nil {
+		return nil, err
+	}
+	n := len(full.Body)
+	if n <= len(prg.Body) {
+		return nil, fmt.Errorf("the step compiler's statement did not parse as one")
+	}
+	if _, ok := full.Body[n-1].(*ast.ExpressionStatement); !ok {
+		return nil, fmt.Errorf("the step compiler's statement did not parse as one")
+	}
+	stmt := full.Body[n-1]
+	body := full.Body[:n-1]
+	d := 0
+	for d < len(body) && isDirective(body[d]) {
+		d++
+	}
+	full.Body = append(append(append([]ast.Statement{}, body[:d]...), stmt), body[d:]...)
+	return full, nil
+}
+
+func isDirective(st ast.Statement) bool {
+	es, ok := st.(*ast.ExpressionStatement)
+	if !ok {
+		return false
+	}
+	_, ok = es.Expression.(*ast.StringLiteral)
+	return ok
+}
+
+// hasStepDirective reports whether a function body's directive prologue
+// has "use step".
+func hasStepDirective(body *ast.BlockStatement) bool {
 	for _, st := range body.List {
-		es, ok := st.(*ast.ExpressionStatement)
-		if !ok {
-			break
+		if !isDirective(st) {
+			return false
 		}
-		lit, ok := es.Expression.(*ast.StringLiteral)
-		if !ok {
-			break
-		}
-		if lit.Value.String() == "use step" {
-			found = true
-		}
-		end = int(lit.Idx1()) - 1 // Idx is 1-based
-		for end < len(src) && (src[end] == ' ' || src[end] == '\t') {
-			end++
-		}
-		if end < len(src) && src[end] == ';' {
-			end++
+		if st.(*ast.ExpressionStatement).Expression.(*ast.StringLiteral).Value.String() == "use step" {
+			return true
 		}
 	}
-	return end, found
+	return false
+}
+
+var astPkg = reflect.TypeFor[ast.Program]().PkgPath()
+
+// functionLiterals lists every function and arrow function in a program,
+// walking its syntax tree without recursion (a script can nest deeply).
+func functionLiterals(prg *ast.Program) []ast.Node {
+	var out []ast.Node
+	type node struct {
+		t reflect.Type
+		p uintptr
+	}
+	seen := map[node]bool{}
+	stack := []reflect.Value{reflect.ValueOf(prg)}
+	for len(stack) > 0 {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch v.Kind() {
+		case reflect.Interface:
+			if !v.IsNil() {
+				stack = append(stack, v.Elem())
+			}
+		case reflect.Pointer:
+			k := node{v.Type(), v.Pointer()}
+			if v.IsNil() || v.Type().Elem().Kind() != reflect.Struct || v.Type().Elem().PkgPath() != astPkg || seen[k] {
+				continue
+			}
+			seen[k] = true
+			switch n := v.Interface().(type) {
+			case *ast.FunctionLiteral:
+				out = append(out, n)
+			case *ast.ArrowFunctionLiteral:
+				out = append(out, n)
+			}
+			stack = append(stack, v.Elem())
+		case reflect.Struct:
+			if v.Type().PkgPath() != astPkg {
+				continue
+			}
+			for i := 0; i < v.NumField(); i++ {
+				if v.Type().Field(i).IsExported() {
+					stack = append(stack, v.Field(i))
+				}
+			}
+		case reflect.Slice:
+			for i := v.Len() - 1; i >= 0; i-- {
+				stack = append(stack, v.Index(i))
+			}
+		}
+	}
+	return out
 }
 
 // asyncGeneratorHint explains the parser's error at the star of an async

@@ -10,7 +10,16 @@
 // and host.call (ops answered at once: the value's JSON text).
 (function (host, base, mode, ops) {
   "use strict";
+  // The script can replace any global; these are the originals.
+  const { Error, TypeError, SyntaxError } = globalThis;
   const defineProperty = Object.defineProperty;
+  const create = Object.create;
+  const floor = Math.floor;
+  const indexOf = Array.prototype.indexOf;
+  const join = Array.prototype.join;
+  const toLowerCase = String.prototype.toLowerCase;
+  const maxSafe = Number.MAX_SAFE_INTEGER;
+  const disposeSymbol = Symbol.dispose;
   const freeze = Object.freeze;
   const keys = Object.keys;
   const isArray = Array.isArray;
@@ -26,7 +35,6 @@
   // shim.js has replaced the global Function; the prototype is the same.
   const fnToString = Object.getPrototypeOf(function () {}).toString;
   const regexpExec = RegExp.prototype.exec;
-  const arrayFrom = Array.from;
   const asyncIterator = Symbol.asyncIterator;
 
   const lock = (obj, name, value) =>
@@ -92,13 +100,17 @@
   }
 
   // toObject is the error object a thrown value becomes: as a step's
-  // failure, or the run's.
+  // failure, or the run's. The host reads its fields one by one; it has no
+  // prototype, so neither setting nor reading them can reach accessors or
+  // a toJSON the script put on Object.prototype.
   function toObject(v) {
     const d = base.describe(v);
     let type = d[0] === "" ? "Error" : d[0];
     let message = d[1];
     if (d[0] === "" && d[1] === "") message = d[4] === "" ? "a value that cannot be shown" : d[4];
-    const eo = { type, message };
+    const eo = create(null);
+    eo.type = type;
+    eo.message = message;
     if (v !== null && typeof v === "object") {
       let retryAfter;
       try {
@@ -117,6 +129,7 @@
   // Durations: a number of milliseconds, or text such as "1h", "30 min",
   // "2.5 days".
   const units = {
+    __proto__: null,
     ms: 1, msec: 1, msecs: 1, millisecond: 1, milliseconds: 1,
     s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
     m: 60000, min: 60000, mins: 60000, minute: 60000, minutes: 60000,
@@ -133,7 +146,7 @@
     }
     if (typeof d === "string") {
       const m = apply(regexpExec, durationRE, [d]);
-      const unit = m === null ? undefined : m[2] === "" ? 1 : units[m[2].toLowerCase()];
+      const unit = m === null ? undefined : m[2] === "" ? 1 : units[apply(toLowerCase, m[2], [])];
       if (unit === undefined) {
         throw new TypeError(what + ': "' + d + '" is not a duration such as "30s", "10 min", "1h" or "2 days"');
       }
@@ -178,7 +191,10 @@
       if (!isFinite(t)) throw new TypeError("sleep: the Date is invalid");
       req = { until: t };
     } else {
-      req = { ms: Math.floor(durationMs(d, "sleep")) };
+      // Past what JSON can carry as an integer, the host's own bound
+      // says what the limit is.
+      const ms = floor(durationMs(d, "sleep"));
+      req = { ms: ms > maxSafe ? maxSafe : ms };
     }
     return apply(then, future(ops.sleep, "", payload(req, "sleep")), [() => undefined]);
   }
@@ -188,7 +204,9 @@
     if (o === null || typeof o !== "object" || isArray(o)) throw new TypeError(what + ": the options must be an object");
     const ks = keys(o);
     for (let i = 0; i < ks.length; i++) {
-      if (allowed.indexOf(ks[i]) < 0) throw new TypeError(what + ': unknown option "' + ks[i] + '"; the options are ' + allowed.join(", "));
+      if (apply(indexOf, allowed, [ks[i]]) < 0) {
+        throw new TypeError(what + ': unknown option "' + ks[i] + '"; the options are ' + apply(join, allowed, [", "]));
+      }
     }
     return o;
   }
@@ -219,7 +237,7 @@
         };
       },
     };
-    if (typeof Symbol.dispose === "symbol") hook[Symbol.dispose] = hook.dispose;
+    if (typeof disposeSymbol === "symbol") hook[disposeSymbol] = hook.dispose;
     return hook;
   }
 
@@ -304,10 +322,50 @@
     return base.parse(host.call(ops.metadata, "", "")[1]);
   }
 
-  // The steps' stand-in in the workflow body: each call of a "use step"
-  // function becomes a step op; the step runs in a step attempt.
+  // The script's steps. The compiler makes the script's first statement
+  // [a, b] = __sandflow.steps(["a", a, "b", b]): the declared functions,
+  // hoisted, are kept here, and each binding gets a stand-in. In the
+  // workflow body the stand-in issues a step op (the step runs in a step
+  // attempt, and replay reuses its result); elsewhere it runs the step.
+  // What the script later does to its bindings, or declares in a step's
+  // scope, changes neither.
+  const stepFns = create(null);
+  let stepsDeclared = false;
+  function declareSteps(list) {
+    if (stepsDeclared) throw new TypeError("__sandflow.steps is called once, by the step compiler");
+    stepsDeclared = true;
+    const standIns = [];
+    for (let i = 0; i + 1 < list.length; i += 2) {
+      const name = list[i];
+      const fn = list[i + 1];
+      const standIn = function (...args) {
+        return mode === "workflow" ? step(name, standIn, args) : apply(fn, this, args);
+      };
+      defineProperty(standIn, "name", { value: name, configurable: true });
+      defineProperty(standIn, "length", { value: fn.length, configurable: true });
+      defineProperty(standIn, "toString", { value: () => apply(fnToString, fn, []), writable: true, configurable: true });
+      stepFns[name] = fn;
+      standIns[i / 2] = standIn;
+    }
+    return standIns;
+  }
+
+  // step issues the op of a step call. Its arguments are JSON values;
+  // undefined ones at the end are left off, so default parameters apply
+  // in the attempt as they would in a direct call.
   function step(name, fn, args) {
-    const req = { input: arrayFrom(args) };
+    let n = args.length;
+    while (n > 0 && args[n - 1] === undefined) n--;
+    const input = [];
+    for (let i = 0; i < n; i++) {
+      const a = args[i];
+      if (a === undefined || typeof a === "function" || typeof a === "symbol") {
+        throw new TypeError("the input of step " + name + " is not JSON: argument " + (i + 1) + " is " +
+          (a === undefined ? "undefined (only arguments at the end may be)" : "a " + typeof a));
+      }
+      input[i] = a;
+    }
+    const req = { input };
     const policy = retryPolicy(name, fn);
     if (policy !== undefined) req.retry = policy;
     return future(ops.step, name, payload(req, "the input of step " + name));
@@ -323,7 +381,7 @@
       for (let i = 0; i < ks.length; i++) if (r[ks[i]] !== undefined) p[ks[i]] = NumberCtor(r[ks[i]]);
     }
     if (n !== undefined) {
-      if (typeof n !== "number" || !(n >= 0) || n !== Math.floor(n)) throw new TypeError(name + ".maxRetries must be an integer, 0 or more");
+      if (typeof n !== "number" || !(n >= 0) || n !== floor(n)) throw new TypeError(name + ".maxRetries must be an integer, 0 or more");
       p.maxAttempts = n + 1;
     }
     return p;
@@ -384,9 +442,9 @@
       throw new TypeError("defineWorkflowTool: inputSchema must be a JSON Schema object");
     }
     const found = [];
-    for (let i = 0; i < entries.length; i++) if (def[entries[i]] !== undefined) found.push(entries[i]);
+    for (let i = 0; i < entries.length; i++) if (def[entries[i]] !== undefined) found[found.length] = entries[i];
     if (found.length !== 1) {
-      throw new TypeError("defineWorkflowTool: define exactly one entry point, execute, task or serve; found " + (found.length === 0 ? "none" : found.join(" and ")));
+      throw new TypeError("defineWorkflowTool: define exactly one entry point, execute, task or serve; found " + (found.length === 0 ? "none" : apply(join, found, [" and "])));
     }
     const entry = found[0];
     const fn = def[entry];
@@ -426,7 +484,7 @@
   lock(globalThis, "FatalError", FatalError);
   lock(globalThis, "RetryableError", RetryableError);
   lock(globalThis, "Response", Response);
-  lock(globalThis, "__sandflow", freeze({ step: mode === "workflow" ? step : undefined }));
+  lock(globalThis, "__sandflow", freeze({ steps: declareSteps }));
 
   return {
     definition: () => definition,
@@ -435,6 +493,8 @@
     setStep(info) {
       stepInfo = freeze(info);
     },
+    // stepFn is the declared function of a step, or undefined.
+    stepFn: (name) => stepFns[name],
     toObject,
     toError,
   };

@@ -133,7 +133,10 @@ func (s *session) loadFailure(err error) (*WorkflowProgramError, error) {
 	}
 	var ex *goja.Exception
 	if errors.As(err, &ex) {
-		eo := s.toolError(ex.Value())
+		eo, err := s.toolError(ex.Value())
+		if err != nil {
+			return s.loadFailure(err)
+		}
 		var d toolErrorDetails
 		_ = json.Unmarshal(eo.Details, &d)
 		return &WorkflowProgramError{Code: CodeUncaught, Name: eo.Type, Message: "Uncaught " + eo.Type + ": " + eo.Message + " (while the script loads)",
@@ -154,45 +157,56 @@ var scriptStackPos = regexp.MustCompile(regexp.QuoteMeta(scriptName) + `:(\d+):(
 
 // toolError is the error object a value thrown by a tool's code becomes:
 // its name as the type (FatalError, RetryableError, TypeError, ...), its
-// message, and its stack.
-func (s *session) toolError(v goja.Value) *abi.ErrorObject {
-	ov, err := func() (ov goja.Value, err error) {
-		defer func() {
-			if x := recover(); x != nil {
-				err = fmt.Errorf("%v", x)
-			}
-		}()
-		return s.callTool("toObject", v), nil
-	}()
+// message, and its stack. Reading them runs the script's getters, which a
+// limit can stop: that error is returned, for the activation to end with.
+func (s *session) toolError(v goja.Value) (*abi.ErrorObject, error) {
+	f, _ := goja.AssertFunction(s.tool.Get("toObject"))
+	ov, err := f(goja.Undefined(), v)
 	if err != nil {
-		return &abi.ErrorObject{Type: "Error", Message: "a value that cannot be shown"}
-	}
-	var raw struct {
-		abi.ErrorObject
-		Stack string `json:"stack"`
-	}
-	enc := s.shim.Get("encode")
-	encf, _ := goja.AssertFunction(enc)
-	r, err := encf(goja.Undefined(), ov, s.vm.ToValue("an error"))
-	if err == nil {
-		if js := r.ToObject(s.vm).Get("0"); js != nil && !goja.IsUndefined(js) {
-			_ = json.Unmarshal([]byte(js.String()), &raw)
+		var ex *goja.Exception
+		if !errors.As(err, &ex) {
+			return nil, err
 		}
+		return &abi.ErrorObject{Type: "Error", Message: "a value that cannot be shown"}, nil
 	}
-	eo := raw.ErrorObject
-	eo.Type, eo.Message = clip(eo.Type, 200), clip(eo.Message, maxMessage)
+	// The prelude's object has no prototype and holds only primitives;
+	// each field is read on its own, never through the script's JSON.
+	o := ov.ToObject(s.vm)
+	str := func(name string) string {
+		if x := o.Get(name); x != nil && !goja.IsUndefined(x) {
+			return x.String()
+		}
+		return ""
+	}
+	eo := abi.ErrorObject{Type: clip(str("type"), 200), Message: clip(str("message"), maxMessage)}
 	if eo.Type == "" {
 		eo.Type = "Error"
 	}
-	if raw.Stack != "" {
-		d := toolErrorDetails{Stack: clip(raw.Stack, maxStack)}
+	if x := o.Get("retryable"); x != nil {
+		eo.Retryable = x.ToBoolean()
+	}
+	if x := o.Get("retryAfterMs"); x != nil && !goja.IsUndefined(x) {
+		eo.RetryAfterMs = x.ToInteger()
+	}
+	if stack := str("stack"); stack != "" {
+		d := toolErrorDetails{Stack: clip(stack, maxStack)}
 		if m := scriptStackPos.FindStringSubmatch(d.Stack); m != nil {
 			d.Line, _ = strconv.Atoi(m[1])
 			d.Column, _ = strconv.Atoi(m[2])
 		}
 		eo.Details, _ = json.Marshal(d)
 	}
-	return &eo
+	return &eo, nil
+}
+
+// finishThrown ends the activation with op and the error object of a
+// thrown value, or with the limit that stopped reading it.
+func (s *session) finishThrown(op abi.OpKind, v goja.Value) error {
+	eo, err := s.toolError(v)
+	if err != nil {
+		return s.runFailure(op, err)
+	}
+	return s.finish(op, nil, eo)
 }
 
 // finish reports an authored tool's outcome with op (complete or
@@ -236,7 +250,7 @@ func (s *session) runFailure(op abi.OpKind, err error) error {
 		return s.finish(op, nil, (&WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
 			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)}).Object())
 	case errors.As(err, &ex):
-		return s.finish(op, nil, s.toolError(ex.Value()))
+		return s.finishThrown(op, ex.Value())
 	}
 	return s.fail(err)
 }
@@ -340,7 +354,7 @@ func (s *session) runTool() error {
 		s.futs = append(rest, s.futs...)
 	}
 	if p.State() == goja.PromiseStateRejected {
-		return s.finish(abi.OpComplete, nil, s.toolError(p.Result()))
+		return s.finishThrown(abi.OpComplete, p.Result())
 	}
 	out, eo, err := s.encodeResult(p.Result(), "the result")
 	if err != nil {
@@ -449,7 +463,7 @@ func (s *session) throwRefusal(body []byte) {
 // runStep is one step attempt: load the script, call the step function
 // the host names with the recorded arguments, and report its outcome.
 func (s *session) runStep() error {
-	sc, perr, err := s.loadScript(kindStep)
+	_, perr, err := s.loadScript(kindStep)
 	if err != nil {
 		if perr, err = s.loadFailure(err); err != nil {
 			return err
@@ -466,12 +480,9 @@ func (s *session) runStep() error {
 	if status(body) != abi.StatusOK || json.Unmarshal(body[abi.BodyHeaderSize:], &in) != nil {
 		return fmt.Errorf("jsprogram worker: the host refused step_input: %s", refusal(body))
 	}
-	known := false
-	for _, n := range sc.steps {
-		known = known || n == in.Name
-	}
-	fn, ok := goja.AssertFunction(s.vm.Get(in.Name))
-	if !known || !ok {
+	// The function the script declared, whatever its binding holds now.
+	fn, ok := goja.AssertFunction(s.callTool("stepFn", s.vm.ToValue(in.Name)))
+	if !ok {
 		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "FatalError",
 			Message: fmt.Sprintf("this script has no step %q (its steps are the top-level async functions that start with \"use step\")", in.Name)})
 	}
@@ -515,7 +526,7 @@ func (s *session) runStep() error {
 		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "Error",
 			Message: fmt.Sprintf("step %s waits for something that never settles in a step (steps cannot sleep, ask or wait for hooks; the workflow body can)", in.Name)})
 	case p.State() == goja.PromiseStateRejected:
-		return s.finish(abi.OpStepComplete, nil, s.toolError(p.Result()))
+		return s.finishThrown(abi.OpStepComplete, p.Result())
 	}
 	out, eo, err := s.encodeResult(p.Result(), "the result of step "+in.Name)
 	if err != nil {

@@ -305,7 +305,14 @@ func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, erro
 		return nil, fmt.Errorf("jsprogram worker: reading reply: %w", err)
 	}
 	switch typ {
-	case frameReply:
+	case frameReply, frameReplyFresh:
+		if typ == frameReplyFresh {
+			// The host passed a recorded activation's end, or the
+			// replay's: what comes next has a budget of its own.
+			s.mu.Lock()
+			s.used = 0
+			s.mu.Unlock()
+		}
 		if len(body) < 8+abi.BodyHeaderSize {
 			s.broken = true
 			return nil, fmt.Errorf("jsprogram worker: short reply of %d bytes", len(body))
@@ -579,6 +586,7 @@ func (s *session) setup() error {
 	host := vm.NewObject()
 	_ = host.Set("agent", s.agent)
 	_ = host.Set("write", s.write)
+	_ = host.Set("depth", jsonDepth)
 	sv, err := fn(goja.Undefined(), host, vm.ToValue(s.lim.ValueDepth))
 	if err != nil {
 		return fmt.Errorf("jsprogram worker: prelude: %w", err)
