@@ -87,7 +87,11 @@ func TestAgentTurnsAcrossRestart(t *testing.T) {
 	if err := k.h.Recover(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	info, err = k.h.Run(context.Background(), ri.ID)
+	// Recover drives the run in the background.
+	waitFor(t, func() bool {
+		info, err = k.h.Run(context.Background(), ri.ID)
+		return err != nil || info.Status.Terminal()
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,8 +146,11 @@ type Host struct {
 
 	// life ends when Close begins: work a run is waiting on (steps,
 	// agent turns) is cut off so Close need not wait for it.
-	life     context.Context
-	endLife  context.CancelFunc
+	life    context.Context
+	endLife context.CancelFunc
+	// drivers are the runs the host drives on its own goroutines
+	// (recovery); Close waits for them. Add only under mu, while open.
+	drivers  sync.WaitGroup
 	mu       sync.Mutex
 	closed   bool
 	plugins  map[string]*loadedPlugin // by name@version
@@ -276,6 +279,10 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	h.closed = true
 	h.endLife()
+	h.mu.Unlock()
+	// The drivers stop at their next boundary, their work cut off.
+	h.drivers.Wait()
+	h.mu.Lock()
 	handles := make([]*runHandle, 0, len(h.runs))
 	for _, rh := range h.runs {
 		handles = append(handles, rh)

@@ -11,10 +11,10 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// RunScheduler recovers runs a stopped process left running, then fires
-// timers as they come due (durable sleeps and step retries), until ctx is
-// done. Errors on single runs are logged to logger (nil: slog.Default) and
-// do not stop it.
+// RunScheduler recovers runs a stopped process left running (see
+// Recover), and fires timers as they come due (durable sleeps and step
+// retries), until ctx is done. Errors on single runs are logged to logger
+// (nil: slog.Default) and do not stop it.
 func (h *Host) RunScheduler(ctx context.Context, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
@@ -45,8 +45,16 @@ func (h *Host) RunScheduler(ctx context.Context, logger *slog.Logger) error {
 }
 
 // Recover continues every run a stopped process left running: an
-// activation that did not commit, or a step attempt that did not finish
-// (steps run at least once).
+// activation that did not commit, a step attempt that did not finish
+// (steps run at least once), an agent turn that was out (sent again under
+// its turn id). It returns once it has found the runs; each is driven on a
+// goroutine of its own until it ends or waits, ctx is done or the host
+// closes (Close waits for the drivers). Errors on single runs are logged
+// to logger (nil: slog.Default).
+//
+// The runs are not driven one after another, nor waited for: an agent
+// turn can take minutes, and the runs behind it, and the scheduler's
+// timers, would wait for it too.
 func (h *Host) Recover(ctx context.Context, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
@@ -56,12 +64,23 @@ func (h *Host) Recover(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	for _, r := range runs {
-		if _, err := h.Drive(ctx, r.ID); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			logger.Error("recovering run", "run", r.ID, "err", err)
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return ErrClosed
 		}
+		h.drivers.Add(1)
+		h.mu.Unlock()
+		go func() {
+			defer h.drivers.Done()
+			// Closing the host stops the driver at its next boundary.
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(h.life, cancel)()
+			if _, err := h.Drive(ctx, r.ID); err != nil && ctx.Err() == nil {
+				logger.Error("recovering run", "run", r.ID, "err", err)
+			}
+		}()
 	}
 	return nil
 }
