@@ -54,6 +54,14 @@ const (
 	// future for that turn's result: name is the agent, the payload an
 	// AgentRequest. Recorded; the host runs the turn outside the guest.
 	OpAgent OpKind = 16
+	// OpReceive makes a future for a serve body's next call, a ServeCall:
+	// the call that started the run first, then each call sent to the run
+	// (its task), in order. Recorded.
+	OpReceive OpKind = 17
+	// OpReply answers every call received so far and not yet answered with
+	// the payload (any JSON value). Answers at once with a ReplyResult; a
+	// reply with no call waiting answers none. Recorded.
+	OpReply OpKind = 18
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -91,6 +99,8 @@ var opNames = [...]string{
 
 	OpWebhookRespond: "webhook_respond",
 	OpAgent:          "agent",
+	OpReceive:        "receive",
+	OpReply:          "reply",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -109,7 +119,8 @@ func (k OpKind) Valid() bool { return int(k) < len(opNames) && opNames[k] != "" 
 // the same kind and name at the same position.
 func (k OpKind) Recorded() bool {
 	switch k {
-	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond, OpAgent:
+	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond, OpAgent,
+		OpReceive, OpReply:
 		return true
 	}
 	return false
@@ -118,7 +129,7 @@ func (k OpKind) Recorded() bool {
 // MakesFuture reports whether the op answers with a future to await.
 func (k OpKind) MakesFuture() bool {
 	switch k {
-	case OpStep, OpSleep, OpAsk, OpHookNext, OpAgent:
+	case OpStep, OpSleep, OpAsk, OpHookNext, OpAgent, OpReceive:
 		return true
 	}
 	return false

@@ -134,6 +134,19 @@ type HookCreated struct {
 	URL      string `json:"url,omitempty"`
 }
 
+// ServeCall is the value of an OpReceive future: one call of a serve
+// run's task. Index 0 is the call that started the run.
+type ServeCall struct {
+	Input  json.RawMessage `json:"input"`
+	CallID string          `json:"callId"`
+	Index  int             `json:"index"`
+}
+
+// ReplyResult is the answer to OpReply: how many calls it answered.
+type ReplyResult struct {
+	Answered int `json:"answered"`
+}
+
 // HookRef is the payload of OpHookNext and OpHookDispose.
 type HookRef struct {
 	Hook uint32 `json:"hook"`

@@ -473,3 +473,65 @@ func Agent(ctx *Context, name string, req AgentRequest) *Future[AgentResult] {
 	}
 	return f
 }
+
+// Serve registers the tool's entry point for a resumable task (the
+// spec's serve): fn takes calls from calls.Receive, the first being the
+// one that started the task, and answers them with Reply; the model sends
+// more calls by the task's id. Returning answers the calls still waiting
+// with the result and ends the task; an error fails them. Call it once,
+// from an init function; the manifest's entry is "serve".
+func Serve[In, Out any](fn func(ctx *Context, calls *Calls[In]) (Out, error)) {
+	register("serve", func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
+		out, err := fn(ctx, &Calls[In]{})
+		if err != nil {
+			return nil, errorObject(err)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "encoding the result: " + err.Error()}
+		}
+		return b, nil
+	})
+}
+
+// ServeCall is one call of a serve tool's task: its input, the session's id
+// for it, and its index (0 is the call that started the task).
+type ServeCall[In any] struct {
+	Input  In     `json:"input"`
+	CallID string `json:"callId"`
+	Index  int    `json:"index"`
+}
+
+// Calls are a serve body's calls.
+type Calls[In any] struct {
+	pending *Future[ServeCall[In]]
+}
+
+// Receive returns a future for the next call. While one is pending,
+// Receive returns that one.
+func (c *Calls[In]) Receive(ctx *Context) *Future[ServeCall[In]] {
+	if c.pending != nil && !c.pending.Done() {
+		return c.pending
+	}
+	c.pending = newFuture[ServeCall[In]](doOp(abi.OpReceive, "", nil))
+	return c.pending
+}
+
+// Reply answers every call received so far and not yet answered with
+// output, and returns how many it answered (0: no call was waiting, and
+// the reply is dropped). The task goes idle until its next call.
+func Reply(ctx *Context, output any) (int, error) {
+	b, err := json.Marshal(output)
+	if err != nil {
+		return 0, err
+	}
+	r := doOp(abi.OpReply, "", b)
+	if r.status != abi.StatusOK {
+		return 0, decodeError(r.payload)
+	}
+	var rr abi.ReplyResult
+	if err := json.Unmarshal(r.payload, &rr); err != nil {
+		return 0, fmt.Errorf("sandflow: bad reply answer: %w", err)
+	}
+	return rr.Answered, nil
+}

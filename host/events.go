@@ -35,6 +35,11 @@ const (
 	EvWebhookResponded = "webhook_responded"
 	EvAgentSent        = "agent_sent"
 	EvAgentSettled     = "agent_settled"
+
+	// A serve run's calls: one sent to the run, a receive op, a reply op.
+	EvCallReceived = "call_received"
+	EvReceive      = "receive"
+	EvReplied      = "replied"
 )
 
 // evData is the data of every event kind; each kind uses some fields.
@@ -86,6 +91,10 @@ type evData struct {
 	Response *abi.HTTPResponse `json:"response,omitempty"`
 	Index    int               `json:"index,omitempty"`
 	Payload  json.RawMessage   `json:"payload,omitempty"`
+
+	// serve calls: call_received's id; replied's count of calls answered
+	CallID   string `json:"callId,omitempty"`
+	Answered int    `json:"answered,omitempty"`
 
 	// progress, completion
 	Value  json.RawMessage  `json:"value,omitempty"`

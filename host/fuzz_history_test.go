@@ -174,7 +174,7 @@ func FuzzParseManifest(f *testing.F) {
 		if !json.Valid(b) {
 			t.Fatalf("accepted input that is not a single JSON value: %q", b)
 		}
-		if m.Name == "" || (m.Entry != host.EntryExecute && m.Entry != host.EntryTask) || len(m.InputSchema) == 0 {
+		if m.Name == "" || (m.Entry != host.EntryExecute && m.Entry != host.EntryTask && m.Entry != host.EntryServe) || len(m.InputSchema) == 0 {
 			t.Fatalf("accepted a manifest without a name, an entry or an input schema: %+v", m)
 		}
 		stored, err := json.Marshal(m)

@@ -153,8 +153,11 @@ func TestUploadRefusals(t *testing.T) {
 			return c
 		}
 		for name, bm := range map[string]host.Manifest{
-			"bad name":           bad(func(m *host.Manifest) { m.Name = "no spaces allowed" }),
-			"serve entry":        bad(func(m *host.Manifest) { m.Entry = "serve" }),
+			"bad name": bad(func(m *host.Manifest) { m.Name = "no spaces allowed" }),
+			"serve with taskId": bad(func(m *host.Manifest) {
+				m.Entry, m.InputSchema = "serve", json.RawMessage(`{"type":"object","properties":{"taskId":{"type":"string"}}}`)
+			}),
+			"unknown entry":      bad(func(m *host.Manifest) { m.Entry = "stream" }),
 			"no entry":           bad(func(m *host.Manifest) { m.Entry = "" }),
 			"schema not JSON":    bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":`) }),
 			"schema bad keyword": bad(func(m *host.Manifest) { m.InputSchema = json.RawMessage(`{"type":"object","minProperties":"x"}`) }),

@@ -27,6 +27,36 @@ type RunInfo struct {
 	Waiting []Wait `json:"waiting,omitempty"`
 	// Stalled says why the run could not continue while it stays intact.
 	Stalled string `json:"stalled,omitempty"`
+	// Calls are a serve run's calls, the first being the one that started
+	// it; set once the run has received a call, or been sent one.
+	Calls []CallInfo `json:"calls,omitempty"`
+}
+
+// CallInfo is one call of a serve run.
+type CallInfo struct {
+	Index  int    `json:"index"`
+	CallID string `json:"callId"`
+	// Status is "working" until a reply answers the call, "completed"
+	// after, or what the run ended as ("failed", "cancelled") when it ended
+	// first. A run that completes answers its waiting calls with its
+	// result.
+	Status string           `json:"status"`
+	Output json.RawMessage  `json:"output,omitempty"`
+	Error  *abi.ErrorObject `json:"error,omitempty"`
+}
+
+// Working reports whether a call of the run has no answer yet: a serve
+// run's task is idle otherwise.
+func (ri RunInfo) Working() bool {
+	if ri.Calls == nil {
+		return !ri.Status.Terminal()
+	}
+	for _, c := range ri.Calls {
+		if c.Status == "working" {
+			return true
+		}
+	}
+	return false
 }
 
 // Wait is one thing a run waits on.
@@ -62,6 +92,21 @@ func (h *Host) info(rs *runState) RunInfo {
 		Status: rs.rec.Status, CreatedAt: rs.rec.CreatedAt, UpdatedAt: rs.rec.UpdatedAt,
 		Result: rs.result, Error: rs.failure, Progress: rs.lastProgress, Stalled: rs.detail.Stalled,
 	}
+	if len(rs.receives) > 0 || len(rs.calls) > 1 {
+		ri.Calls = make([]CallInfo, len(rs.calls))
+		for i, c := range rs.calls {
+			ci := CallInfo{Index: i, CallID: c.id, Status: "working"}
+			switch {
+			case c.answered:
+				ci.Status, ci.Output = "completed", c.output
+			case rs.status == store.StatusCompleted:
+				ci.Status, ci.Output = "completed", rs.result
+			case rs.status.Terminal():
+				ci.Status, ci.Error = string(rs.status), rs.failure
+			}
+			ri.Calls[i] = ci
+		}
+	}
 	if ri.Status.Terminal() {
 		return ri
 	}
@@ -93,6 +138,8 @@ func (h *Host) info(rs *runState) RunInfo {
 			}
 		case abi.OpAgent:
 			w.Kind, w.Agent = "agent", o.name
+		case abi.OpReceive:
+			w.Kind = "receive"
 		case abi.OpStep:
 			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt
 			if !o.attemptOpen && !o.retryAt.IsZero() {

@@ -95,13 +95,11 @@ func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 		return bad("name %q must be 1-64 letters, digits, '_' or '-', starting with a letter or digit", m.Name)
 	}
 	switch m.Entry {
-	case EntryExecute, EntryTask:
-	case EntryServe:
-		return bad("entry %q needs receive and reply ops, which ABI version %d does not have; use execute or task", m.Entry, abi.Version)
+	case EntryExecute, EntryTask, EntryServe:
 	case "":
-		return bad("entry is required: execute or task")
+		return bad("entry is required: execute, task or serve")
 	default:
-		return bad("entry %q is not execute or task", m.Entry)
+		return bad("entry %q is not execute, task or serve", m.Entry)
 	}
 	if len(m.InputSchema) == 0 {
 		return bad("inputSchema is required")
@@ -112,6 +110,14 @@ func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 	}
 	if !in.IsObjectSchema() {
 		return bad(`inputSchema must have "type": "object": a tool's input is a JSON object`)
+	}
+	if m.Entry == EntryServe {
+		var props struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		if json.Unmarshal(m.InputSchema, &props) == nil && props.Properties["taskId"] != nil {
+			return bad("inputSchema declares taskId, which the host adds to a %s tool's input to route calls to its tasks", m.Entry)
+		}
 	}
 	if len(m.OutputSchema) > 0 {
 		if _, err := schema.Compile(m.OutputSchema); err != nil {

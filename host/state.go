@@ -25,6 +25,11 @@ type runState struct {
 	markers []marker // the run_resumed events: one per activation
 	hooks   map[uint32]*hookRec
 
+	// A serve run's calls (the first is the one that created the run) and
+	// its receive ops, in order: receive i takes call i.
+	calls    []callRec
+	receives []uint32
+
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
 
@@ -75,6 +80,19 @@ type opRec struct {
 	// refused is the status of an op the host refused; value holds the error.
 	refused abi.Status
 }
+
+// callRec is one call of a serve run. A reply answers the calls received
+// so far; the run's end answers the rest (with its result, or its error).
+type callRec struct {
+	seq      uint64
+	id       string
+	input    json.RawMessage
+	answered bool
+	output   json.RawMessage
+}
+
+// received is how many calls a receive op has taken.
+func (rs *runState) received() int { return min(len(rs.calls), len(rs.receives)) }
 
 type hookRec struct {
 	token    string
@@ -189,6 +207,7 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		rs.created, rs.start = d, e.Time
 		copy(rs.seed[:], seed)
+		rs.calls = []callRec{{seq: e.Seq, id: rs.id, input: d.Input}}
 	case EvRunResumed:
 		rs.markers = append(rs.markers, marker{seq: e.Seq, t: e.Time})
 	case EvStepStarted:
@@ -364,6 +383,40 @@ func (rs *runState) apply(e store.Event) error {
 			return fmt.Errorf("%w: agent turn of op %d settled twice or without a result", ErrBadHistory, d.Op)
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Agent), 0)
+	case EvCallReceived:
+		if d.Index != len(rs.calls) {
+			return fmt.Errorf("%w: event %d delivers call %d, expected call %d", ErrBadHistory, e.Seq, d.Index, len(rs.calls))
+		}
+		rs.calls = append(rs.calls, callRec{seq: e.Seq, id: d.CallID, input: nullIfEmpty(d.Input)})
+		if d.Index < len(rs.receives) {
+			rs.op(rs.receives[d.Index]).settle(e.Seq, abi.FutureFulfilled, rs.serveCall(d.Index), 0)
+		}
+	case EvReceive:
+		o, err := rs.newOp(e, d.Op, abi.OpReceive, "")
+		if err != nil {
+			return err
+		}
+		o.index = len(rs.receives)
+		rs.receives = append(rs.receives, d.Op)
+		if o.index < len(rs.calls) {
+			o.settle(rs.calls[o.index].seq, abi.FutureFulfilled, rs.serveCall(o.index), 0)
+		}
+	case EvReplied:
+		o, err := rs.newOp(e, d.Op, abi.OpReply, "")
+		if err != nil {
+			return err
+		}
+		n := 0
+		for i := range rs.received() {
+			if c := &rs.calls[i]; !c.answered {
+				c.answered, c.output = true, nullIfEmpty(d.Payload)
+				n++
+			}
+		}
+		if n != d.Answered {
+			return fmt.Errorf("%w: event %d answers %d calls, but %d were waiting", ErrBadHistory, e.Seq, d.Answered, n)
+		}
+		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.ReplyResult{Answered: n}), d.Op)
 	case EvOpRefused:
 		kind, ok := abi.OpKindByName(d.Kind)
 		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {
@@ -456,4 +509,10 @@ func (rs *runState) runnableSteps() []uint32 {
 		}
 	}
 	return out
+}
+
+// serveCall is the value a receive op takes for call i.
+func (rs *runState) serveCall(i int) []byte {
+	c := rs.calls[i]
+	return mustJSON(abi.ServeCall{Input: nullIfEmpty(c.input), CallID: c.id, Index: i})
 }

@@ -78,6 +78,12 @@ func DescribeEvent(e store.Event) string {
 		return fmt.Sprintf("%swaits for the next payload of hook %d", op, d.Hook)
 	case EvHookReceived:
 		return fmt.Sprintf("hook %d received payload %d: %s", d.Hook, d.Index, clip(d.Payload))
+	case EvCallReceived:
+		return fmt.Sprintf("call %d (%s) received: %s", d.Index, d.CallID, clip(d.Input))
+	case EvReceive:
+		return fmt.Sprintf("%swaits for the next call", op)
+	case EvReplied:
+		return fmt.Sprintf("%sreplied to %d call(s): %s", op, d.Answered, clip(d.Payload))
 	case EvHookDisposed:
 		return fmt.Sprintf("%shook %d disposed", op, d.Hook)
 	case EvProgress:

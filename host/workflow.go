@@ -223,10 +223,12 @@ func (w *wfInstance) answer(o *opRec, p uint32) []byte {
 		return w.body(o.refused, 0, o.value)
 	}
 	switch o.kind {
-	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent:
+	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent, abi.OpReceive:
 		return w.future(o, p)
 	case abi.OpHookCreate:
 		return w.ok(p, o.value)
+	case abi.OpReply:
+		return w.ok(0, o.value)
 	case abi.OpComplete:
 		w.completed = true
 	}
@@ -417,6 +419,22 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return bad("payload is not JSON")
 		}
 		ev, err = b.push(EvProgress, &evData{Op: p, Value: clone(payload)})
+	case abi.OpReceive:
+		if len(payload) > 0 {
+			return bad("receive takes no payload")
+		}
+		ev, err = b.push(EvReceive, &evData{Op: p})
+	case abi.OpReply:
+		if !json.Valid(payload) {
+			return bad("payload is not JSON")
+		}
+		n := 0
+		for i := range rs.received() {
+			if !rs.calls[i].answered {
+				n++
+			}
+		}
+		ev, err = b.push(EvReplied, &evData{Op: p, Payload: clone(payload), Answered: n})
 	case abi.OpComplete:
 		var out abi.Outcome
 		if m := decodeStrict(payload, &out); m != "" {

@@ -72,7 +72,7 @@ const BODIES = {
   deepProgressViaToJSON: async (ctx) => caught(async () => ctx.progress({ toJSON() { return deep(1500); } })),
   deepResultViaToJSON: async () => ({ toJSON() { return deep(1500); } }),
   functionArgs: async () => caught(() => echoStep(() => 1, Symbol("s"))),
-  undefinedArg: async () => caught(() => defaultStep(undefined)),
+  undefinedArg: async () => caught(async () => [await defaultStep(undefined), await defaultStep(undefined, 2)]),
   bigintAsk: async (ctx) => caught(() => ctx.ask({ prompt: 10n })),
   symbolAsk: async (ctx) => caught(() => ctx.ask({ prompt: Symbol("p") })),
   cyclicAsk: async (ctx) => { const r = { prompt: "p" }; r.self = r; return caught(() => ctx.ask(r)); },
@@ -168,7 +168,7 @@ async function regexpStep() { "use step"; return /^(a+)+\1$/.test("a".repeat(40)
 regexpStep.maxRetries = 0;
 async function bigStep() { "use step"; return "x".repeat((1 << 20) + 10); }
 bigStep.maxRetries = 0;
-async function defaultStep(a = "the default") { "use step"; return { a: a === null ? "null" : a }; }
+async function defaultStep(a = "the default", b) { "use step"; return { a: a === null ? "null" : a, b }; }
 defaultStep.maxRetries = 0;
 async function crashStep() {
   "use step";
@@ -487,10 +487,10 @@ func TestToolAdversarial(t *testing.T) {
 		// call, not turned into null.
 		{name: "function and Symbol as step arguments", run: body("functionArgs"),
 			want: []string{`completed {"name":"TypeError","message":"the input of step echoStep *"}`}},
-		// Undefined arguments at the end are left off, so a default parameter applies
-		// in the attempt as in a direct call.
+		// An undefined argument arrives as undefined (one at the end is left off), so
+		// a default parameter applies in the attempt as in a direct call.
 		{name: "undefined step argument and a default parameter", run: body("undefinedArg"),
-			want: []string{`completed {"value":{"a":"the default"}}`, `completed {"name":"TypeError","message":"the input of step defaultStep *"}`}},
+			want: []string{`completed {"value":[{"a":"the default"},{"a":"the default","b":2}]}`}},
 		{name: "BigInt in a question", run: body("bigintAsk"),
 			want: []string{`completed {"name":"TypeError","message":"ctx.ask cannot be converted to JSON: *"}`}},
 		{name: "Symbol as a question's prompt", run: body("symbolAsk"),

@@ -43,7 +43,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 		{"catastrophic allocation", okTool + "\n'x'.repeat(2**40);", "[memory_limit]"},
 		{"imports", `import { sleep } from "eve/workflow";` + okTool, "SyntaxError"},
 		{"schema not an object", `defineWorkflowTool({ description: "d", inputSchema: { type: "string" }, async execute() { "use workflow"; } });`, `inputSchema must have "type": "object"`},
-		{"serve", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" }, async serve() { "use workflow"; } });`, "entry \"serve\""},
+		{"serve with its own taskId", `defineWorkflowTool({ description: "d", inputSchema: { type: "object", properties: { taskId: { type: "string" } } }, async serve() { "use workflow"; } });`, "declares taskId"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := jsprogram.RegisterTool(ctx, f.h, "bad", []byte(tc.src))

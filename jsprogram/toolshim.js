@@ -350,22 +350,25 @@
     return standIns;
   }
 
-  // step issues the op of a step call. Its arguments are JSON values;
-  // undefined ones at the end are left off, so default parameters apply
-  // in the attempt as they would in a direct call.
+  // step issues the op of a step call. Its arguments are JSON values, or
+  // undefined: those at the end are left off, and the positions of others
+  // go with the input ({ args, undefined: [i...] }), so the attempt gets
+  // undefined where the caller passed it and default parameters apply as
+  // in a direct call.
   function step(name, fn, args) {
     let n = args.length;
     while (n > 0 && args[n - 1] === undefined) n--;
-    const input = [];
+    const list = [];
+    const undef = [];
     for (let i = 0; i < n; i++) {
       const a = args[i];
-      if (a === undefined || typeof a === "function" || typeof a === "symbol") {
-        throw new TypeError("the input of step " + name + " is not JSON: argument " + (i + 1) + " is " +
-          (a === undefined ? "undefined (only arguments at the end may be)" : "a " + typeof a));
+      if (typeof a === "function" || typeof a === "symbol") {
+        throw new TypeError("the input of step " + name + " is not JSON: argument " + (i + 1) + " is a " + typeof a);
       }
-      input[i] = a;
+      if (a === undefined) undef[undef.length] = i;
+      list[i] = a === undefined ? null : a;
     }
-    const req = { input };
+    const req = { input: undef.length === 0 ? list : { args: list, undefined: undef } };
     const policy = retryPolicy(name, fn);
     if (policy !== undefined) req.retry = policy;
     return future(ops.step, name, payload(req, "the input of step " + name));
@@ -387,9 +390,45 @@
     return p;
   }
 
+  // A serve body's calls: receive() resolves with the next call; a second
+  // receive() while one is pending returns the same promise. waiting counts
+  // the calls received and not yet answered by ctx.reply.
+  let pendingReceive;
+  let waiting = 0;
+  // Cancellation is not built yet (a cancelled serve task ends): a call's
+  // signal never aborts.
+  const neverAborted = freeze({
+    aborted: false,
+    reason: undefined,
+    throwIfAborted() {},
+    addEventListener() {},
+    removeEventListener() {},
+  });
+  function receive() {
+    inWorkflow("receive");
+    if (pendingReceive !== undefined) return pendingReceive;
+    pendingReceive = apply(then, future(ops.receive, "", ""), [(call) => {
+      pendingReceive = undefined;
+      waiting++;
+      return freeze({ input: call.input, callId: call.callId, abortSignal: neverAborted });
+    }]);
+    return pendingReceive;
+  }
+  // ctx.reply(output): answers every call received so far; the task goes
+  // idle until its next call. A reply with no call waiting is dropped.
+  function reply(output) {
+    inWorkflow("ctx.reply");
+    const r = base.parse(host.call(ops.reply, "", payload(output === undefined ? null : output, "ctx.reply"))[1]);
+    waiting = 0;
+    return r.answered;
+  }
+
   // ctx.ask(request): a question to a person; resolves to the answer.
   function ask(request, options) {
     inWorkflow("ctx.ask");
+    if (definition.entry === "serve" && waiting === 0) {
+      throw new Error("ctx.ask: no call is waiting (a serve body asks while it serves a call it received and has not replied to)");
+    }
     const o = checkOptions("ctx.ask", options, ["signal"]);
     if (o.signal !== undefined) {
       throw new TypeError("ctx.ask: the signal option is not supported by this host yet (a question is withdrawn when its run ends)");
@@ -464,6 +503,7 @@
   // run calls the entry point. (goja has no async generators, so progress
   // is ctx.progress(value), not yield.)
   async function run(input, ctx) {
+    if (definition.entry === "serve") return await definition.fn(receive, ctx);
     return await definition.fn(input, ctx);
   }
 
@@ -488,7 +528,8 @@
 
   return {
     definition: () => definition,
-    ctx: (toolName, callId) => freeze({ toolName, callId, ask, agent, progress }),
+    ctx: (toolName, callId) =>
+      definition.entry === "serve" ? freeze({ toolName, ask, agent, reply }) : freeze({ toolName, callId, ask, agent, progress }),
     run,
     setStep(info) {
       stepInfo = freeze(info);

@@ -74,6 +74,7 @@ func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error
 		"sleep": abi.OpSleep, "ask": abi.OpAsk, "step": abi.OpStep, "agent": abi.OpAgent, "progress": abi.OpProgress,
 		"hookCreate": abi.OpHookCreate, "hookNext": abi.OpHookNext, "hookDispose": abi.OpHookDispose,
 		"webhookRespond": abi.OpWebhookRespond, "metadata": abi.OpMetadata,
+		"receive": abi.OpReceive, "reply": abi.OpReply,
 	} {
 		_ = ops.Set(name, int(k))
 	}
@@ -501,11 +502,31 @@ func (s *session) runStep() error {
 	if err != nil {
 		return err
 	}
+	// The input is the arguments, or { args, undefined: [i...] } when
+	// some were undefined (the prelude's step).
 	var argv []goja.Value
+	var undef []int
+	if !isJSONArray(input) {
+		var wrapped struct {
+			Args      json.RawMessage `json:"args"`
+			Undefined []int           `json:"undefined"`
+		}
+		if json.Unmarshal(input, &wrapped) == nil && isJSONArray(wrapped.Args) {
+			undef = wrapped.Undefined
+			if args, err = parse(goja.Undefined(), s.vm.ToValue(string(wrapped.Args))); err != nil {
+				return err
+			}
+		}
+	}
 	if a, isArray := args.Export().([]any); isArray {
 		o := args.ToObject(s.vm)
 		for i := range a {
 			argv = append(argv, o.Get(strconv.Itoa(i)))
+		}
+		for _, i := range undef {
+			if i >= 0 && i < len(argv) {
+				argv[i] = goja.Undefined()
+			}
 		}
 	} else {
 		argv = []goja.Value{args}
@@ -538,3 +559,15 @@ func (s *session) runStep() error {
 // stepNow is the clock of a step attempt: real time, as for WebAssembly
 // step instances.
 func stepNow() time.Time { return time.Now().UTC() }
+
+// isJSONArray reports whether raw is a JSON array.
+func isJSONArray(raw []byte) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '['
+	}
+	return false
+}

@@ -3,8 +3,12 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 )
 
 func output(t *testing.T, f *fixture, runID string) string {
@@ -62,5 +66,80 @@ func TestAgentRouter(t *testing.T) {
 		if r := call(t, s, "router", string(in), nil); r.Status != "completed" || r.Text != want {
 			t.Errorf("%q: %+v", q, r)
 		}
+	}
+}
+
+// The spec's serve release-plan tool in a session: the first call's
+// receipt says how to reach the task again; its plan arrives as a result
+// and the task goes idle (listed under <idle> in the [Tasks] note, not
+// holding the turn); a second call with its taskId (in the input, as the
+// model sends it) revises the plan, across a restart; a call naming no
+// task of the tool is UNKNOWN_TASK.
+func TestServeReleasePlanRevisedByTaskID(t *testing.T) {
+	f := newFixture(t)
+	f.addExample("release-plan")
+	ctx := context.Background()
+	s := f.session("conv-plan")
+	tools, err := s.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools) != 3 || !strings.Contains(string(tools[0].InputSchema), `"taskId"`) || !strings.Contains(tools[0].Description, "taskId") {
+		t.Errorf("the serve tool as the model sees it: %+v", tools[0])
+	}
+	r := call(t, s, "release-plan", `{"request":"draft 2.0"}`, nil)
+	id := r.TaskID
+	if want := "Started task " + id + ". Its result will arrive in a <task_result> message. To send it another message, call release-plan again with taskId " + id + "."; r.Text != want || !strings.HasPrefix(id, "release-plan-") || len(id) != len("release-plan-")+6 {
+		t.Fatalf("receipt %q\nwant    %q", r.Text, want)
+	}
+	if wt := call(t, s, session.TaskWaitTool, `{}`, nil); wt.Text != id+" completed; its result follows." {
+		t.Errorf("task_wait: %q", wt.Text)
+	}
+	res, err := s.Results(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `<task_result id="` + id + `" tool="release-plan" status="completed">{"requests":["draft 2.0"],"revision":1,"steps":["freeze the release branch","run the release checklist","tag and publish"]}</task_result>`; res != want {
+		t.Errorf("first result\n%s\nwant\n%s", res, want)
+	}
+	waitUntil(t, "the task to go idle", func() bool { return s.Tasks(ctx)[0].Status == session.Idle })
+	if note, ok, _ := s.Note(ctx); !ok || note != "[Tasks]\n<tasks>\n</tasks>\n<idle>\n<task id=\""+id+"\" tool=\"release-plan\"/>\n</idle>" {
+		t.Errorf("note %q", note)
+	}
+	if ended, _, err := s.HoldTurn(ctx); err != nil || !ended {
+		t.Errorf("an idle task holds the turn: %v %v", ended, err)
+	}
+
+	f.restart()
+	s = f.session("conv-plan")
+	r = call(t, s, "release-plan", `{"request":"add a canary","taskId":"`+id+`"}`, nil)
+	if r.Text != "Sent to task "+id+". Its reply will arrive in a <task_result> message." || r.TaskID != id {
+		t.Fatalf("second receipt %+v", r)
+	}
+	if ended, res, err := s.HoldTurn(ctx); err != nil || ended ||
+		res != `<task_result id="`+id+`" tool="release-plan" status="completed">{"requests":["draft 2.0","add a canary"],"revision":2,"steps":["freeze the release branch","run the release checklist","a canary","tag and publish"]}</task_result>` {
+		t.Errorf("the revision: %v %q %v", ended, res, err)
+	}
+	if res, _ := s.Results(ctx); res != "" {
+		t.Errorf("a result delivered twice: %s", res)
+	}
+	if n := strings.Count(output(t, f, s.Tasks(ctx)[0].RunID), "side effect: revision"); n != 2 {
+		t.Errorf("%d revisions ran, want 2", n)
+	}
+
+	for _, bad := range []string{
+		`{"request":"x","taskId":"release-plan-nosuch"}`,
+		`{"request":"x","taskId":"deploy-abcdef"}`,
+	} {
+		if _, err := s.Call(ctx, "release-plan", json.RawMessage(bad), nil); !errors.Is(err, session.ErrUnknownTask) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if _, err := s.Call(ctx, "release-plan", json.RawMessage(`{"request":"","taskId":"`+id+`"}`), nil); !errors.As(err, new(*host.InputError)) {
+		t.Errorf("an input the schema refuses: %v", err)
+	}
+	// task_cancel on an idle task has no work to stop.
+	if c := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil); c.Text != id+" had no work to stop." {
+		t.Errorf("task_cancel: %q", c.Text)
 	}
 }

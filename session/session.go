@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,10 @@ const (
 	Completed = "completed"
 	Failed    = "failed"
 	Cancelled = "cancelled"
+	// Idle: a resumable (serve) task whose calls are all answered; it
+	// takes more calls by its taskId, and neither holds the turn nor
+	// counts toward MaxWorkingTasks.
+	Idle = "idle"
 )
 
 // Task is one task of a session.
@@ -95,6 +100,31 @@ type Task struct {
 	SettledAt    time.Time `json:"settledAt,omitzero"`
 	// Output is the result's text, read when the task settles.
 	Output string `json:"output,omitempty"`
+	// Resumable: a serve tool's task, which takes more calls. Each call's
+	// answer is a result of its own; Calls counts the calls sent, and
+	// DeliveredCalls the answers given to the model, in call order.
+	Resumable      bool      `json:"resumable,omitempty"`
+	Calls          int       `json:"calls,omitempty"`
+	DeliveredCalls int       `json:"deliveredCalls,omitempty"`
+	UsedAt         time.Time `json:"usedAt,omitzero"`
+
+	// answers are a resumable task's calls' outcomes, in order, up to the
+	// first one still working, as the last refresh read them.
+	answers []answer
+}
+
+type answer struct{ status, text string }
+
+// hasResult reports whether the task has a result the model has not
+// had; cancelled work never reports back.
+func (t *Task) hasResult() bool {
+	if t.CancelReason != "" {
+		return false
+	}
+	if t.Resumable {
+		return len(t.answers) > t.DeliveredCalls
+	}
+	return t.Status != Working && !t.Delivered
 }
 
 // record is what the store keeps of a session.
@@ -179,18 +209,42 @@ func (s *Session) save(ctx context.Context) error {
 }
 
 // Tools lists what the model may call: the host's tools, and task_wait
-// and task_cancel when a tool runs as a task.
+// and task_cancel when a tool runs as a task. A serve tool's input gets
+// an optional taskId, explained in its description.
 func (s *Session) Tools(ctx context.Context) ([]host.Tool, error) {
 	tools, err := s.m.h.Tools(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range tools {
-		if t.Entry == host.EntryTask || t.Entry == host.EntryServe {
-			return append(tools, taskWaitSpec, taskCancelSpec), nil
+	tasks := false
+	for i, t := range tools {
+		tasks = tasks || t.Entry == host.EntryTask || t.Entry == host.EntryServe
+		if t.Entry == host.EntryServe {
+			tools[i] = withTaskID(t)
 		}
 	}
+	if tasks {
+		return append(tools, taskWaitSpec, taskCancelSpec), nil
+	}
 	return tools, nil
+}
+
+// withTaskID adds the optional taskId to a serve tool's input schema.
+func withTaskID(t host.Tool) host.Tool {
+	var sch map[string]any
+	if json.Unmarshal(t.InputSchema, &sch) != nil {
+		return t
+	}
+	props, _ := sch["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	props["taskId"] = map[string]any{"type": "string",
+		"description": "The id of a task this tool started, to send it this call; leave it out to start a new task."}
+	sch["properties"] = props
+	t.InputSchema, _ = json.Marshal(sch)
+	t.Description += "\n\nEach call without a taskId starts a task that keeps its state; call again with its taskId to send it more work."
+	return t
 }
 
 var (
@@ -260,12 +314,27 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		text, err := s.TaskCancel(ctx, in.TaskID)
 		return CallResult{Text: text, Status: Completed}, err
 	}
-	if o.TaskID != "" {
-		return s.sendToTask(o.TaskID, tool)
-	}
 	t, err := s.tool(ctx, tool)
 	if err != nil {
 		return CallResult{}, err
+	}
+	if t.Entry == host.EntryServe {
+		// The model names the task in the input.
+		var in map[string]json.RawMessage
+		if json.Unmarshal(input, &in) == nil && in["taskId"] != nil {
+			var id string
+			if json.Unmarshal(in["taskId"], &id) != nil {
+				return CallResult{}, &Error{CodeBadRequest, fmt.Sprintf("%s: taskId must be a string", tool)}
+			}
+			if o.TaskID == "" {
+				o.TaskID = id
+			}
+			delete(in, "taskId")
+			input, _ = json.Marshal(in)
+		}
+	}
+	if o.TaskID != "" {
+		return s.sendToTask(ctx, o.TaskID, t, input)
 	}
 	if t.Entry == host.EntryExecute {
 		ri, err := s.m.h.Call(ctx, tool, input, nil)
@@ -290,16 +359,67 @@ func (s *Session) tool(ctx context.Context, name string) (host.Tool, error) {
 	return host.Tool{}, fmt.Errorf("%w: %q", host.ErrUnknownTool, name)
 }
 
-// sendToTask answers a call that names a task: only a serve tool's tasks
-// take more calls.
-func (s *Session) sendToTask(taskID, tool string) (CallResult, error) {
+// sendToTask sends a call to a task by its id: only a serve tool's
+// unfinished tasks take more calls.
+func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool, input json.RawMessage) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.refresh(ctx)
 	t := s.task(taskID)
-	if t == nil || t.Tool != tool {
-		return CallResult{}, &Error{CodeUnknownTask, fmt.Sprintf("this session has no task %s of %s; call %s without a taskId to start one", taskID, tool, tool)}
+	if t != nil && t.Tool == tool.Name && !t.Resumable {
+		return CallResult{}, &Error{CodeBadRequest, fmt.Sprintf("task %s is not resumable: %s takes one call per task; call it without a taskId to start another", taskID, tool.Name)}
 	}
-	return CallResult{}, &Error{CodeBadRequest, fmt.Sprintf("task %s is not resumable: %s takes one call per task; call it without a taskId to start another", taskID, tool)}
+	if t == nil || t.Tool != tool.Name || (t.Status != Working && t.Status != Idle) {
+		return CallResult{}, &Error{CodeUnknownTask, fmt.Sprintf("this session has no unfinished task %s of %s; call %s without a taskId to start one", taskID, tool.Name, tool.Name)}
+	}
+	if t.Status == Idle {
+		if err := s.roomForOneMore(); err != nil {
+			return CallResult{}, err
+		}
+	}
+	if _, err := s.m.h.SendCall(ctx, t.RunID, fmt.Sprintf("%s:%d", t.ID, t.Calls), input); err != nil {
+		if errors.Is(err, host.ErrRunEnded) {
+			return CallResult{}, &Error{CodeUnknownTask, fmt.Sprintf("task %s has finished; call %s without a taskId to start another", taskID, tool.Name)}
+		}
+		return CallResult{}, err
+	}
+	t.Calls++
+	t.UsedAt = time.Now().UTC()
+	if t.Status != Working {
+		t.Status = Working
+		s.rec.Changes++
+	}
+	if err := s.save(ctx); err != nil {
+		return CallResult{}, err
+	}
+	s.drive(t.RunID)
+	return CallResult{Status: "sent", TaskID: t.ID,
+		Text: fmt.Sprintf("Sent to task %s. Its reply will arrive in a <task_result> message.", t.ID)}, nil
+}
+
+// roomForOneMore refuses a task that would be working past
+// MaxWorkingTasks; callers hold s.mu.
+func (s *Session) roomForOneMore() error {
+	var working []string
+	for _, t := range s.rec.Tasks {
+		if t.Status == Working {
+			working = append(working, t.ID)
+		}
+	}
+	if len(working) >= MaxWorkingTasks {
+		return &Error{CodeTooManyTasks, fmt.Sprintf("this session already runs %d tasks, the most it may (%s); wait for one with task_wait, or stop one with task_cancel",
+			len(working), strings.Join(working, ", "))}
+	}
+	return nil
+}
+
+// drive runs a task's run in the background until it waits or ends.
+func (s *Session) drive(runID string) {
+	s.m.wg.Add(1)
+	go func() {
+		defer s.m.wg.Done()
+		_, _ = s.m.h.Drive(s.m.ctx, runID)
+	}()
 }
 
 func (s *Session) task(id string) *Task {
@@ -317,15 +437,8 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
-	var working []string
-	for _, t := range s.rec.Tasks {
-		if t.Status == Working {
-			working = append(working, t.ID)
-		}
-	}
-	if len(working) >= MaxWorkingTasks {
-		return CallResult{}, &Error{CodeTooManyTasks, fmt.Sprintf("this session already runs %d tasks, the most it may (%s); wait for one with task_wait, or stop one with task_cancel",
-			len(working), strings.Join(working, ", "))}
+	if err := s.roomForOneMore(); err != nil {
+		return CallResult{}, err
 	}
 	var id string
 	var ri host.RunInfo
@@ -340,19 +453,20 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	if err != nil {
 		return CallResult{}, err
 	}
-	t := &Task{ID: id, Tool: tool.Name, RunID: ri.ID, Status: Working, StartedAt: time.Now().UTC()}
+	now := time.Now().UTC()
+	t := &Task{ID: id, Tool: tool.Name, RunID: ri.ID, Status: Working, StartedAt: now}
+	text := fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)
+	if tool.Entry == host.EntryServe {
+		t.Resumable, t.Calls, t.UsedAt = true, 1, now
+		text += fmt.Sprintf(" To send it another message, call %s again with taskId %s.", tool.Name, id)
+	}
 	s.rec.Tasks = append(s.rec.Tasks, t)
 	s.rec.Changes++
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.m.wg.Add(1)
-	go func() {
-		defer s.m.wg.Done()
-		_, _ = s.m.h.Drive(s.m.ctx, ri.ID)
-	}()
-	return CallResult{Status: "started", TaskID: id, Run: ri,
-		Text: fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)}, nil
+	s.drive(ri.ID)
+	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
 }
 
 // randomSuffix is the six characters of a task id.
@@ -421,14 +535,42 @@ func errorText(ri host.RunInfo) string {
 	return ri.Error.Message
 }
 
-// refresh reads the state of every working task's run; callers hold s.mu.
+// refresh reads the state of every unfinished task's run; callers hold
+// s.mu.
 func (s *Session) refresh(ctx context.Context) {
 	for _, t := range s.rec.Tasks {
-		if t.Status != Working {
+		if t.Status != Working && t.Status != Idle {
 			continue
 		}
 		ri, err := s.m.h.Run(ctx, t.RunID)
-		if err != nil || !ri.Status.Terminal() {
+		if err != nil {
+			continue
+		}
+		if t.Resumable {
+			t.answers = t.answers[:0]
+			for _, c := range ri.Calls {
+				if c.Status == "working" {
+					break
+				}
+				text := compactJSON(c.Output)
+				if c.Status != Completed {
+					text = errorText(ri)
+				}
+				t.answers = append(t.answers, answer{c.Status, text})
+			}
+			if !ri.Status.Terminal() {
+				st := Idle
+				if ri.Working() {
+					st = Working
+				}
+				if st != t.Status {
+					t.Status = st
+					s.rec.Changes++
+				}
+				continue
+			}
+		}
+		if !ri.Status.Terminal() {
 			continue
 		}
 		switch ri.Status {
@@ -456,25 +598,42 @@ func (s *Session) Results(ctx context.Context) (string, error) {
 	var b strings.Builder
 	bytesLeft, linesLeft := ResultBytes, ResultLines
 	taken := false
+	block := func(t *Task, status, text string) {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, `<task_result id="%s" tool="%s" status="%s">`, t.ID, t.Tool, status)
+		body, cut := clip(text, &bytesLeft, &linesLeft)
+		b.WriteString(body)
+		if cut {
+			b.WriteString("[truncated]")
+		}
+		b.WriteString("</task_result>")
+	}
 	for _, t := range s.rec.Tasks {
-		if t.Status == Working || t.Delivered {
+		if t.Delivered {
+			continue
+		}
+		if t.Resumable {
+			// Each answered call is a result of its own.
+			for ; t.CancelReason == "" && t.DeliveredCalls < len(t.answers); t.DeliveredCalls++ {
+				a := t.answers[t.DeliveredCalls]
+				block(t, a.status, a.text)
+				taken = true
+			}
+			if t.Status != Working && t.Status != Idle {
+				t.Delivered, taken = true, true
+			}
+			continue
+		}
+		if t.Status == Working {
 			continue
 		}
 		t.Delivered, taken = true, true
 		if t.Status == Cancelled && t.CancelReason != "" {
 			continue // cancelled work never reports back
 		}
-		if b.Len() > 0 {
-			b.WriteByte('\n')
-		}
-		open := fmt.Sprintf(`<task_result id="%s" tool="%s" status="%s">`, t.ID, t.Tool, t.Status)
-		b.WriteString(open)
-		body, cut := clip(t.Output, &bytesLeft, &linesLeft)
-		b.WriteString(body)
-		if cut {
-			b.WriteString("[truncated]")
-		}
-		b.WriteString("</task_result>")
+		block(t, t.Status, t.Output)
 	}
 	if taken {
 		if err := s.save(ctx); err != nil {
@@ -523,11 +682,10 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 		s.refresh(ctx)
 		var settled, working []*Task
 		for _, t := range s.rec.Tasks {
-			switch {
-			case t.Status == Working:
-				working = append(working, t)
-			case !t.Delivered && t.CancelReason == "":
+			if t.hasResult() {
 				settled = append(settled, t)
+			} else if t.Status == Working {
+				working = append(working, t)
 			}
 		}
 		s.mu.Unlock()
@@ -575,7 +733,11 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 func waitText(settled, working []*Task, timeout time.Duration) string {
 	var parts []string
 	for _, t := range settled {
-		parts = append(parts, fmt.Sprintf("%s %s; its result follows.", t.ID, t.Status))
+		status := t.Status
+		if t.Resumable {
+			status = t.answers[t.DeliveredCalls].status
+		}
+		parts = append(parts, fmt.Sprintf("%s %s; its result follows.", t.ID, status))
 	}
 	switch {
 	case len(settled) > 0:
@@ -616,6 +778,8 @@ func (s *Session) cancel(ctx context.Context, taskID, reason string) (string, er
 	if t.Status != Working {
 		return fmt.Sprintf("%s had no work to stop.", t.ID), nil
 	}
+	// A serve task ends with its run here: the abort signal that would let
+	// its body stop the current work and stay available is not built yet.
 	if _, err := s.m.h.Cancel(ctx, t.RunID, reason); err != nil && !errors.Is(err, host.ErrRunEnded) {
 		return "", err
 	}
@@ -671,12 +835,25 @@ func (s *Session) Note(ctx context.Context) (note string, ok bool, err error) {
 	}
 	var b strings.Builder
 	b.WriteString("[Tasks]\n<tasks>\n")
+	var idle []*Task
 	for _, t := range s.rec.Tasks {
-		if t.Status == Working {
+		switch t.Status {
+		case Working:
 			fmt.Fprintf(&b, "<task id=%q tool=%q status=\"working\"/>\n", t.ID, t.Tool)
+		case Idle:
+			idle = append(idle, t)
 		}
 	}
 	b.WriteString("</tasks>")
+	if len(idle) > 0 {
+		// The most recently used first.
+		slices.SortStableFunc(idle, func(a, b *Task) int { return b.UsedAt.Compare(a.UsedAt) })
+		b.WriteString("\n<idle>\n")
+		for _, t := range idle[:min(len(idle), idleInNote)] {
+			fmt.Fprintf(&b, "<task id=%q tool=%q/>\n", t.ID, t.Tool)
+		}
+		b.WriteString("</idle>")
+	}
 	s.rec.Noted = s.rec.Changes
 	if err := s.save(ctx); err != nil {
 		return "", false, err

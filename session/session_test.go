@@ -234,7 +234,7 @@ func TestTaskCancelAndRefusals(t *testing.T) {
 		{session.TaskWaitTool, `{"timeoutSeconds": 0}`, nil, session.ErrBadRequest, "at least 1"},
 		{session.TaskWaitTool, `{"timeoutSeconds": 1.5}`, nil, session.ErrBadRequest, "whole number"},
 		{session.TaskWaitTool, `{"seconds": 1}`, nil, session.ErrBadRequest, "unknown field"},
-		{"approve-deadline", `{"service":"x"}`, &session.CallOptions{TaskID: "approve-deadline-nope00"}, session.ErrUnknownTask, "no task approve-deadline-nope00"},
+		{"approve-deadline", `{"service":"x"}`, &session.CallOptions{TaskID: "approve-deadline-nope00"}, session.ErrUnknownTask, "no unfinished task approve-deadline-nope00"},
 		{"approve-deadline", `{"service":"x"}`, &session.CallOptions{TaskID: id}, session.ErrBadRequest, "is not resumable"},
 		{"nope", `{}`, nil, host.ErrUnknownTool, "nope"},
 	} {
