@@ -62,6 +62,10 @@ const (
 	// the payload (any JSON value). Answers at once with a ReplyResult; a
 	// reply with no call waiting answers none. Recorded.
 	OpReply OpKind = 18
+	// OpSignal makes a future that fulfils with an AbortInfo when the run
+	// is next aborted (cancelled with time to unwind): the spec's
+	// abortSignal. Recorded.
+	OpSignal OpKind = 19
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -101,6 +105,7 @@ var opNames = [...]string{
 	OpAgent:          "agent",
 	OpReceive:        "receive",
 	OpReply:          "reply",
+	OpSignal:         "signal",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -120,7 +125,7 @@ func (k OpKind) Valid() bool { return int(k) < len(opNames) && opNames[k] != "" 
 func (k OpKind) Recorded() bool {
 	switch k {
 	case OpComplete, OpProgress, OpStep, OpSleep, OpAsk, OpHookCreate, OpHookNext, OpHookDispose, OpWebhookRespond, OpAgent,
-		OpReceive, OpReply:
+		OpReceive, OpReply, OpSignal:
 		return true
 	}
 	return false
@@ -129,7 +134,7 @@ func (k OpKind) Recorded() bool {
 // MakesFuture reports whether the op answers with a future to await.
 func (k OpKind) MakesFuture() bool {
 	switch k {
-	case OpStep, OpSleep, OpAsk, OpHookNext, OpAgent, OpReceive:
+	case OpStep, OpSleep, OpAsk, OpHookNext, OpAgent, OpReceive, OpSignal:
 		return true
 	}
 	return false

@@ -142,6 +142,12 @@ type ServeCall struct {
 	Index  int             `json:"index"`
 }
 
+// AbortInfo is the value of an OpSignal future: why the run was aborted
+// (task_cancel, turn_cancelled, turn_ended, steer, or the caller's own).
+type AbortInfo struct {
+	Reason string `json:"reason"`
+}
+
 // ReplyResult is the answer to OpReply: how many calls it answered.
 type ReplyResult struct {
 	Answered int `json:"answered"`

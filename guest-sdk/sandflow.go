@@ -535,3 +535,16 @@ func Reply(ctx *Context, output any) (int, error) {
 	}
 	return rr.Answered, nil
 }
+
+// AbortInfo says why a run was aborted.
+type AbortInfo = abi.AbortInfo
+
+// Signal returns a future that fulfils when the run is next aborted (the
+// spec's abortSignal: a task_cancel, a cancelled or failed turn, the end
+// of the session, a steer), with the reason. The run then has the host's
+// grace period (30 s by default) to unwind before it is cancelled; a serve
+// body that goes back to Receive stays available. Race it against the
+// work that should stop.
+func Signal(ctx *Context) *Future[AbortInfo] {
+	return newFuture[AbortInfo](doOp(abi.OpSignal, "", nil))
+}

@@ -40,6 +40,11 @@ const (
 	EvCallReceived = "call_received"
 	EvReceive      = "receive"
 	EvReplied      = "replied"
+
+	// An abort (a cancel with time to unwind), and a signal op that waits
+	// for the next one.
+	EvAbortRequested = "abort_requested"
+	EvSignal         = "signal"
 )
 
 // evData is the data of every event kind; each kind uses some fields.

@@ -115,6 +115,9 @@ type Options struct {
 	Agents AgentBackend
 	// AgentTimeout bounds one agent turn; 0 means 10 minutes.
 	AgentTimeout time.Duration
+	// AbortGrace is how long an aborted run has to unwind (Abort); 0
+	// means DefaultAbortGrace, 30 seconds.
+	AbortGrace time.Duration
 	// AgentReplyBytes bounds a turn's reply and structured output; 0 means
 	// 4 MiB.
 	AgentReplyBytes int

@@ -30,6 +30,8 @@ type RunInfo struct {
 	// Calls are a serve run's calls, the first being the one that started
 	// it; set once the run has received a call, or been sent one.
 	Calls []CallInfo `json:"calls,omitempty"`
+	// Aborted is the reason of the run's last abort (Host.Abort), if any.
+	Aborted string `json:"aborted,omitempty"`
 }
 
 // CallInfo is one call of a serve run.
@@ -92,11 +94,16 @@ func (h *Host) info(rs *runState) RunInfo {
 		Status: rs.rec.Status, CreatedAt: rs.rec.CreatedAt, UpdatedAt: rs.rec.UpdatedAt,
 		Result: rs.result, Error: rs.failure, Progress: rs.lastProgress, Stalled: rs.detail.Stalled,
 	}
+	if n := len(rs.aborts); n > 0 {
+		ri.Aborted = rs.aborts[n-1].reason
+	}
 	if len(rs.receives) > 0 || len(rs.calls) > 1 {
 		ri.Calls = make([]CallInfo, len(rs.calls))
 		for i, c := range rs.calls {
 			ci := CallInfo{Index: i, CallID: c.id, Status: "working"}
 			switch {
+			case c.cancelled:
+				ci.Status = "cancelled"
 			case c.answered:
 				ci.Status, ci.Output = "completed", c.output
 			case rs.status == store.StatusCompleted:
@@ -140,6 +147,8 @@ func (h *Host) info(rs *runState) RunInfo {
 			w.Kind, w.Agent = "agent", o.name
 		case abi.OpReceive:
 			w.Kind = "receive"
+		case abi.OpSignal:
+			return // always there, and only an abort settles it
 		case abi.OpStep:
 			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt
 			if !o.attemptOpen && !o.retryAt.IsZero() {

@@ -64,24 +64,34 @@ func (h *Host) Recover(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	for _, r := range runs {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			return ErrClosed
+		if err := h.goDrive(ctx, r.ID, func(err error) { logger.Error("recovering run", "run", r.ID, "err", err) }); err != nil {
+			return err
 		}
-		h.drivers.Add(1)
-		h.mu.Unlock()
-		go func() {
-			defer h.drivers.Done()
-			// Closing the host stops the driver at its next boundary.
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			defer context.AfterFunc(h.life, cancel)()
-			if _, err := h.Drive(ctx, r.ID); err != nil && ctx.Err() == nil {
-				logger.Error("recovering run", "run", r.ID, "err", err)
-			}
-		}()
 	}
+	return nil
+}
+
+// goDrive drives a run on a goroutine of its own until it ends or waits,
+// ctx is done or the host closes (Close waits for the drivers). A failure
+// other than that goes to failed.
+func (h *Host) goDrive(ctx context.Context, id string, failed func(error)) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	h.drivers.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.drivers.Done()
+		// Closing the host stops the driver at its next boundary.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(h.life, cancel)()
+		if _, err := h.Drive(ctx, id); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+	}()
 	return nil
 }
 
@@ -135,6 +145,10 @@ func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
 		b.b.DeleteTimers = append(b.b.DeleteTimers, t)
 		o := rs.op(t.Position)
 		switch {
+		case t.Kind == timerAbort:
+			if err := h.abortExpired(rs, b, int(t.Position)); err != nil {
+				return err
+			}
 		case rs.status.Terminal() || o == nil:
 		case t.Kind == timerSleep && o.kind == abi.OpSleep && !o.settled:
 			if _, err := b.push(EvTimerFired, &evData{Op: t.Position}); err != nil {

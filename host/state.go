@@ -30,6 +30,9 @@ type runState struct {
 	calls    []callRec
 	receives []uint32
 
+	// aborts are the run's abort_requested events, in order.
+	aborts []abortRec
+
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
 
@@ -89,6 +92,14 @@ type callRec struct {
 	input    json.RawMessage
 	answered bool
 	output   json.RawMessage
+	// cancelled: an abort ended the call before a reply (answered is set
+	// too, so no reply answers it).
+	cancelled bool
+}
+
+type abortRec struct {
+	seq    uint64
+	reason string
 }
 
 // received is how many calls a receive op has taken.
@@ -355,7 +366,12 @@ func (rs *runState) apply(e store.Event) error {
 			rs.status, rs.failure = store.StatusFailed, errOrUnknown(d.Error)
 		}
 	case EvRunCancelled:
-		rs.status = store.StatusCancelled
+		if d.Op != 0 { // the body's own end, after an abort
+			if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
+				return err
+			}
+		}
+		rs.status, rs.failure = store.StatusCancelled, d.Error
 	case EvWebhookResponded:
 		h := rs.hooks[d.Hook]
 		if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {
@@ -417,6 +433,31 @@ func (rs *runState) apply(e store.Event) error {
 			return fmt.Errorf("%w: event %d answers %d calls, but %d were waiting", ErrBadHistory, e.Seq, d.Answered, n)
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.ReplyResult{Answered: n}), d.Op)
+	case EvAbortRequested:
+		if d.Index != len(rs.aborts) {
+			return fmt.Errorf("%w: event %d is abort %d, expected abort %d", ErrBadHistory, e.Seq, d.Index, len(rs.aborts))
+		}
+		rs.aborts = append(rs.aborts, abortRec{seq: e.Seq, reason: d.Reason})
+		v := mustJSON(abi.AbortInfo{Reason: d.Reason})
+		for _, o := range rs.ops {
+			if o.kind == abi.OpSignal && !o.settled {
+				o.settle(e.Seq, abi.FutureFulfilled, v, 0)
+			}
+		}
+		// A serve run's calls still waiting end as cancelled.
+		for i := range rs.calls {
+			if c := &rs.calls[i]; !c.answered {
+				c.answered, c.cancelled = true, true
+			}
+		}
+	case EvSignal:
+		o, err := rs.newOp(e, d.Op, abi.OpSignal, "")
+		if err != nil {
+			return err
+		}
+		if d.Reason != "" {
+			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.AbortInfo{Reason: d.Reason}), d.Op)
+		}
 	case EvOpRefused:
 		kind, ok := abi.OpKindByName(d.Kind)
 		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {

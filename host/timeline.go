@@ -80,6 +80,10 @@ func DescribeEvent(e store.Event) string {
 		return fmt.Sprintf("hook %d received payload %d: %s", d.Hook, d.Index, clip(d.Payload))
 	case EvCallReceived:
 		return fmt.Sprintf("call %d (%s) received: %s", d.Index, d.CallID, clip(d.Input))
+	case EvAbortRequested:
+		return fmt.Sprintf("abort %d requested: %s", d.Index, d.Reason)
+	case EvSignal:
+		return fmt.Sprintf("%swaits for an abort", op)
 	case EvReceive:
 		return fmt.Sprintf("%swaits for the next call", op)
 	case EvReplied:

@@ -223,7 +223,7 @@ func (w *wfInstance) answer(o *opRec, p uint32) []byte {
 		return w.body(o.refused, 0, o.value)
 	}
 	switch o.kind {
-	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent, abi.OpReceive:
+	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent, abi.OpReceive, abi.OpSignal:
 		return w.future(o, p)
 	case abi.OpHookCreate:
 		return w.ok(p, o.value)
@@ -319,7 +319,10 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return bad(m)
 		}
 		d := &evData{Op: p, Request: mustJSON(req)}
-		if rs.created.NoAsk {
+		if _, aborted := rs.abortedNow(); aborted {
+			// Asked while unwinding from an abort: withdrawn at once.
+			d.Answer = &abi.AskAnswer{Status: abi.AnswerCancelled}
+		} else if rs.created.NoAsk {
 			d.Answer = &abi.AskAnswer{Status: abi.AnswerUnavailable}
 		} else {
 			d.AskID = newID("ask_", 8)
@@ -424,6 +427,13 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return bad("receive takes no payload")
 		}
 		ev, err = b.push(EvReceive, &evData{Op: p})
+	case abi.OpSignal:
+		if len(payload) > 0 {
+			return bad("signal takes no payload")
+		}
+		// A signal made while the run unwinds from an abort has fired.
+		reason, _ := rs.abortedNow()
+		ev, err = b.push(EvSignal, &evData{Op: p, Reason: reason})
 	case abi.OpReply:
 		if !json.Valid(payload) {
 			return bad("payload is not JSON")
@@ -453,7 +463,11 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		if err := b.finish(now); err != nil {
 			return ev, 0, "", err
 		}
-		if out.Error != nil {
+		if reason, ok := rs.unwound(); ok {
+			// The body finished unwinding after an abort: the run ends
+			// cancelled, keeping what the body ended with.
+			ev, err = b.pushAt(EvRunCancelled, now, &evData{Op: p, Reason: reason, Result: clone(out.Result), Error: out.Error})
+		} else if out.Error != nil {
 			ev, err = b.pushAt(EvRunFailed, now, &evData{Op: p, Error: out.Error})
 		} else {
 			res := nullIfEmpty(out.Result)

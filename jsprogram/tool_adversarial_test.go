@@ -697,7 +697,7 @@ func (f *fixture) budgetCase(register func(name, src string) error) func(t *test
 			return time.Since(start)
 		}
 		base := timeOf(0)
-		const probe = 2_000_000
+		const probe = 500_000
 		per := float64(timeOf(probe)-base) / probe
 		n := int(float64(600*time.Millisecond) / per)
 		t.Logf("%.0f ns per iteration; %d iterations between sleeps", per, n)

@@ -390,36 +390,98 @@
     return p;
   }
 
+  // Abort signals. One signal op at a time waits for the run's next abort
+  // (task_cancel, a cancelled or failed turn, the end of the session, a
+  // steer); when it fires, the signal it serves aborts with an AbortError
+  // and the next signal gets a new op. An execute or task body has one
+  // signal, ctx.abortSignal; a serve body one per stretch of work, which a
+  // reply or an abort retires.
+  let signalOp;
+  let currentSignal;
+  function makeSignal() {
+    const listeners = [];
+    let aborted = false;
+    let reason;
+    let onabort = null;
+    const signal = freeze({
+      get aborted() {
+        return aborted;
+      },
+      get reason() {
+        return reason;
+      },
+      get onabort() {
+        return onabort;
+      },
+      set onabort(fn) {
+        onabort = fn;
+      },
+      throwIfAborted() {
+        if (aborted) throw reason;
+      },
+      addEventListener(type, fn) {
+        if (type === "abort" && typeof fn === "function") listeners[listeners.length] = fn;
+      },
+      removeEventListener(type, fn) {
+        for (let i = 0; i < listeners.length; i++) if (listeners[i] === fn) listeners[i] = undefined;
+      },
+    });
+    const abort = (why) => {
+      aborted = true;
+      reason = new Error("the call was aborted (" + why + ")");
+      defineProperty(reason, "name", { value: "AbortError", writable: true, configurable: true });
+      setField(reason, "reason", why);
+      const event = freeze({ type: "abort", target: signal });
+      if (typeof onabort === "function") apply(onabort, signal, [event]);
+      for (let i = 0; i < listeners.length; i++) if (listeners[i] !== undefined) apply(listeners[i], signal, [event]);
+    };
+    currentSignal = { signal, abort };
+    if (signalOp === undefined) {
+      signalOp = apply(then, future(ops.signal, "", ""), [(info) => {
+        signalOp = undefined;
+        const c = currentSignal;
+        currentSignal = undefined;
+        if (c !== undefined) c.abort(info.reason);
+      }]);
+    }
+    return signal;
+  }
+  let bodySignal;
+  function abortSignal() {
+    inWorkflow("ctx.abortSignal");
+    if (bodySignal === undefined) bodySignal = makeSignal();
+    return bodySignal;
+  }
+
   // A serve body's calls: receive() resolves with the next call; a second
   // receive() while one is pending returns the same promise. waiting counts
   // the calls received and not yet answered by ctx.reply.
   let pendingReceive;
   let waiting = 0;
-  // Cancellation is not built yet (a cancelled serve task ends): a call's
-  // signal never aborts.
-  const neverAborted = freeze({
-    aborted: false,
-    reason: undefined,
-    throwIfAborted() {},
-    addEventListener() {},
-    removeEventListener() {},
-  });
+  let stretch;
   function receive() {
     inWorkflow("receive");
     if (pendingReceive !== undefined) return pendingReceive;
     pendingReceive = apply(then, future(ops.receive, "", ""), [(call) => {
       pendingReceive = undefined;
       waiting++;
-      return freeze({ input: call.input, callId: call.callId, abortSignal: neverAborted });
+      // Calls in one stretch of work share its signal.
+      if (stretch === undefined || stretch.aborted || currentSignal === undefined || currentSignal.signal !== stretch) {
+        stretch = makeSignal();
+      }
+      return freeze({ input: call.input, callId: call.callId, abortSignal: stretch });
     }]);
     return pendingReceive;
   }
   // ctx.reply(output): answers every call received so far; the task goes
-  // idle until its next call. A reply with no call waiting is dropped.
+  // idle until its next call, and the stretch's signal is retired. A reply
+  // with no call waiting is dropped.
   function reply(output) {
     inWorkflow("ctx.reply");
     const r = base.parse(host.call(ops.reply, "", payload(output === undefined ? null : output, "ctx.reply"))[1]);
     waiting = 0;
+    if (currentSignal !== undefined && currentSignal.signal === stretch) currentSignal = undefined;
+    stretch = undefined;
     return r.answered;
   }
 
@@ -528,8 +590,12 @@
 
   return {
     definition: () => definition,
-    ctx: (toolName, callId) =>
-      definition.entry === "serve" ? freeze({ toolName, ask, agent, reply }) : freeze({ toolName, callId, ask, agent, progress }),
+    ctx: (toolName, callId) => {
+      if (definition.entry === "serve") return freeze({ toolName, ask, agent, reply });
+      const ctx = { toolName, callId, ask, agent, progress };
+      defineProperty(ctx, "abortSignal", { get: abortSignal, enumerable: true });
+      return freeze(ctx);
+    },
     run,
     setStep(info) {
       stepInfo = freeze(info);

@@ -1,12 +1,14 @@
 package jsprogram
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -40,6 +42,7 @@ type Definition struct {
 
 // fut is a future an authored tool's op made, not yet delivered to the VM.
 type fut struct {
+	kind            abi.OpKind
 	pos             uint32
 	resolve, reject func(any) error
 	settled, ok     bool
@@ -74,7 +77,7 @@ func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error
 		"sleep": abi.OpSleep, "ask": abi.OpAsk, "step": abi.OpStep, "agent": abi.OpAgent, "progress": abi.OpProgress,
 		"hookCreate": abi.OpHookCreate, "hookNext": abi.OpHookNext, "hookDispose": abi.OpHookDispose,
 		"webhookRespond": abi.OpWebhookRespond, "metadata": abi.OpMetadata,
-		"receive": abi.OpReceive, "reply": abi.OpReply,
+		"receive": abi.OpReceive, "reply": abi.OpReply, "signal": abi.OpSignal,
 	} {
 		_ = ops.Set(name, int(k))
 	}
@@ -335,10 +338,14 @@ func (s *session) runTool() error {
 			return err
 		}
 		// Deliver what settled in the order the ops were made, one per
-		// turn, until the body settles.
+		// turn, until the body settles; abort signals first, as an abort
+		// comes before what it withdraws (questions).
 		// Ops the body makes meanwhile come after the batch's.
 		batch := s.futs
 		s.futs = nil
+		slices.SortStableFunc(batch, func(a, b *fut) int {
+			return cmp.Compare(b2i(a.kind != abi.OpSignal), b2i(b.kind != abi.OpSignal))
+		})
 		var rest []*fut
 		for _, f := range batch {
 			if !f.settled || p.State() != goja.PromiseStatePending {
@@ -404,7 +411,7 @@ func (s *session) hostFuture(fc goja.FunctionCall) goja.Value {
 	body := s.hostOp(fc)
 	st := status(body)
 	p, res, rej := s.vm.NewPromise()
-	f := &fut{pos: binary.LittleEndian.Uint32(body[4:]), resolve: res, reject: rej}
+	f := &fut{kind: abi.OpKind(fc.Argument(0).ToInteger()), pos: binary.LittleEndian.Uint32(body[4:]), resolve: res, reject: rej}
 	if st == abi.StatusPending {
 		s.futs = append(s.futs, f)
 	} else {
@@ -570,4 +577,11 @@ func isJSONArray(raw []byte) bool {
 		return c == '['
 	}
 	return false
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

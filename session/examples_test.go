@@ -143,3 +143,92 @@ func TestServeReleasePlanRevisedByTaskID(t *testing.T) {
 		t.Errorf("task_cancel: %q", c.Text)
 	}
 }
+
+const patientTool = `defineWorkflowTool({ description: "a serve tool whose slow calls can be cancelled", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    for (;;) {
+      const { input, abortSignal } = await receive();
+      try {
+        if (input.slow) {
+          await Promise.race([sleep("1h"), new Promise((_, reject) => abortSignal.addEventListener("abort", () => reject(abortSignal.reason)))]);
+        }
+        ctx.reply({ done: input });
+      } catch (error) {
+        if (!abortSignal.aborted) throw error; // cancelled: wait for the next call
+      }
+    }
+  } });`
+
+const steerableTool = `defineWorkflowTool({ description: "asks, and stops when steered", inputSchema: { type: "object" },
+  async execute(input, ctx) {
+    "use workflow";
+    const stop = new Promise((_, reject) => ctx.abortSignal.addEventListener("abort", () => reject(ctx.abortSignal.reason)));
+    const answer = await Promise.race([ctx.ask({ prompt: "which region?" }), stop]);
+    return { region: answer.text };
+  } });`
+
+// task_cancel on a working serve task stops its current work: the call
+// never reports back, the body goes back to receive(), and the task is
+// idle and takes its next call. task_cancel on an idle one has no work to
+// stop.
+func TestServeTaskCancel(t *testing.T) {
+	f := newFixture(t)
+	f.add("patient", patientTool)
+	ctx := context.Background()
+	s := f.session("conv-cancel")
+	id := call(t, s, "patient", `{"slow":true}`, nil).TaskID
+	waitUntil(t, "the slow call to wait", func() bool {
+		ri, _ := f.h.Run(ctx, id)
+		return len(ri.Waiting) > 0 && ri.Waiting[0].Kind == "sleep"
+	})
+	want := "Stopped " + id + "'s current work; it won't report back. To give it new work, call patient again with taskId " + id + "."
+	if got := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil).Text; got != want {
+		t.Errorf("cancel: %q\nwant    %q", got, want)
+	}
+	if ended, res, err := s.HoldTurn(ctx); !ended || res != "" || err != nil {
+		t.Errorf("after the cancel: %v %q %v", ended, res, err)
+	}
+	if got := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil).Text; got != id+" had no work to stop." {
+		t.Errorf("cancel of the idle task: %q", got)
+	}
+	if r := call(t, s, "patient", `{"n":2,"taskId":"`+id+`"}`, nil); r.Status != "sent" {
+		t.Fatalf("the next call: %+v", r)
+	}
+	if _, res, err := s.HoldTurn(ctx); err != nil || res != `<task_result id="`+id+`" tool="patient" status="completed">{"done":{"n":2}}</task_result>` {
+		t.Errorf("the next call's result: %q %v", res, err)
+	}
+}
+
+// A steer aborts the execute call the turn waits on: its question is
+// withdrawn, and the body that rejects because of it ends as
+// {"interrupted": true}. Tasks are not touched.
+func TestSteerInterruptsExecuteCall(t *testing.T) {
+	f := newFixture(t)
+	f.add("steerable", steerableTool)
+	f.add("patient", patientTool)
+	ctx := context.Background()
+	s := f.session("conv-steer")
+	task := call(t, s, "patient", `{"slow":true}`, nil).TaskID
+	r := call(t, s, "steerable", `{}`, nil)
+	if r.Status != "waiting" {
+		t.Fatalf("the execute call: %+v", r)
+	}
+	ask := r.Run.Waiting[0].AskID
+	if n, err := s.Steer(ctx); n != 1 || err != nil {
+		t.Fatalf("steer: %d %v", n, err)
+	}
+	got, err := s.Await(ctx, r.Run.ID)
+	if err != nil || got.Status != session.Completed || got.Text != `{"interrupted":true}` {
+		t.Errorf("after the steer: %+v %v", got, err)
+	}
+	if _, err := f.h.AnswerAsk(ctx, ask, host.Answer{Text: "eu"}); !errors.Is(err, host.ErrAskClosed) {
+		t.Errorf("the question after the steer: %v", err)
+	}
+	if ts := s.Tasks(ctx); ts[0].ID != task || ts[0].Status != session.Working {
+		t.Errorf("the task after the steer: %+v", ts[0])
+	}
+	if n, _ := s.Steer(ctx); n != 0 {
+		t.Errorf("a second steer aborted %d calls", n)
+	}
+}

@@ -122,7 +122,12 @@ func (t *Task) hasResult() bool {
 		return false
 	}
 	if t.Resumable {
-		return len(t.answers) > t.DeliveredCalls
+		for _, a := range t.answers[min(t.DeliveredCalls, len(t.answers)):] {
+			if a.status != Cancelled {
+				return true
+			}
+		}
+		return false
 	}
 	return t.Status != Working && !t.Delivered
 }
@@ -194,6 +199,8 @@ type Session struct {
 	m   *Manager
 	mu  sync.Mutex
 	rec record
+	// awaiting are the runs of execute calls the turn waits on.
+	awaiting map[string]bool
 }
 
 // ID is the session's id.
@@ -341,6 +348,14 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		if err != nil {
 			return CallResult{}, err
 		}
+		if !ri.Status.Terminal() {
+			s.mu.Lock()
+			if s.awaiting == nil {
+				s.awaiting = map[string]bool{}
+			}
+			s.awaiting[ri.ID] = true
+			s.mu.Unlock()
+		}
 		return callResult(ri), nil
 	}
 	return s.startTask(ctx, t, input)
@@ -481,6 +496,10 @@ func randomSuffix() string {
 }
 
 func callResult(ri host.RunInfo) CallResult {
+	if ri.Aborted == "steer" && (ri.Status == store.StatusFailed || ri.Status == store.StatusCancelled) {
+		// The spec: a body that rejects after a steer is interrupted.
+		return CallResult{Text: `{"interrupted":true}`, Status: Completed, Run: ri}
+	}
 	switch ri.Status {
 	case store.StatusCompleted:
 		return CallResult{Text: compactJSON(ri.Result), Status: Completed, Run: ri}
@@ -501,6 +520,9 @@ func (s *Session) Await(ctx context.Context, runID string) (CallResult, error) {
 		}
 		if ri.Status.Terminal() {
 			stop()
+			s.mu.Lock()
+			delete(s.awaiting, runID)
+			s.mu.Unlock()
 			return callResult(ri), nil
 		}
 		select {
@@ -617,9 +639,10 @@ func (s *Session) Results(ctx context.Context) (string, error) {
 		if t.Resumable {
 			// Each answered call is a result of its own.
 			for ; t.CancelReason == "" && t.DeliveredCalls < len(t.answers); t.DeliveredCalls++ {
-				a := t.answers[t.DeliveredCalls]
-				block(t, a.status, a.text)
 				taken = true
+				if a := t.answers[t.DeliveredCalls]; a.status != Cancelled {
+					block(t, a.status, a.text) // cancelled work never reports back
+				}
 			}
 			if t.Status != Working && t.Status != Idle {
 				t.Delivered, taken = true, true
@@ -735,7 +758,12 @@ func waitText(settled, working []*Task, timeout time.Duration) string {
 	for _, t := range settled {
 		status := t.Status
 		if t.Resumable {
-			status = t.answers[t.DeliveredCalls].status
+			for _, a := range t.answers[t.DeliveredCalls:] {
+				if a.status != Cancelled {
+					status = a.status
+					break
+				}
+			}
 		}
 		parts = append(parts, fmt.Sprintf("%s %s; its result follows.", t.ID, status))
 	}
@@ -778,17 +806,51 @@ func (s *Session) cancel(ctx context.Context, taskID, reason string) (string, er
 	if t.Status != Working {
 		return fmt.Sprintf("%s had no work to stop.", t.ID), nil
 	}
-	// A serve task ends with its run here: the abort signal that would let
-	// its body stop the current work and stay available is not built yet.
-	if _, err := s.m.h.Cancel(ctx, t.RunID, reason); err != nil && !errors.Is(err, host.ErrRunEnded) {
+	// The run's abort signal fires and its questions are withdrawn; it has
+	// the host's grace period to unwind. A serve task's waiting calls end
+	// as cancelled, and the task stays available if its body goes back to
+	// receive().
+	if _, err := s.m.h.Abort(ctx, t.RunID, reason); err != nil && !errors.Is(err, host.ErrRunEnded) {
 		return "", err
 	}
-	t.Status, t.CancelReason, t.Delivered, t.SettledAt = Cancelled, reason, true, time.Now().UTC()
 	s.rec.Changes++
+	if t.Resumable {
+		t.Status = Idle
+		if err := s.save(ctx); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Stopped %s's current work; it won't report back. To give it new work, call %s again with taskId %s.", t.ID, t.Tool, t.ID), nil
+	}
+	t.Status, t.CancelReason, t.Delivered, t.SettledAt = Cancelled, reason, true, time.Now().UTC()
 	if err := s.save(ctx); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("Stopped %s; it won't report back.", t.ID), nil
+}
+
+// Steer aborts the execute calls the turn waits on (Await), as a steering
+// message does: each one's abortSignal fires with reason "steer", and a
+// body that rejects because of it ends as {"interrupted": true}. Tasks are
+// never interrupted by a steer. It returns how many calls it aborted.
+func (s *Session) Steer(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.awaiting))
+	for id := range s.awaiting {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	slices.Sort(ids)
+	n := 0
+	for _, id := range ids {
+		if _, err := s.m.h.Abort(ctx, id, "steer"); err != nil {
+			if errors.Is(err, host.ErrRunEnded) {
+				continue
+			}
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // CancelAll cancels every working task, with reason turn_cancelled (a

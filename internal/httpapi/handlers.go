@@ -246,6 +246,27 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
 }
 
+// abortRun is POST /v1/runs/{id}/abort {"reason"?}: the run's abort
+// signal fires and it has the host's grace period to unwind.
+func (s *Server) abortRun(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := s.readJSON(w, r, &body); err != nil {
+			return err
+		}
+	}
+	if body.Reason == "" {
+		body.Reason = "aborted through the API"
+	}
+	ri, err := s.h.Abort(r.Context(), r.PathValue("id"), body.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
+}
+
 func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
 	qs, err := s.h.Questions(r.Context(), r.URL.Query().Get("all") != "true")
 	if err != nil {

@@ -159,3 +159,47 @@ func sessionError(err error) error {
 	}
 	return err
 }
+
+// sessionSteer is POST /v1/sessions/{id}/steer: a steering message
+// arrived, so the execute calls the turn waits on are aborted (tasks are
+// not). It answers {"interrupted": n}.
+func (s *Server) sessionSteer(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	n, err := ss.Steer(r.Context())
+	if err != nil {
+		return sessionError(err)
+	}
+	return writeJSON(w, http.StatusOK, map[string]int{"interrupted": n})
+}
+
+// sessionCancel is POST /v1/sessions/{id}/cancel {"reason"}: the turn was
+// cancelled (turn_cancelled, the default) or failed or the session ended
+// (turn_ended), so every working task is cancelled with that reason.
+func (s *Server) sessionCancel(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := s.readJSON(w, r, &body); err != nil {
+			return err
+		}
+	}
+	switch body.Reason {
+	case "":
+		body.Reason = "turn_cancelled"
+	case "turn_cancelled", "turn_ended":
+	default:
+		return badRequest("reason %q is not turn_cancelled or turn_ended", body.Reason)
+	}
+	if err := ss.CancelAll(r.Context(), body.Reason); err != nil {
+		return sessionError(err)
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tasks": ss.Tasks(r.Context())})
+}

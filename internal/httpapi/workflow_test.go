@@ -260,3 +260,73 @@ func TestSessionOverHTTP(t *testing.T) {
 		t.Errorf("bad session id: %d %s", r.status, r.body)
 	}
 }
+
+// A serve task over HTTP: the receipt names the taskId; a call with it
+// revises the plan; the session cancel endpoint leaves the idle task be;
+// steer interrupts nothing when no execute call waits; a run abort
+// over HTTP fires the run's signal (the task's call ends cancelled).
+func TestServeAndAbortOverHTTP(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}}, nil)
+	if _, err := jsprogram.RegisterTool(context.Background(), e.h, "release-plan", repoFile(t, "examples/js/release-plan.js")); err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ Text, Status, TaskID, RunID string }
+	e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"draft"}}`).json(t, &c)
+	id := c.TaskID
+	if c.Status != "started" || !strings.HasSuffix(c.Text, "call release-plan again with taskId "+id+".") {
+		t.Fatalf("receipt %+v", c)
+	}
+	var res struct{ Message string }
+	deadline := time.Now().Add(20 * time.Second)
+	for res.Message == "" && time.Now().Before(deadline) {
+		e.post("/v1/sessions/conv-s/results", ``).json(t, &res)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(res.Message, `"revision":1`) {
+		t.Fatalf("first result %q", res.Message)
+	}
+	r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"add a canary","taskId":"`+id+`"}}`)
+	r.json(t, &c)
+	if r.status != http.StatusOK || c.Status != "sent" || c.Text != "Sent to task "+id+". Its reply will arrive in a <task_result> message." {
+		t.Fatalf("second call: %d %s", r.status, r.body)
+	}
+	res.Message = ""
+	for res.Message == "" && time.Now().Before(deadline) {
+		e.post("/v1/sessions/conv-s/results", ``).json(t, &res)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(res.Message, `"revision":2`) || !strings.Contains(res.Message, `"a canary"`) {
+		t.Fatalf("second result %q", res.Message)
+	}
+	if r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"x","taskId":"release-plan-nosuch"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+		t.Errorf("unknown task: %d %s", r.status, r.body)
+	}
+	var steer struct{ Interrupted int }
+	if r := e.post("/v1/sessions/conv-s/steer", ``); r.status != http.StatusOK {
+		t.Errorf("steer: %d %s", r.status, r.body)
+	} else if r.json(t, &steer); steer.Interrupted != 0 {
+		t.Errorf("steer interrupted %d", steer.Interrupted)
+	}
+	if r := e.post("/v1/sessions/conv-s/cancel", `{"reason":"lunch"}`); r.status != http.StatusBadRequest {
+		t.Errorf("a cancel with a bad reason: %d %s", r.status, r.body)
+	}
+	var tasks struct{ Tasks []struct{ ID, Status string } }
+	e.post("/v1/sessions/conv-s/cancel", `{"reason":"turn_ended"}`).json(t, &tasks)
+	if len(tasks.Tasks) != 1 || tasks.Tasks[0].Status != "idle" {
+		t.Errorf("tasks after the session cancel: %+v", tasks)
+	}
+	var run struct{ Run host.RunInfo }
+	if r := e.post("/v1/runs/"+id+"/abort", `{"reason":"maintenance"}`); r.status != http.StatusOK {
+		t.Fatalf("abort: %d %s", r.status, r.body)
+	} else if r.json(t, &run); run.Run.Aborted != "maintenance" {
+		t.Errorf("abort: %+v", run.Run)
+	}
+	if r := e.post("/v1/runs/run_nosuchrun/abort", ``); r.status != http.StatusNotFound {
+		t.Errorf("abort of no run: %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,144 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// DefaultAbortGrace is how long an aborted run has to unwind before it is
+// cancelled (the spec's 30 seconds).
+const DefaultAbortGrace = 30 * time.Second
+
+const timerAbort = "abort"
+
+func abortTimer(runID string, index int, at time.Time) store.Timer {
+	return store.Timer{RunID: runID, ID: fmt.Sprintf("abort:%d", index), FireAt: at, Kind: timerAbort, Position: uint32(index)}
+}
+
+// Abort stops a run's current work and gives it time to unwind (the
+// spec's cancellation, with reason task_cancel, turn_cancelled,
+// turn_ended or steer): the run's abort signals fire (OpSignal futures
+// fulfil with the reason), its open questions are withdrawn as cancelled,
+// and a serve run's waiting calls end as cancelled. The run goes on, on a
+// goroutine of the host's, to react; if it has not ended within the
+// host's AbortGrace it is cancelled then, unless it is a serve run that
+// went back to receive, which stays available for its next call. It
+// returns the run's state once the abort is recorded.
+//
+// Errors, each leaving everything unchanged: ErrRunNotFound; ErrRunEnded
+// when the run has ended; a *LimitError when the run's log is full.
+func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	// Ask whoever is driving the run to stop at its next boundary, so the
+	// abort does not wait for the run's remaining work.
+	h.mu.Lock()
+	rh := h.runs[id]
+	if rh != nil {
+		rh.cancelling.Add(1)
+	}
+	h.mu.Unlock()
+	ri, err := h.withRun(ctx, id, func(rh *runHandle) error {
+		rs := rh.rs
+		if rs.status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.status)
+		}
+		if l := h.limitsOf(ctx, rs); rs.lastSeq >= uint64(l.Events) {
+			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
+		}
+		b := newBatch(rs)
+		now := time.Now()
+		index := len(rs.aborts)
+		if _, err := b.pushAt(EvAbortRequested, now, &evData{Reason: reason, Index: index}); err != nil {
+			return err
+		}
+		for i, o := range rs.ops {
+			if o.kind == abi.OpAsk && !o.settled {
+				p := uint32(i + 1)
+				if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+					return err
+				}
+				b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
+			}
+		}
+		b.b.PutTimers = append(b.b.PutTimers, abortTimer(rs.id, index, now.Add(h.abortGrace())))
+		return h.commit(ctx, rh, b, nil)
+	})
+	if rh != nil {
+		// Before the run is driven again: a driver stops while it is set.
+		rh.cancelling.Add(-1)
+	}
+	if err != nil {
+		return ri, err
+	}
+	err = h.goDrive(context.WithoutCancel(ctx), id, func(err error) {
+		slog.Default().Error("driving an aborted run", "run", id, "err", err)
+	})
+	return ri, err
+}
+
+func (h *Host) abortGrace() time.Duration {
+	if h.opts.AbortGrace > 0 {
+		return h.opts.AbortGrace
+	}
+	return DefaultAbortGrace
+}
+
+// abortExpired is what an abort's timer does when it fires: a run still
+// going is cancelled, unless it is a serve run that went back to receive
+// after the abort.
+func (h *Host) abortExpired(rs *runState, b *batch, index int) error {
+	if rs.status.Terminal() || index >= len(rs.aborts) || index != len(rs.aborts)-1 {
+		return nil // ended, or a later abort has its own timer
+	}
+	if _, ok := rs.unwound(); !ok {
+		return nil // back to receive: the task stays available
+	}
+	if ws := rs.detail.Waiting; ws != nil {
+		for _, p := range ws.Futures {
+			if o := rs.op(p); o != nil && o.kind == abi.OpReceive && !o.settled {
+				return nil // waiting for its next call: nothing to unwind
+			}
+		}
+	}
+	now := time.Now()
+	if err := b.finish(now); err != nil {
+		return err
+	}
+	_, err := b.pushAt(EvRunCancelled, now, &evData{Reason: rs.aborts[index].reason})
+	return err
+}
+
+// unwound reports whether a run that ends now ends after an abort it was
+// unwinding from, and the abort's reason: the last abort was not a steer
+// (a steered execute call's outcome stands), and a serve run has not gone
+// back to receive since (its task stayed available, and later calls
+// answer to the body's end).
+func (rs *runState) unwound() (string, bool) {
+	reason, ok := rs.abortedNow()
+	return reason, ok && reason != "steer"
+}
+
+// abortedNow reports whether the run's current work was aborted, and
+// why: it has an abort, and (a serve run) has not gone back to receive
+// since. Questions it asks now are withdrawn at once, and signals it
+// makes have fired.
+func (rs *runState) abortedNow() (string, bool) {
+	n := len(rs.aborts)
+	if n == 0 {
+		return "", false
+	}
+	at := rs.aborts[n-1].seq
+	for _, p := range rs.receives {
+		if rs.op(p).seq > at {
+			return "", false
+		}
+	}
+	return rs.aborts[n-1].reason, true
+}

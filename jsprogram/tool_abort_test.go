@@ -1,0 +1,157 @@
+package jsprogram_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/store"
+)
+
+const abortTool = `defineWorkflowTool({ description: "waits, and unwinds when aborted", inputSchema: { type: "object" },
+  async execute({ ignore }, ctx) {
+    "use workflow";
+    if (ignore) {
+      await sleep("1h");
+      return { slept: true };
+    }
+    const question = ctx.ask({ prompt: "go on?" });
+    const aborted = new Promise((resolve) => ctx.abortSignal.addEventListener("abort", resolve));
+    await Promise.race([question, aborted, sleep("1h")]);
+    const answer = await question;
+    if (!ctx.abortSignal.aborted) return { done: true };
+    const late = await ctx.ask({ prompt: "asked while unwinding" });
+    await cleanup(ctx.abortSignal.reason.reason);
+    return { answer: answer.status, late: late.status, reason: ctx.abortSignal.reason.name + ": " + ctx.abortSignal.reason.message };
+  } });
+async function cleanup(why) { "use step"; console.log("side effect: cleaned up after " + why); }
+`
+
+// Abort: the body's abortSignal fires, its open question is withdrawn as
+// cancelled (and so is one asked while unwinding), a cleanup step runs
+// once, and the run ends cancelled with the body's result kept. Across a
+// restart the history replays. A body that ignores the signal is
+// cancelled when the grace period ends.
+func TestToolAbort(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("unwinds", abortTool)
+	ctx := context.Background()
+
+	ri := f.call("unwinds", `{}`)
+	waitsOn(t, ri, "ask", "sleep")
+	f.restart()
+	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the run to unwind", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Status.Terminal() })
+	if ri.Status != store.StatusCancelled || ri.Aborted != "task_cancel" {
+		t.Fatalf("after the abort: %s %q %+v", ri.Status, ri.Aborted, ri.Error)
+	}
+	evs, err := f.h.Events(ctx, ri.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	for _, e := range evs {
+		if e.Kind == host.EvRunCancelled {
+			var d struct{ Result json.RawMessage }
+			_ = json.Unmarshal(e.Data, &d)
+			kept = string(d.Result)
+		}
+	}
+	if kept != `{"answer":"cancelled","late":"cancelled","reason":"AbortError: the call was aborted (task_cancel)"}` {
+		t.Errorf("the body's result: %s", kept)
+	}
+	if n := strings.Count(output(t, f.h, ri.ID), "side effect: cleaned up after task_cancel"); n != 1 {
+		t.Errorf("cleanup ran %d times", n)
+	}
+	if _, err := f.h.Abort(ctx, ri.ID, "again"); !errors.Is(err, host.ErrRunEnded) {
+		t.Errorf("an abort after the end: %v", err)
+	}
+	var buf strings.Builder
+	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
+		t.Errorf("replay: %+v %v", rep, err)
+	}
+
+	// Ignored: cancelled at the end of the grace period, not before.
+	ri = f.call("unwinds", `{"ignore":true}`)
+	waitsOn(t, ri, "sleep")
+	if _, err := f.h.Abort(ctx, ri.ID, "turn_ended"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.FireDue(ctx, time.Now().Add(29*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	if ri, _ = f.h.Run(ctx, ri.ID); ri.Status != store.StatusWaiting {
+		t.Fatalf("cancelled before the grace period ended: %s", ri.Status)
+	}
+	if _, err := f.h.FireDue(ctx, time.Now().Add(31*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	if ri, _ = f.h.Run(ctx, ri.ID); ri.Status != store.StatusCancelled || ri.Aborted != "turn_ended" {
+		t.Fatalf("after the grace period: %s %q", ri.Status, ri.Aborted)
+	}
+}
+
+// A serve task's stretch is aborted: the waiting call ends cancelled, the
+// body catches the abort and goes back to receive(), so the task stays
+// available past the grace period; the next call gets a fresh signal and
+// is answered.
+func TestToolServeAbort(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("patient", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    for (;;) {
+      const { input, abortSignal } = await receive();
+      try {
+        if (input.slow) {
+          await Promise.race([sleep("1h"), new Promise((_, reject) => abortSignal.addEventListener("abort", () => reject(abortSignal.reason)))]);
+        }
+        ctx.reply({ done: input, aborted: abortSignal.aborted });
+      } catch (error) {
+        if (!abortSignal.aborted) throw error; // cancelled: wait for the next call
+      }
+    }
+  } });`)
+	ctx := context.Background()
+	ri := f.call("patient", `{"slow":true}`)
+	waitsOn(t, ri, "sleep")
+	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the body to go back to receive", func() bool {
+		ri, _ = f.h.Run(ctx, ri.ID)
+		for _, w := range ri.Waiting {
+			if w.Kind == "receive" {
+				return true
+			}
+		}
+		return false
+	})
+	if ri.Working() || ri.Calls[0].Status != "cancelled" {
+		t.Errorf("the aborted call: %+v", ri.Calls)
+	}
+	if _, err := f.h.FireDue(ctx, time.Now().Add(time.Minute), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.SendCall(ctx, ri.ID, "", []byte(`{"n":2}`)); err != nil {
+		t.Fatalf("the task after the grace period: %v", err)
+	}
+	ri, _ = f.h.Drive(ctx, ri.ID)
+	if len(ri.Calls) != 2 || ri.Calls[1].Status != "completed" || string(ri.Calls[1].Output) != `{"done":{"n":2},"aborted":false}` {
+		t.Errorf("the next call: %+v", ri.Calls)
+	}
+}
