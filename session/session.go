@@ -140,6 +140,11 @@ type record struct {
 	// last [Tasks] note showed.
 	Changes int `json:"changes"`
 	Noted   int `json:"noted"`
+	// The event stream: the latest events, the last sequence number, and
+	// the runs whose logs feed it.
+	Events    []Event    `json:"events,omitempty"`
+	NextEvent int        `json:"nextEvent,omitempty"`
+	Runs      []*tracked `json:"runs,omitempty"`
 }
 
 // Manager opens sessions on a host.
@@ -201,6 +206,8 @@ type Session struct {
 	rec record
 	// awaiting are the runs of execute calls the turn waits on.
 	awaiting map[string]bool
+	// watchers are the event stream's watchers (Watch).
+	watchers map[chan struct{}]bool
 }
 
 // ID is the session's id.
@@ -348,15 +355,19 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		if err != nil {
 			return CallResult{}, err
 		}
+		s.mu.Lock()
 		if !ri.Status.Terminal() {
-			s.mu.Lock()
 			if s.awaiting == nil {
 				s.awaiting = map[string]bool{}
 			}
 			s.awaiting[ri.ID] = true
-			s.mu.Unlock()
 		}
-		return callResult(ri), nil
+		s.emit(Event{Type: EvCallStarted, CallID: ri.ID, RunID: ri.ID, Tool: tool})
+		s.track(ri.ID, "", tool, false)
+		s.sync(ctx)
+		err = s.save(ctx)
+		s.mu.Unlock()
+		return callResult(ri), err
 	}
 	return s.startTask(ctx, t, input)
 }
@@ -398,12 +409,15 @@ func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool,
 		}
 		return CallResult{}, err
 	}
+	callID := fmt.Sprintf("%s:%d", t.ID, t.Calls)
 	t.Calls++
 	t.UsedAt = time.Now().UTC()
 	if t.Status != Working {
 		t.Status = Working
 		s.rec.Changes++
 	}
+	s.emit(Event{Type: EvCallStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool})
+	s.emit(Event{Type: EvTaskStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool, Kind: "tool"})
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
@@ -477,6 +491,9 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	}
 	s.rec.Tasks = append(s.rec.Tasks, t)
 	s.rec.Changes++
+	s.emit(Event{Type: EvCallStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name})
+	s.emit(Event{Type: EvTaskStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name, Kind: "tool"})
+	s.track(ri.ID, id, tool.Name, tool.Entry == host.EntryServe)
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
@@ -557,9 +574,10 @@ func errorText(ri host.RunInfo) string {
 	return ri.Error.Message
 }
 
-// refresh reads the state of every unfinished task's run; callers hold
-// s.mu.
+// refresh reads the state of every unfinished task's run, and what the
+// session's runs logged into its events; callers hold s.mu.
 func (s *Session) refresh(ctx context.Context) {
+	defer s.sync(ctx)
 	for _, t := range s.rec.Tasks {
 		if t.Status != Working && t.Status != Idle {
 			continue
@@ -814,6 +832,21 @@ func (s *Session) cancel(ctx context.Context, taskID, reason string) (string, er
 		return "", err
 	}
 	s.rec.Changes++
+	for _, tr := range s.rec.Runs {
+		if tr.RunID == t.RunID {
+			tr.CancelReason = reason
+			if !t.Resumable && !tr.Muted {
+				// Cancelled work never reports back: its run's end is not
+				// reported either.
+				tr.Muted = true
+				e := Event{CallID: t.RunID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool, Status: Cancelled, Cancel: &CancelInfo{reason}}
+				e.Type = EvCallSettled
+				s.emit(e)
+				e.Type, e.Kind = EvTaskSettled, "tool"
+				s.emit(e)
+			}
+		}
+	}
 	if t.Resumable {
 		t.Status = Idle
 		if err := s.save(ctx); err != nil {
@@ -928,6 +961,18 @@ func (s *Session) Note(ctx context.Context) (note string, ok bool, err error) {
 // task_wait does until one settles (or ctx is done) and returns the
 // results to give the model before it is called again.
 func (s *Session) HoldTurn(ctx context.Context) (ended bool, results string, err error) {
+	s.mu.Lock()
+	s.refresh(ctx)
+	var working []string
+	for _, t := range s.rec.Tasks {
+		if t.Status == Working {
+			working = append(working, t.ID)
+		}
+	}
+	if len(working) > 0 {
+		s.emit(Event{Type: EvTurnWaiting, Working: working})
+	}
+	s.mu.Unlock()
 	for {
 		if _, err := s.TaskWait(ctx, 0); err != nil {
 			return false, "", err

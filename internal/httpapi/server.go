@@ -165,6 +165,7 @@ func (s *Server) routes() {
 	api("POST /v1/sessions/{id}/note", roleAPI, s.sessionNote)
 	api("GET /v1/sessions/{id}/tasks", roleAPI, s.sessionTasks)
 	api("POST /v1/sessions/{id}/steer", roleAPI, s.sessionSteer)
+	api("GET /v1/sessions/{id}/events", roleAPI, s.sessionEvents)
 	api("POST /v1/sessions/{id}/cancel", roleAPI, s.sessionCancel)
 	api("GET /v1/agent-turns", roleAPI, s.listAgentTurns)
 	api("POST /v1/agent-turns/{id}/claim", roleAPI, s.claimAgentTurn)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sandflow/sandflow/session"
@@ -202,4 +204,68 @@ func (s *Server) sessionCancel(w http.ResponseWriter, r *http.Request) error {
 		return sessionError(err)
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"tasks": ss.Tasks(r.Context())})
+}
+
+// sessionEvents is GET /v1/sessions/{id}/events: the session's event
+// stream as Server-Sent Events (id: the event's seq; event: its type;
+// data: the event as JSON), from after the Last-Event-ID header or the
+// after query, and on as events happen. The stream does not end by
+// itself.
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
+	ss, err := s.openSession(r)
+	if err != nil {
+		return err
+	}
+	after := 0
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return badRequest("event id %q is not a sequence number", v)
+		}
+		after = n
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		return fmt.Errorf("httpapi: the response writer cannot stream")
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	for {
+		// Watch before reading, so nothing between the two is missed.
+		changed, stop := ss.Watch()
+		for _, e := range ss.Events(r.Context(), after) {
+			data, err := json.Marshal(e)
+			if err != nil {
+				stop()
+				return nil
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data); err != nil {
+				stop()
+				return nil
+			}
+			after = e.Seq
+		}
+		fl.Flush()
+		select {
+		case <-changed:
+		case <-tick.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				stop()
+				return nil
+			}
+			fl.Flush()
+		case <-r.Context().Done():
+			stop()
+			return nil
+		}
+		stop()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/httpapi"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -328,5 +330,62 @@ func TestServeAndAbortOverHTTP(t *testing.T) {
 	}
 	if r := e.post("/v1/runs/run_nosuchrun/abort", ``); r.status != http.StatusNotFound {
 		t.Errorf("abort of no run: %d %s", r.status, r.body)
+	}
+}
+
+// The session's event stream over SSE: a client reads the serve task's
+// events as they happen, is cut off, and resumes from Last-Event-ID with
+// the rest, each event once.
+func TestSessionEventsOverSSE(t *testing.T) {
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Close(context.Background()) })
+	e := newEnv(t, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}}, nil)
+	if _, err := jsprogram.RegisterTool(context.Background(), e.h, "release-plan", repoFile(t, "examples/js/release-plan.js")); err != nil {
+		t.Fatal(err)
+	}
+	open := func(last uint64) *http.Response {
+		req, _ := http.NewRequest("GET", e.srv.URL+"/v1/sessions/conv-sse/events", nil)
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		if last > 0 {
+			req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		return resp
+	}
+	var c struct{ TaskID string }
+	e.post("/v1/sessions/conv-sse/calls", `{"tool":"release-plan","input":{"request":"draft"}}`).json(t, &c)
+	resp := open(0)
+	first := readSSE(t, resp.Body, func(ev sse) bool { return ev.kind == "task.settled" })
+	resp.Body.Close()
+	e.post("/v1/sessions/conv-sse/calls", `{"tool":"release-plan","input":{"request":"add a canary","taskId":"`+c.TaskID+`"}}`)
+	resp = open(first[len(first)-1].id)
+	rest := readSSE(t, resp.Body, func(ev sse) bool { return ev.kind == "task.settled" })
+	resp.Body.Close()
+	var kinds []string
+	for i, ev := range append(first, rest...) {
+		if ev.id != uint64(i+1) {
+			t.Errorf("event %d has id %d", i+1, ev.id)
+		}
+		kinds = append(kinds, ev.kind)
+	}
+	want := "call.started task.started call.settled task.settled call.started task.started call.settled task.settled"
+	if strings.Join(kinds, " ") != want {
+		t.Errorf("events %v\nwant   %s", kinds, want)
+	}
+	var last session.Event
+	if err := json.Unmarshal([]byte(rest[len(rest)-1].data), &last); err != nil || last.TaskID != c.TaskID || last.CallID != c.TaskID+":1" || !strings.Contains(string(last.Output), `"revision":2`) {
+		t.Errorf("the last event: %+v %v", last, err)
+	}
+	if r := e.get("/v1/sessions/conv-sse/events?after=x"); r.status != http.StatusBadRequest {
+		t.Errorf("a bad after: %d", r.status)
 	}
 }
