@@ -167,6 +167,15 @@ type Metadata struct {
 	// StepID is set in a step context: the step's stable id, the same for
 	// every attempt, for use as an idempotency key.
 	StepID string `json:"stepId,omitempty"`
+	// Agents are the agents the run may open (ctx.agents), as they were
+	// when the run was created.
+	Agents []AgentInfo `json:"agents,omitempty"`
+}
+
+// AgentInfo describes an agent a run may open.
+type AgentInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
 }
 
 // StepInput is the value of OpStepInput.
@@ -211,11 +220,42 @@ type FetchResponse struct {
 // AgentRequest is the payload of OpAgent: one message to a new session with
 // the agent the op names.
 type AgentRequest struct {
-	// Message is the text sent.
-	Message string `json:"message"`
+	// Message is the text sent; or Parts, up to MaxAgentParts text and
+	// file parts.
+	Message string      `json:"message,omitempty"`
+	Parts   []AgentPart `json:"parts,omitempty"`
 	// OutputSchema, when set, asks the turn for structured output that
 	// validates against it (a JSON Schema); the result's Data holds it.
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// Session names a child session of the run (any key the guest
+	// chooses, up to 64 bytes): messages with the same key go to one
+	// session, which keeps its conversation between turns; a message sent
+	// while the session's turn runs starts its next turn. Empty: a new
+	// session for this message alone.
+	Session string `json:"session,omitempty"`
+	// Model overrides the agent's model for the session.
+	Model *AgentModel `json:"model,omitempty"`
+}
+
+// MaxAgentParts bounds the parts of one message.
+const MaxAgentParts = 64
+
+// AgentPart is a part of a message: text, or a file by its http(s) URL
+// (inline bytes, base64 and data: URLs are refused).
+type AgentPart struct {
+	Type      string `json:"type"` // "text" or "file"
+	Text      string `json:"text,omitempty"`
+	Data      string `json:"data,omitempty"` // a file's URL
+	MediaType string `json:"mediaType,omitempty"`
+	Filename  string `json:"filename,omitempty"`
+}
+
+// AgentModel is a model override: an AI gateway model id, and optionally
+// its context window and reasoning effort.
+type AgentModel struct {
+	Model                    string `json:"model"`
+	ModelContextWindowTokens int    `json:"modelContextWindowTokens,omitempty"`
+	Reasoning                string `json:"reasoning,omitempty"`
 }
 
 // Agent turn statuses.

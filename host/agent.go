@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -25,21 +27,39 @@ type AgentBackend interface {
 	Agents(ctx context.Context) ([]AgentInfo, error)
 }
 
-// AgentTurn is one message to an agent.
+// AgentTurn is one turn of an agent session.
 type AgentTurn struct {
 	RunID string
 	// TurnID is stable across a retried delivery: runID:position.
-	TurnID       string
-	Agent        string
-	Message      string
+	TurnID string
+	Agent  string
+	// Message is the text of the turn's first message; Parts its parts
+	// when it was sent as parts.
+	Message string
+	Parts   []abi.AgentPart
+	// More are the messages sent while the session's previous turn ran,
+	// which this turn takes too, in order.
+	More         []abi.AgentRequest
 	OutputSchema json.RawMessage
+	// SessionID names the child session (runID:key) when the run sends
+	// it more than one message; History holds its earlier turns, from the
+	// run's log, so a backend needs no state of its own to continue it.
+	SessionID string
+	History   []AgentExchange
+	// Model overrides the agent's model, when set.
+	Model *abi.AgentModel
+}
+
+// AgentExchange is an earlier turn of a session: what was sent, and the
+// reply.
+type AgentExchange struct {
+	Messages []abi.AgentRequest
+	Reply    string
+	Data     json.RawMessage
 }
 
 // AgentInfo describes an agent.
-type AgentInfo struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-}
+type AgentInfo = abi.AgentInfo
 
 // AgentFunc adapts a function to an AgentBackend with the given agents.
 type AgentFunc struct {
@@ -165,4 +185,59 @@ func (h *Host) recordAgents(ctx context.Context, rh *runHandle, turns []agentOut
 		return nil
 	}
 	return h.commit(ctx, rh, b, nil)
+}
+
+// checkAgentRequest checks a message's parts, session key and model
+// override, and says what is wrong ("" when nothing is).
+func checkAgentRequest(req *abi.AgentRequest) string {
+	if len(req.Session) > 64 {
+		return fmt.Sprintf("session: a key is at most 64 bytes, not %d", len(req.Session))
+	}
+	if len(req.Parts) > 0 && req.Message != "" {
+		return "give a message or parts, not both"
+	}
+	if len(req.Parts) > abi.MaxAgentParts {
+		return fmt.Sprintf("parts: a message has at most %d parts, not %d", abi.MaxAgentParts, len(req.Parts))
+	}
+	for i, pt := range req.Parts {
+		switch pt.Type {
+		case "text":
+			if pt.Data != "" {
+				return fmt.Sprintf("parts[%d]: a text part has no data", i)
+			}
+		case "file":
+			if m := checkFileURL(pt.Data); m != "" {
+				return fmt.Sprintf("parts[%d]: %s", i, m)
+			}
+		default:
+			return fmt.Sprintf("parts[%d]: type %q is not text or file", i, pt.Type)
+		}
+	}
+	if m := req.Model; m != nil {
+		switch {
+		case m.Model == "" || len(m.Model) > 256:
+			return "model: an AI gateway model id such as provider/model, 1-256 bytes"
+		case m.ModelContextWindowTokens < 0:
+			return "model: modelContextWindowTokens must be positive"
+		}
+		switch m.Reasoning {
+		case "", "minimal", "low", "medium", "high":
+		default:
+			return fmt.Sprintf("model: reasoning %q is not minimal, low, medium or high", m.Reasoning)
+		}
+	}
+	return ""
+}
+
+// checkFileURL accepts a file part's data only as an http(s) URL: inline
+// bytes, base64 and data: URLs are refused before anything is sent.
+func checkFileURL(data string) string {
+	if strings.HasPrefix(strings.ToLower(data), "data:") {
+		return "a file's data must be an http(s) URL, not a data: URL; upload the file and send its URL"
+	}
+	u, err := url.Parse(data)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "a file's data must be an http(s) URL (inline bytes and base64 are refused); upload the file and send its URL"
+	}
+	return ""
 }

@@ -57,8 +57,10 @@ type evData struct {
 	Input      json.RawMessage `json:"input,omitempty"`
 	Seed       string          `json:"seed,omitempty"`
 	NoAsk      bool            `json:"noAsk,omitempty"`
-	URL        string          `json:"url,omitempty"`     // the run's (run_created), a webhook's (hook_created)
-	BaseURL    string          `json:"baseUrl,omitempty"` // where the host served the run from`
+	// Agents are the agents the run may open, as they were at its start.
+	Agents  []AgentInfo `json:"agents,omitempty"`
+	URL     string      `json:"url,omitempty"`     // the run's (run_created), a webhook's (hook_created)
+	BaseURL string      `json:"baseUrl,omitempty"` // where the host served the run from`
 
 	// run_resumed
 	Activation int `json:"activation,omitempty"`
@@ -96,6 +98,9 @@ type evData struct {
 	Response *abi.HTTPResponse `json:"response,omitempty"`
 	Index    int               `json:"index,omitempty"`
 	Payload  json.RawMessage   `json:"payload,omitempty"`
+
+	// agent_sent: a message's parts, session key and model override
+	AgentRequest *abi.AgentRequest `json:"agentRequest,omitempty"`
 
 	// serve calls: call_received's id; replied's count of calls answered
 	CallID   string `json:"callId,omitempty"`

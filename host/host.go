@@ -331,7 +331,7 @@ func (h *Host) wakeScheduler() {
 // the same on replay whatever the host's configuration is by then.
 func metadata(rs *runState, stepID string) abi.Metadata {
 	return abi.Metadata{WorkflowName: rs.created.Tool, WorkflowRunID: rs.id, WorkflowStartedAt: rs.start.UTC().Format(time.RFC3339Nano),
-		URL: rs.created.URL, StepID: stepID}
+		URL: rs.created.URL, StepID: stepID, Agents: rs.created.Agents}
 }
 
 // CallOptions are the options of Call. The zero value is the default.
@@ -391,6 +391,9 @@ func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, op
 	copy(seed, newSeed())
 	now := time.Now().UTC()
 	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk}
+	if agents, err := h.Agents(ctx); err == nil {
+		d.Agents = agents // ctx.agents: replay reads them from here
+	}
 	if h.opts.BaseURL != "" {
 		d.URL, d.BaseURL = h.opts.BaseURL+"/runs/"+id, h.opts.BaseURL
 	}

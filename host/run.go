@@ -417,10 +417,7 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 		}()
 	}
 	for _, p := range agents {
-		o := rs.op(p)
-		var msg string
-		_ = json.Unmarshal(o.input, &msg)
-		t := AgentTurn{RunID: rs.id, TurnID: stepID(rs.id, p), Agent: o.name, Message: msg, OutputSchema: o.request}
+		t := rs.agentTurn(p)
 		go func() {
 			// Agent turns wait on another session, not on this host's
 			// compute: they do not take a step's slot.

@@ -33,6 +33,9 @@ type runState struct {
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
 
+	// sessions are the run's child agent sessions by key.
+	sessions map[string]*childSession
+
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
 
@@ -80,6 +83,11 @@ type opRec struct {
 	// hook_next
 	hook  uint32
 	index int
+	// agent: the message (with its session key); joinedTo is the turn, by
+	// its first message's position, that a message sent while the
+	// session's previous turn ran goes with
+	agent    abi.AgentRequest
+	joinedTo uint32
 	// refused is the status of an op the host refused; value holds the error.
 	refused abi.Status
 }
@@ -95,6 +103,16 @@ type callRec struct {
 	// cancelled: an abort ended the call before a reply (answered is set
 	// too, so no reply answers it).
 	cancelled bool
+}
+
+// childSession is an agent session a run sends several messages to. One
+// turn runs at a time; messages sent meanwhile wait and go together as the
+// next turn.
+type childSession struct {
+	agent   string
+	turns   []uint32 // the first messages of its ended turns, in order
+	running uint32   // the first message of the turn that runs
+	queued  []uint32
 }
 
 type abortRec struct {
@@ -390,6 +408,25 @@ func (rs *runState) apply(e store.Event) error {
 			return err
 		}
 		o.input, o.request = d.Input, d.Request
+		if d.AgentRequest != nil {
+			o.agent = *d.AgentRequest
+		}
+		if key := o.agent.Session; key != "" {
+			if rs.sessions == nil {
+				rs.sessions = map[string]*childSession{}
+			}
+			cs := rs.sessions[key]
+			switch {
+			case cs == nil:
+				rs.sessions[key] = &childSession{agent: d.Name, running: d.Op}
+			case cs.agent != d.Name:
+				return fmt.Errorf("%w: event %d sends to session %q of agent %s as agent %s", ErrBadHistory, e.Seq, key, cs.agent, d.Name)
+			case cs.running != 0:
+				cs.queued = append(cs.queued, d.Op)
+			default:
+				cs.running = d.Op
+			}
+		}
 	case EvAgentSettled:
 		o, err := rs.existingOp(e, d.Op, abi.OpAgent)
 		if err != nil {
@@ -398,7 +435,29 @@ func (rs *runState) apply(e store.Event) error {
 		if o.settled || d.Agent == nil {
 			return fmt.Errorf("%w: agent turn of op %d settled twice or without a result", ErrBadHistory, d.Op)
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Agent), 0)
+		v := mustJSON(d.Agent)
+		o.settle(e.Seq, abi.FutureFulfilled, v, 0)
+		if cs := rs.sessions[o.agent.Session]; o.agent.Session != "" && cs != nil {
+			if cs.running != d.Op {
+				return fmt.Errorf("%w: event %d ends a turn of session %q that is not running", ErrBadHistory, e.Seq, o.agent.Session)
+			}
+			// The messages that went with the turn end with it; those
+			// sent meanwhile are the next turn.
+			for _, q := range rs.ops {
+				if q.joinedTo == d.Op && !q.settled {
+					q.settle(e.Seq, abi.FutureFulfilled, v, 0)
+				}
+			}
+			cs.turns = append(cs.turns, d.Op)
+			cs.running = 0
+			if len(cs.queued) > 0 {
+				cs.running = cs.queued[0]
+				for _, q := range cs.queued[1:] {
+					rs.op(q).joinedTo = cs.running
+				}
+				cs.queued = nil
+			}
+		}
 	case EvCallReceived:
 		if d.Index != len(rs.calls) {
 			return fmt.Errorf("%w: event %d delivers call %d, expected call %d", ErrBadHistory, e.Seq, d.Index, len(rs.calls))
@@ -534,11 +593,74 @@ func (rs *runState) satisfied(w *waitSet) bool {
 func (rs *runState) pendingAgents() []uint32 {
 	var out []uint32
 	for i, o := range rs.ops {
-		if o.kind == abi.OpAgent && !o.settled && o.refused == 0 {
-			out = append(out, uint32(i+1))
+		p := uint32(i + 1)
+		if o.kind != abi.OpAgent || o.settled || o.refused != 0 {
+			continue
 		}
+		// A session's turn runs once, for its first message; the others
+		// wait for it, or for the turn before it to end.
+		if key := o.agent.Session; key != "" && rs.sessions[key] != nil && rs.sessions[key].running != p {
+			continue
+		}
+		out = append(out, p)
 	}
 	return out
+}
+
+// agentTurn is the turn that the agent op at p starts.
+func (rs *runState) agentTurn(p uint32) AgentTurn {
+	o := rs.op(p)
+	req := rs.agentRequest(p)
+	t := AgentTurn{RunID: rs.id, TurnID: stepID(rs.id, p), Agent: o.name, Message: req.Message, Parts: req.Parts,
+		OutputSchema: o.request, Model: req.Model}
+	key := o.agent.Session
+	cs := rs.sessions[key]
+	if key == "" || cs == nil {
+		return t
+	}
+	t.SessionID = rs.id + ":" + key
+	for i, q := range rs.ops {
+		if q.joinedTo == p {
+			t.More = append(t.More, rs.agentRequest(uint32(i+1)))
+		}
+	}
+	// A session's model is the one its first message set.
+	if t.Model == nil {
+		t.Model = rs.agentRequest(firstOf(cs, p)).Model
+	}
+	for _, first := range cs.turns {
+		x := AgentExchange{Messages: []abi.AgentRequest{rs.agentRequest(first)}}
+		for i, q := range rs.ops {
+			if q.joinedTo == first {
+				x.Messages = append(x.Messages, rs.agentRequest(uint32(i+1)))
+			}
+		}
+		var res abi.AgentResult
+		_ = json.Unmarshal(rs.op(first).value, &res)
+		x.Reply, x.Data = res.Reply, res.Data
+		t.History = append(t.History, x)
+	}
+	return t
+}
+
+func firstOf(cs *childSession, p uint32) uint32 {
+	if len(cs.turns) > 0 {
+		return cs.turns[0]
+	}
+	return p
+}
+
+// agentRequest is what the agent op at p sent.
+func (rs *runState) agentRequest(p uint32) abi.AgentRequest {
+	o := rs.op(p)
+	req := o.agent
+	if req.Message == "" && len(req.Parts) == 0 {
+		_ = json.Unmarshal(o.input, &req.Message)
+	}
+	if len(req.OutputSchema) == 0 {
+		req.OutputSchema = o.request
+	}
+	return req
 }
 
 // runnableSteps returns the steps with an attempt started and not finished.

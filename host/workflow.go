@@ -416,7 +416,19 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 				return bad("outputSchema: " + err.Error())
 			}
 		}
-		ev, err = b.push(EvAgentSent, &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)})
+		if m := checkAgentRequest(&req); m != "" {
+			return bad(m)
+		}
+		if cs := rs.sessions[req.Session]; req.Session != "" && cs != nil && cs.agent != name {
+			return bad(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.agent, name))
+		}
+		d := &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
+		if req.Session != "" || len(req.Parts) > 0 || req.Model != nil {
+			extra := req
+			extra.Message, extra.OutputSchema = "", nil
+			d.AgentRequest = &extra
+		}
+		ev, err = b.push(EvAgentSent, d)
 	case abi.OpProgress:
 		if !json.Valid(payload) {
 			return bad("payload is not JSON")

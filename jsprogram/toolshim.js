@@ -319,7 +319,9 @@
   }
 
   function getWorkflowMetadata() {
-    return base.parse(host.call(ops.metadata, "", "")[1]);
+    const m = base.parse(host.call(ops.metadata, "", "")[1]);
+    delete m.agents; // ctx.agents has them
+    return m;
   }
 
   // The script's steps. The compiler makes the script's first statement
@@ -501,32 +503,57 @@
     return future(ops.ask, "", payload(request, "ctx.ask"));
   }
 
-  // ctx.agent(name).send(message, { outputSchema? }): one turn with a new
-  // session of the named agent; response.result() resolves when it ends.
+  // ctx.agent(name, { model? }): a session with the named agent, opened
+  // by its first send(message, { outputSchema?, signal? }). Each
+  // response.result() resolves when that message's turn ends; a message
+  // sent while a turn runs goes with the session's next turn. The session
+  // keeps its conversation between turns.
+  let sessions = 0;
   function agent(name, options) {
     inWorkflow("ctx.agent");
     if (typeof name !== "string" || name === "") throw new TypeError("ctx.agent: the first argument must be an agent name");
-    checkOptions("ctx.agent(\"" + name + "\")", options, []);
-    let sent = false;
+    const what = "ctx.agent(\"" + name + "\")";
+    const o = checkOptions(what, options, ["model"]);
+    let model;
+    if (typeof o.model === "string") model = { model: o.model };
+    else if (o.model !== undefined) {
+      if (o.model === null || typeof o.model !== "object") throw new TypeError(what + ": model is a model id or { model, modelContextWindowTokens?, reasoning? }");
+      model = checkOptions(what + " model", o.model, ["model", "modelContextWindowTokens", "reasoning"]);
+    }
+    let key;
     return freeze({
       name,
       send(message, sendOptions) {
-        const so = checkOptions("send", sendOptions, ["outputSchema"]);
-        if (sent) {
-          return promiseReject(new Error("send: this host opens a new session per turn, so a session takes one message; call ctx.agent again"));
-        }
-        if (typeof message !== "string") return promiseReject(new TypeError("send: the message must be a string"));
-        sent = true;
-        const req = so.outputSchema === undefined ? { message } : { message, outputSchema: so.outputSchema };
-        let turn;
         try {
-          turn = future(ops.agent, name, payload(req, "send"));
+          const so = checkOptions("send", sendOptions, ["outputSchema", "signal"]);
+          const req = {};
+          if (typeof message === "string") req.message = message;
+          else if (isArray(message)) req.parts = message;
+          else throw new TypeError("send: a message is text or an array of up to 64 text and file parts");
+          if (so.outputSchema !== undefined) req.outputSchema = so.outputSchema;
+          if (model !== undefined) req.model = model;
+          if (key === undefined) key = "s" + ++sessions;
+          req.session = key;
+          const turn = future(ops.agent, name, payload(req, "send"));
+          return promiseResolve(freeze({ result: () => turn }));
         } catch (e) {
           return promiseReject(e);
         }
-        return promiseResolve(freeze({ result: () => turn }));
       },
     });
+  }
+
+  // ctx.agents: the agents the call may open, by name, as they were when
+  // the run started.
+  let agentsList;
+  function agents() {
+    if (agentsList === undefined) {
+      const list = base.parse(host.call(ops.metadata, "", "")[1]).agents || [];
+      const byName = create(null);
+      for (let i = 0; i < list.length; i++) byName[list[i].name] = freeze({ name: list[i].name, description: list[i].description || "" });
+      agentsList = freeze(byName);
+    }
+    return agentsList;
   }
 
   // The tool's definition, from defineWorkflowTool.
@@ -591,9 +618,9 @@
   return {
     definition: () => definition,
     ctx: (toolName, callId) => {
-      if (definition.entry === "serve") return freeze({ toolName, ask, agent, reply });
-      const ctx = { toolName, callId, ask, agent, progress };
-      defineProperty(ctx, "abortSignal", { get: abortSignal, enumerable: true });
+      const ctx = definition.entry === "serve" ? { toolName, ask, agent, reply } : { toolName, callId, ask, agent, progress };
+      defineProperty(ctx, "agents", { get: agents, enumerable: true });
+      if (definition.entry !== "serve") defineProperty(ctx, "abortSignal", { get: abortSignal, enumerable: true });
       return freeze(ctx);
     },
     run,
