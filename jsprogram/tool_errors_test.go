@@ -43,6 +43,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 		{"catastrophic allocation", okTool + "\n'x'.repeat(2**40);", "[memory_limit]"},
 		{"imports", `import { sleep } from "eve/workflow";` + okTool, "SyntaxError"},
 		{"schema not an object", `defineWorkflowTool({ description: "d", inputSchema: { type: "string" }, async execute() { "use workflow"; } });`, `inputSchema must have "type": "object"`},
+		{"generator entry", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" }, *serve() { "use workflow"; } });`, "not a generator"},
 		{"serve with its own taskId", `defineWorkflowTool({ description: "d", inputSchema: { type: "object", properties: { taskId: { type: "string" } } }, async serve() { "use workflow"; } });`, "declares taskId"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

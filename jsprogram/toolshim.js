@@ -14,6 +14,8 @@
   const { Error, TypeError, SyntaxError } = globalThis;
   const defineProperty = Object.defineProperty;
   const create = Object.create;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const generatorProto = Object.getPrototypeOf(function* () {});
   const floor = Math.floor;
   const indexOf = Array.prototype.indexOf;
   const join = Array.prototype.join;
@@ -577,6 +579,11 @@
     const entry = found[0];
     const fn = def[entry];
     if (typeof fn !== "function") throw new TypeError("defineWorkflowTool: " + entry + " must be a function");
+    // A generator's body would never run: calling it only makes the
+    // generator object.
+    if (getPrototypeOf(fn) === generatorProto) {
+      throw new TypeError("defineWorkflowTool: " + entry + " must be an async function, not a generator; report progress with ctx.progress(value) instead of yield");
+    }
     if (!host.isWorkflow(apply(fnToString, fn, []))) {
       throw new SyntaxError("defineWorkflowTool: " + entry + ' must start with the "use workflow" directive');
     }
