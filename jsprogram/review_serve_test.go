@@ -430,7 +430,7 @@ func TestReviewServeReplyWithdrawsQuestions(t *testing.T) {
 	}
 }
 
-// FINDING: a generator function as the entry point is accepted and its
+// Fixed (was a finding): a generator function as the entry point was accepted and its
 // body never runs. The spec: "serve can't" be a generator (and goja has
 // no async generators, so a generator execute/task is not the spec's
 // progress form either). Got: the tool registers; a call runs the
