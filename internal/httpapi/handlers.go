@@ -228,6 +228,12 @@ func (s *Server) showRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	return s.endRun(w, r, "cancelled through the API", s.h.Cancel)
+}
+
+// endRun serves a cancel or an abort: an optional {"reason"} body, the
+// run's state after.
+func (s *Server) endRun(w http.ResponseWriter, r *http.Request, def string, end func(context.Context, string, string) (host.RunInfo, error)) error {
 	var body struct {
 		Reason string `json:"reason"`
 	}
@@ -237,9 +243,9 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if body.Reason == "" {
-		body.Reason = "cancelled through the API"
+		body.Reason = def
 	}
-	ri, err := s.h.Cancel(r.Context(), r.PathValue("id"), body.Reason)
+	ri, err := end(r.Context(), r.PathValue("id"), body.Reason)
 	if err != nil {
 		return err
 	}
@@ -249,22 +255,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 // abortRun is POST /v1/runs/{id}/abort {"reason"?}: the run's abort
 // signal fires and it has the host's grace period to unwind.
 func (s *Server) abortRun(w http.ResponseWriter, r *http.Request) error {
-	var body struct {
-		Reason string `json:"reason"`
-	}
-	if r.ContentLength != 0 {
-		if err := s.readJSON(w, r, &body); err != nil {
-			return err
-		}
-	}
-	if body.Reason == "" {
-		body.Reason = "aborted through the API"
-	}
-	ri, err := s.h.Abort(r.Context(), r.PathValue("id"), body.Reason)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
+	return s.endRun(w, r, "aborted through the API", s.h.Abort)
 }
 
 func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
