@@ -116,19 +116,19 @@ func (s *Session) sync(ctx context.Context) {
 		if tr.Ended {
 			continue
 		}
-		for {
-			evs, err := st.Events(ctx, tr.RunID, tr.Seq, 500)
-			if err != nil || len(evs) == 0 {
-				break
-			}
-			for _, e := range evs {
-				s.translate(tr, e)
-				tr.Seq = e.Seq
-			}
+		// A run whose log has not moved has nothing new to report: its
+		// calls and its end change only with events.
+		evs, err := st.Events(ctx, tr.RunID, tr.Seq, 0)
+		if err != nil || len(evs) == 0 {
+			continue
 		}
 		ri, err := s.m.h.Run(ctx, tr.RunID)
 		if err != nil {
 			continue
+		}
+		for _, e := range evs {
+			s.translate(tr, ri, e)
+			tr.Seq = e.Seq
 		}
 		if tr.Serve {
 			for ; tr.Calls < len(ri.Calls) && ri.Calls[tr.Calls].Status != "working"; tr.Calls++ {
@@ -176,7 +176,7 @@ func runStatus(st store.RunStatus) string {
 }
 
 // translate turns one event of a tracked run's log into session events.
-func (s *Session) translate(tr *tracked, e store.Event) {
+func (s *Session) translate(tr *tracked, ri host.RunInfo, e store.Event) {
 	var d struct {
 		AskID   string          `json:"askId"`
 		Request json.RawMessage `json:"request"`
@@ -186,8 +186,10 @@ func (s *Session) translate(tr *tracked, e store.Event) {
 	}
 	_ = json.Unmarshal(e.Data, &d)
 	base := Event{CallID: tr.RunID, TaskID: tr.TaskID, RunID: tr.RunID, Tool: tr.Tool}
-	if tr.Serve {
-		base.CallID = s.currentCall(tr)
+	if tr.Serve && tr.Calls < len(ri.Calls) {
+		// The call the serve run works on: the first not yet reported
+		// settled.
+		base.CallID = ri.Calls[tr.Calls].CallID
 	}
 	switch e.Kind {
 	case host.EvProgress:
@@ -213,16 +215,6 @@ func (s *Session) translate(tr *tracked, e store.Event) {
 		base.Type, base.Agent = EvChildOpened, d.Name
 		s.emit(base)
 	}
-}
-
-// currentCall is the id of the call a serve run works on: the first
-// not yet reported settled.
-func (s *Session) currentCall(tr *tracked) string {
-	ri, err := s.m.h.Run(context.Background(), tr.RunID)
-	if err != nil || tr.Calls >= len(ri.Calls) {
-		return tr.RunID
-	}
-	return ri.Calls[tr.Calls].CallID
 }
 
 // Events returns the session's events after seq (0: all it keeps), having
