@@ -58,9 +58,11 @@ const (
 	// the call that started the run first, then each call sent to the run
 	// (its task), in order. Recorded.
 	OpReceive OpKind = 17
-	// OpReply answers every call received so far and not yet answered with
-	// the payload (any JSON value). Answers at once with a ReplyResult; a
-	// reply with no call waiting answers none. Recorded.
+	// OpReply answers the calls the body has received and not yet
+	// answered (payload: a ReplyRequest), and withdraws the run's open
+	// questions when it answers any. Answers at once with a ReplyResult; a
+	// reply with no call waiting answers none. Only a serve tool's run may
+	// receive and reply. Recorded.
 	OpReply OpKind = 18
 	// OpSignal makes a future that fulfils with an AbortInfo when the run
 	// is next aborted (cancelled with time to unwind): the spec's

@@ -148,6 +148,16 @@ type AbortInfo struct {
 	Reason string `json:"reason"`
 }
 
+// ReplyRequest is OpReply's payload. Received is how many of the run's
+// calls the body has received: one past the highest index among the
+// ServeCalls its receive futures delivered to it (a future the host
+// fulfilled but the body has not read yet does not count). The reply
+// answers those calls not yet answered, each with Output.
+type ReplyRequest struct {
+	Received int             `json:"received"`
+	Output   json.RawMessage `json:"output"`
+}
+
 // ReplyResult is the answer to OpReply: how many calls it answered.
 type ReplyResult struct {
 	Answered int `json:"answered"`

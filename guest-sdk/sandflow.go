@@ -233,6 +233,10 @@ func (f *Future[T]) settle(st abi.FutureState, v []byte) {
 	}
 	if err := decodeValue(v, &f.val); err != nil {
 		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", f.val, err)}
+		return
+	}
+	if c, ok := any(&f.val).(receivedCall); ok {
+		c.noteReceived()
 	}
 }
 
@@ -502,6 +506,16 @@ type ServeCall[In any] struct {
 	Index  int    `json:"index"`
 }
 
+// receivedCalls is how many calls the body has received: one past the
+// highest index a receive future delivered to it. Reply sends it, so a
+// reply answers only calls the body has seen.
+var receivedCalls int
+
+// receivedCall is a ServeCall, whatever its input type.
+type receivedCall interface{ noteReceived() }
+
+func (c *ServeCall[In]) noteReceived() { receivedCalls = max(receivedCalls, c.Index+1) }
+
 // Calls are a serve body's calls.
 type Calls[In any] struct {
 	pending *Future[ServeCall[In]]
@@ -517,11 +531,17 @@ func (c *Calls[In]) Receive(ctx *Context) *Future[ServeCall[In]] {
 	return c.pending
 }
 
-// Reply answers every call received so far and not yet answered with
-// output, and returns how many it answered (0: no call was waiting, and
-// the reply is dropped). The task goes idle until its next call.
+// Reply answers every call received so far (its receive future has
+// settled for the body) and not yet answered with output, withdraws the
+// questions still open, and returns how many calls it answered (0: no
+// call was waiting, and the reply is dropped). The task goes idle until
+// its next call.
 func Reply(ctx *Context, output any) (int, error) {
-	b, err := json.Marshal(output)
+	out, err := json.Marshal(output)
+	if err != nil {
+		return 0, err
+	}
+	b, err := json.Marshal(abi.ReplyRequest{Received: receivedCalls, Output: out})
 	if err != nil {
 		return 0, err
 	}

@@ -58,14 +58,8 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 		if _, err := b.pushAt(EvAbortRequested, now, &evData{Reason: reason, Index: index}); err != nil {
 			return err
 		}
-		for i, o := range rs.ops {
-			if o.kind == abi.OpAsk && !o.settled {
-				p := uint32(i + 1)
-				if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
-					return err
-				}
-				b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
-			}
+		if err := withdrawOpenAsks(rs, b, now); err != nil {
+			return err
 		}
 		b.b.PutTimers = append(b.b.PutTimers, abortTimer(rs.id, index, now.Add(h.abortGrace())))
 		return h.commit(ctx, rh, b, nil)
@@ -81,6 +75,20 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 		slog.Default().Error("driving an aborted run", "run", id, "err", err)
 	})
 	return ri, err
+}
+
+// withdrawOpenAsks settles the run's open questions as cancelled.
+func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
+	for i, o := range rs.ops {
+		if o.kind == abi.OpAsk && !o.settled {
+			p := uint32(i + 1)
+			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+				return err
+			}
+			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
+		}
+	}
+	return nil
 }
 
 func (h *Host) abortGrace() time.Duration {

@@ -171,6 +171,9 @@ type agentOutcome struct {
 // recordAgents records turns that ended, in one commit.
 func (h *Host) recordAgents(ctx context.Context, rh *runHandle, turns []agentOutcome) error {
 	rs := rh.rs
+	if rs.status.Terminal() {
+		return nil // cancelled while the turns ran
+	}
 	b := newBatch(rs)
 	for _, t := range turns {
 		o := rs.op(t.p)

@@ -57,6 +57,7 @@ type evData struct {
 	Input      json.RawMessage `json:"input,omitempty"`
 	Seed       string          `json:"seed,omitempty"`
 	NoAsk      bool            `json:"noAsk,omitempty"`
+	Serve      bool            `json:"serve,omitempty"` // the tool's entry is serve
 	// Agents are the agents the run may open, as they were at its start.
 	Agents  []AgentInfo `json:"agents,omitempty"`
 	URL     string      `json:"url,omitempty"`     // the run's (run_created), a webhook's (hook_created)

@@ -390,7 +390,7 @@ func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, op
 	seed := make([]byte, 32)
 	copy(seed, newSeed())
 	now := time.Now().UTC()
-	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk}
+	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk, Serve: lp.m.Entry == EntryServe}
 	if agents, err := h.Agents(ctx); err == nil {
 		d.Agents = agents // ctx.agents: replay reads them from here
 	}

@@ -45,6 +45,11 @@ type CallInfo struct {
 	Status string           `json:"status"`
 	Output json.RawMessage  `json:"output,omitempty"`
 	Error  *abi.ErrorObject `json:"error,omitempty"`
+	// Answer is the log sequence number of the event that answered the
+	// call (a reply, an abort, the run's end), 0 while it works. Calls
+	// answered together (one reply for two calls) share it: a session
+	// gives their answer to the model once.
+	Answer uint64 `json:"answer,omitempty"`
 }
 
 // Working reports whether a call of the run has no answer yet: a serve
@@ -97,10 +102,10 @@ func (h *Host) info(rs *runState) RunInfo {
 	if n := len(rs.aborts); n > 0 {
 		ri.Aborted = rs.aborts[n-1].reason
 	}
-	if len(rs.receives) > 0 || len(rs.calls) > 1 {
+	if (rs.created != nil && rs.created.Serve) || len(rs.receives) > 0 || len(rs.calls) > 1 {
 		ri.Calls = make([]CallInfo, len(rs.calls))
 		for i, c := range rs.calls {
-			ci := CallInfo{Index: i, CallID: c.id, Status: "working"}
+			ci := CallInfo{Index: i, CallID: c.id, Status: "working", Answer: c.by}
 			switch {
 			case c.cancelled:
 				ci.Status = "cancelled"

@@ -29,6 +29,11 @@ type runHandle struct {
 	// its next step boundary to let them in.
 	cancelling atomic.Int32
 
+	// inflight are the steps and agent turns a driver runs with mu
+	// released, so that calls, answers and aborts get in meanwhile; other
+	// drivers leave them alone. Guarded by mu.
+	inflight map[uint32]bool
+
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
 	// runs steps or waits on agent turns.
@@ -226,7 +231,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 		if rh.cancelling.Load() > 0 {
 			return nil // a Cancel is waiting; it ends the run
 		}
-		if steps, agents := rs.runnableSteps(), rs.pendingAgents(); len(steps)+len(agents) > 0 {
+		if steps, agents := rh.notInFlight(rs.runnableSteps()), rh.notInFlight(rs.pendingAgents()); len(steps)+len(agents) > 0 {
 			if err := h.runWork(ctx, rh, steps, agents); err != nil {
 				return err
 			}
@@ -380,6 +385,20 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 
 func lpOutputRoom(rs *runState, l Limits) int64 { return l.OutputBytes - rs.outRecorded }
 
+// notInFlight drops the ops another driver is running.
+func (rh *runHandle) notInFlight(ps []uint32) []uint32 {
+	if len(rh.inflight) == 0 {
+		return ps
+	}
+	out := ps[:0]
+	for _, p := range ps {
+		if !rh.inflight[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // runWork runs step attempts, in parallel up to the host's step
 // concurrency, and agent turns, all at once; it records each outcome as it
 // arrives.
@@ -405,6 +424,20 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	}
 	ch := make(chan done, len(steps)+len(agents))
 	sem := make(chan struct{}, h.opts.StepConcurrency)
+	if rh.inflight == nil {
+		rh.inflight = map[uint32]bool{}
+	}
+	for _, p := range append(append([]uint32(nil), steps...), agents...) {
+		rh.inflight[p] = true
+	}
+	defer func() {
+		for _, p := range steps {
+			delete(rh.inflight, p)
+		}
+		for _, p := range agents {
+			delete(rh.inflight, p)
+		}
+	}()
 	for _, p := range steps {
 		o := rs.op(p)
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
@@ -432,15 +465,24 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	}
 	var firstErr error
 	var queue []done
+	ended := false // the run ended meanwhile: the rest is dropped
 	for taken, total := 0, len(steps)+len(agents); taken < total; {
 		var d done
 		if len(queue) > 0 {
 			d, queue = queue[0], queue[1:]
 		} else {
+			// The work runs without the run's lock: a call, an answer, a
+			// hook delivery or an abort does not wait for it.
+			rh.mu.Unlock()
 			d = <-ch
+			rh.mu.Lock()
 		}
 		taken++
-		if firstErr != nil {
+		if !ended && rh.rs.status.Terminal() {
+			ended = true
+			cut()
+		}
+		if firstErr != nil || ended {
 			continue
 		}
 		if cutShort(d) {
@@ -473,6 +515,9 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 			firstErr = ctx.Err()
 		}
 	}
+	if ended {
+		return nil
+	}
 	if firstErr != nil && h.life.Err() != nil {
 		return fmt.Errorf("%w: work cut off: %w", ErrClosed, firstErr)
 	}
@@ -482,7 +527,7 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepAttempt, out stepOutcome) error {
 	rs := rh.rs
 	o := rs.op(p)
-	if o == nil || !o.attemptOpen || o.attempt != a.attempt {
+	if rs.status.Terminal() || o == nil || !o.attemptOpen || o.attempt != a.attempt {
 		return nil // the run moved on (it was cancelled, say)
 	}
 	b := newBatch(rs)

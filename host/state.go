@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -103,6 +104,9 @@ type callRec struct {
 	// cancelled: an abort ended the call before a reply (answered is set
 	// too, so no reply answers it).
 	cancelled bool
+	// by is the sequence number of the event that answered the call (a
+	// reply, an abort, the run's end); calls answered together share it.
+	by uint64
 }
 
 // childSession is an agent session a run sends several messages to. One
@@ -120,8 +124,33 @@ type abortRec struct {
 	reason string
 }
 
+// endCalls notes the run's end, at seq, as the answer of the calls
+// still waiting.
+func (rs *runState) endCalls(seq uint64) {
+	for i := range rs.calls {
+		if c := &rs.calls[i]; !c.answered {
+			c.by = seq
+		}
+	}
+}
+
 // received is how many calls a receive op has taken.
 func (rs *runState) received() int { return min(len(rs.calls), len(rs.receives)) }
+
+// receivable is how many calls the current activation's guest can have
+// received: those a receive op has taken that were recorded before the
+// activation began (a call arrives between activations).
+func (rs *runState) receivable() int {
+	n := rs.received()
+	if len(rs.markers) == 0 {
+		return 0
+	}
+	at := rs.markers[len(rs.markers)-1].seq
+	for n > 0 && rs.calls[n-1].seq > at {
+		n--
+	}
+	return n
+}
 
 type hookRec struct {
 	token    string
@@ -378,6 +407,7 @@ func (rs *runState) apply(e store.Event) error {
 				return err
 			}
 		}
+		rs.endCalls(e.Seq)
 		if e.Kind == EvRunCompleted {
 			rs.status, rs.result = store.StatusCompleted, nullIfEmpty(d.Result)
 		} else {
@@ -389,6 +419,7 @@ func (rs *runState) apply(e store.Event) error {
 				return err
 			}
 		}
+		rs.endCalls(e.Seq)
 		rs.status, rs.failure = store.StatusCancelled, d.Error
 	case EvWebhookResponded:
 		h := rs.hooks[d.Hook]
@@ -462,7 +493,10 @@ func (rs *runState) apply(e store.Event) error {
 		if d.Index != len(rs.calls) {
 			return fmt.Errorf("%w: event %d delivers call %d, expected call %d", ErrBadHistory, e.Seq, d.Index, len(rs.calls))
 		}
-		rs.calls = append(rs.calls, callRec{seq: e.Seq, id: d.CallID, input: nullIfEmpty(d.Input)})
+		if in := bytes.TrimLeft(d.Input, " \t\r\n"); d.CallID == "" || len(in) == 0 || in[0] != '{' {
+			return fmt.Errorf("%w: event %d delivers call %d without an id or an object input", ErrBadHistory, e.Seq, d.Index)
+		}
+		rs.calls = append(rs.calls, callRec{seq: e.Seq, id: d.CallID, input: d.Input})
 		if d.Index < len(rs.receives) {
 			rs.op(rs.receives[d.Index]).settle(e.Seq, abi.FutureFulfilled, rs.serveCall(d.Index), 0)
 		}
@@ -481,10 +515,13 @@ func (rs *runState) apply(e store.Event) error {
 		if err != nil {
 			return err
 		}
+		if d.Index < 0 || d.Index > rs.receivable() || d.Answered < 0 {
+			return fmt.Errorf("%w: event %d replies to %d received calls, but %d could have been received", ErrBadHistory, e.Seq, d.Index, rs.receivable())
+		}
 		n := 0
-		for i := range rs.received() {
+		for i := range d.Index {
 			if c := &rs.calls[i]; !c.answered {
-				c.answered, c.output = true, nullIfEmpty(d.Payload)
+				c.answered, c.output, c.by = true, nullIfEmpty(d.Payload), e.Seq
 				n++
 			}
 		}
@@ -506,7 +543,7 @@ func (rs *runState) apply(e store.Event) error {
 		// A serve run's calls still waiting end as cancelled.
 		for i := range rs.calls {
 			if c := &rs.calls[i]; !c.answered {
-				c.answered, c.cancelled = true, true
+				c.answered, c.cancelled, c.by = true, true, e.Seq
 			}
 		}
 	case EvSignal:

@@ -157,6 +157,10 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 			return w.refuse(abi.StatusBadRequest, kind.String()+": "+msg), nil
 		}
 	}
+	if (kind == abi.OpReceive || kind == abi.OpReply) && w.plugin.m.Entry != EntryServe {
+		// Like a malformed name: depends only on the plugin, so not recorded.
+		return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a serve tool (this tool's entry is %s)", kind, w.plugin.m.Entry)), nil
+	}
 	switch kind {
 	case abi.OpInput:
 		return w.ok(0, w.rs.created.Input), nil
@@ -447,16 +451,29 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		reason, _ := rs.abortedNow()
 		ev, err = b.push(EvSignal, &evData{Op: p, Reason: reason})
 	case abi.OpReply:
-		if !json.Valid(payload) {
-			return bad("payload is not JSON")
+		var req abi.ReplyRequest
+		if m := decodeStrict(payload, &req); m != "" {
+			return bad(m)
+		}
+		if !json.Valid(req.Output) {
+			return bad("output is required: any JSON value")
+		}
+		if req.Received < 0 || req.Received > rs.receivable() {
+			return bad(fmt.Sprintf("received is %d, but the run's receive futures have taken %d calls", req.Received, rs.receivable()))
 		}
 		n := 0
-		for i := range rs.received() {
+		for i := range req.Received {
 			if !rs.calls[i].answered {
 				n++
 			}
 		}
-		ev, err = b.push(EvReplied, &evData{Op: p, Payload: clone(payload), Answered: n})
+		ev, err = b.push(EvReplied, &evData{Op: p, Payload: clone(req.Output), Answered: n, Index: req.Received})
+		if err == nil && n > 0 {
+			// The reply withdraws the questions asked about the calls it
+			// answers: every question still open, as each was asked
+			// while calls it now answers were waiting.
+			err = withdrawOpenAsks(rs, b, ev.Time)
+		}
 	case abi.OpComplete:
 		var out abi.Outcome
 		if m := decodeStrict(payload, &out); m != "" {

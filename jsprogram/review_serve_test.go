@@ -1,5 +1,3 @@
-//go:build findings
-
 package jsprogram_test
 
 import (
@@ -76,7 +74,7 @@ const reviewSyncReceive = `defineWorkflowTool({ description: "d", inputSchema: {
     return { n0, n1 };
   } });`
 
-// FINDING: ctx.reply answers a call the body has not received. The body
+// Fixed finding, as first reported: ctx.reply answers a call the body has not received. The body
 // calls receive() for a call that is already queued and, before the
 // promise resolves (it resolves in a later microtask), replies for the
 // call it holds. The spec ("A call counts as received once its promise
@@ -333,7 +331,7 @@ comment */`, []string{"completed 2"}},
   return [await args(undefined, 2), await args(1, undefined), await args(undefined), await args(null, undefined, 3), await args([undefined], { u: undefined })]; } });
 async function args(a = "da", b = "db", c = "dc") { "use step"; return [a, b, c]; }`,
 			[]string{`completed [["da",2,"dc"],[1,"db","dc"],["da","db","dc"],[null,"db",3],[[null],{},"dc"]]`}},
-		// FINDING (minor): Function.prototype.toString.call(step) gives the
+		// Fixed finding (minor), as first reported: Function.prototype.toString.call(step) gives the
 		// prelude's stand-in ("function (...args) { return mode === ..."),
 		// while String(step) and step.toString() give the author's text:
 		// declareSteps (toolshim.js) only defines an own toString on the
@@ -359,7 +357,7 @@ class C { m = async () => { "use step"; return 1; } }`, []string{`refused: *"use
 { async function b() { "use step"; return 1; } }`, []string{`refused: *"use step" has no effect here*line 2*`}},
 		{"async generator", head + `async execute() { "use workflow"; return 1; } });
 async function* g() { "use step"; yield 1; }`, []string{`refused: *`}},
-		// FINDING (minor): a later plain declaration of a step's name
+		// Fixed finding (minor), as first reported: a later plain declaration of a step's name
 		// replaces the step's function, so the "use step" function can
 		// never run; the script is registered, and each call fails at run
 		// time with "step plan did not return a promise". compileScript
@@ -369,7 +367,7 @@ async function* g() { "use step"; yield 1; }`, []string{`refused: *`}},
 		{"step redeclared as a plain function", head + `async execute() { "use workflow"; return await plan(); } });
 async function plan() { "use step"; return "the step"; }
 function plan() { return "the plain function"; }`, []string{`refused: *plan*`, `completed "the step"`}},
-		// FINDING (minor): "use step" as the script's own directive does
+		// Fixed finding (minor), as first reported: "use step" as the script's own directive does
 		// nothing, but is accepted; the commit refuses "use step" wherever
 		// it has no effect. compileScript (toolcompile.go) looks for the
 		// directive only in function bodies (functionLiterals), never in
@@ -406,7 +404,7 @@ const reviewReplyWithdraws = `defineWorkflowTool({ description: "d", inputSchema
     return { after: c.input.n, status: a.status };
   } });`
 
-// FINDING: ctx.reply does not withdraw the open questions of the calls it
+// Fixed finding, as first reported: ctx.reply does not withdraw the open questions of the calls it
 // answers. The spec: "A reply withdraws the open questions of the calls it
 // answers" (the ask resolves as { status: "cancelled" }, and the question
 // is no longer offered). Got: the question stays open and the body stays

@@ -65,6 +65,24 @@ func compileScript(src string) (*script, *WorkflowProgramError) {
 		seen[name] = true
 		steps = append(steps, name)
 	}
+	// A plain declaration of a step's name replaces the step (the later
+	// declaration wins the hoisting), so the step could never run.
+	for _, st := range prg.Body {
+		if fd, ok := st.(*ast.FunctionDeclaration); ok && fd.Function.Name != nil && !topLevel[fd.Function] && seen[fd.Function.Name.Name.String()] {
+			pos := at(fd.Function.Name.Idx0())
+			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("SyntaxError: step %s is declared twice: this declaration would replace the step (line %d, column %d)", fd.Function.Name.Name, pos.Line, pos.Column)}
+		}
+	}
+	// "use step" as the script's own directive does nothing.
+	for _, st := range prg.Body {
+		if !isDirective(st) {
+			break
+		}
+		if st.(*ast.ExpressionStatement).Expression.(*ast.StringLiteral).Value.String() == "use step" {
+			return nil, useStepHere(at(st.Idx0()))
+		}
+	}
 	for _, fn := range functionLiterals(prg) {
 		var body *ast.BlockStatement
 		var start file.Idx
@@ -79,9 +97,7 @@ func compileScript(src string) (*script, *WorkflowProgramError) {
 			start = f.Idx0()
 		}
 		if body != nil && hasStepDirective(body) {
-			pos := at(start)
-			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf(`SyntaxError: "use step" has no effect here: a step is a top-level async function declaration, function name() { "use step"; ... } (line %d, column %d)`, pos.Line, pos.Column)}
+			return nil, useStepHere(at(start))
 		}
 	}
 	if len(steps) > 0 {
@@ -135,6 +151,12 @@ func withStepStandIns(src string, prg *ast.Program, steps []string) (*ast.Progra
 	}
 	full.Body = append(append(append([]ast.Statement{}, body[:d]...), stmt), body[d:]...)
 	return full, nil
+}
+
+// useStepHere refuses "use step" where it would do nothing.
+func useStepHere(pos file.Position) *WorkflowProgramError {
+	return &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+		Message: fmt.Sprintf(`SyntaxError: "use step" has no effect here: a step is a top-level async function declaration, function name() { "use step"; ... } (line %d, column %d)`, pos.Line, pos.Column)}
 }
 
 func isDirective(st ast.Statement) bool {

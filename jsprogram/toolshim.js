@@ -335,6 +335,21 @@
   // scope, changes neither.
   const stepFns = create(null);
   let stepsDeclared = false;
+  // A stand-in reads as its step's text, however it is asked for: the
+  // shared Function.prototype.toString looks stand-ins up here (and reads
+  // as the native one itself).
+  const textOf = new WeakMap();
+  const textOfGet = WeakMap.prototype.get;
+  const textOfSet = WeakMap.prototype.set;
+  const fnProto = Object.getPrototypeOf(function () {});
+  const toStringStandIn = {
+    toString() {
+      const f = apply(textOfGet, textOf, [this]);
+      return apply(fnToString, f === undefined ? this : f, []);
+    },
+  }.toString;
+  apply(textOfSet, textOf, [toStringStandIn, fnToString]);
+  defineProperty(fnProto, "toString", { value: toStringStandIn, writable: true, configurable: true });
   function declareSteps(list) {
     if (stepsDeclared) throw new TypeError("__sandflow.steps is called once, by the step compiler");
     stepsDeclared = true;
@@ -347,7 +362,7 @@
       };
       defineProperty(standIn, "name", { value: name, configurable: true });
       defineProperty(standIn, "length", { value: fn.length, configurable: true });
-      defineProperty(standIn, "toString", { value: () => apply(fnToString, fn, []), writable: true, configurable: true });
+      apply(textOfSet, textOf, [standIn, fn]);
       stepFns[name] = fn;
       standIns[i / 2] = standIn;
     }
@@ -462,6 +477,7 @@
   // the calls received and not yet answered by ctx.reply.
   let pendingReceive;
   let waiting = 0;
+  let received = 0; // one past the highest call index delivered to the body
   let stretch;
   function receive() {
     inWorkflow("receive");
@@ -469,6 +485,7 @@
     pendingReceive = apply(then, future(ops.receive, "", ""), [(call) => {
       pendingReceive = undefined;
       waiting++;
+      if (call.index >= received) received = call.index + 1;
       // Calls in one stretch of work share its signal.
       if (stretch === undefined || stretch.aborted || currentSignal === undefined || currentSignal.signal !== stretch) {
         stretch = makeSignal();
@@ -477,12 +494,14 @@
     }]);
     return pendingReceive;
   }
-  // ctx.reply(output): answers every call received so far; the task goes
-  // idle until its next call, and the stretch's signal is retired. A reply
-  // with no call waiting is dropped.
+  // ctx.reply(output): answers every call received so far (its receive()
+  // promise resolved) and withdraws the questions still open; the task
+  // goes idle until its next call, and the stretch's signal is retired. A
+  // reply with no call waiting is dropped.
   function reply(output) {
     inWorkflow("ctx.reply");
-    const r = base.parse(host.call(ops.reply, "", payload(output === undefined ? null : output, "ctx.reply"))[1]);
+    const out = payload(output === undefined ? null : output, "ctx.reply");
+    const r = base.parse(host.call(ops.reply, "", '{"received":' + received + ',"output":' + out + "}")[1]);
     waiting = 0;
     if (currentSignal !== undefined && currentSignal.signal === stretch) currentSignal = undefined;
     stretch = undefined;

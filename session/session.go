@@ -102,18 +102,35 @@ type Task struct {
 	Output string `json:"output,omitempty"`
 	// Resumable: a serve tool's task, which takes more calls. Each call's
 	// answer is a result of its own; Calls counts the calls sent, and
-	// DeliveredCalls the answers given to the model, in call order.
+	// DeliveredCalls the calls whose answers the model has had, in order.
 	Resumable      bool      `json:"resumable,omitempty"`
 	Calls          int       `json:"calls,omitempty"`
 	DeliveredCalls int       `json:"deliveredCalls,omitempty"`
 	UsedAt         time.Time `json:"usedAt,omitzero"`
 
-	// answers are a resumable task's calls' outcomes, in order, up to the
-	// first one still working, as the last refresh read them.
+	// answers are a resumable task's answers, in call order, up to the
+	// first call still working, as the last refresh read them.
 	answers []answer
 }
 
-type answer struct{ status, text string }
+// answer is one answer of a resumable task: a reply (or the run's end)
+// and the calls it answered, given to the model as one result.
+type answer struct {
+	status, text string
+	calls        int
+}
+
+// undelivered lists the answers the model has not had.
+func (t *Task) undelivered() []answer {
+	seen := 0
+	for i, a := range t.answers {
+		if seen+a.calls > t.DeliveredCalls {
+			return t.answers[i:]
+		}
+		seen += a.calls
+	}
+	return nil
+}
 
 // hasResult reports whether the task has a result the model has not
 // had; cancelled work never reports back.
@@ -122,7 +139,7 @@ func (t *Task) hasResult() bool {
 		return false
 	}
 	if t.Resumable {
-		for _, a := range t.answers[min(t.DeliveredCalls, len(t.answers)):] {
+		for _, a := range t.undelivered() {
 			if a.status != Cancelled {
 				return true
 			}
@@ -579,7 +596,10 @@ func errorText(ri host.RunInfo) string {
 func (s *Session) refresh(ctx context.Context) {
 	defer s.sync(ctx)
 	for _, t := range s.rec.Tasks {
-		if t.Status != Working && t.Status != Idle {
+		open := t.Status == Working || t.Status == Idle
+		// A finished resumable task's answers are read again until the
+		// model has had them: they are not kept in the session's record.
+		if !open && !(t.Resumable && !t.Delivered && t.answers == nil) {
 			continue
 		}
 		ri, err := s.m.h.Run(ctx, t.RunID)
@@ -587,16 +607,9 @@ func (s *Session) refresh(ctx context.Context) {
 			continue
 		}
 		if t.Resumable {
-			t.answers = t.answers[:0]
-			for _, c := range ri.Calls {
-				if c.Status == "working" {
-					break
-				}
-				text := compactJSON(c.Output)
-				if c.Status != Completed {
-					text = errorText(ri)
-				}
-				t.answers = append(t.answers, answer{c.Status, text})
+			t.answers = answersOf(ri)
+			if !open {
+				continue
 			}
 			if !ri.Status.Terminal() {
 				st := Idle
@@ -627,6 +640,27 @@ func (s *Session) refresh(ctx context.Context) {
 	}
 }
 
+// answersOf reads a serve run's answers: its answered calls in order, up
+// to the first still working, those answered together as one.
+func answersOf(ri host.RunInfo) []answer {
+	out := []answer{}
+	for i, c := range ri.Calls {
+		if c.Status == "working" {
+			break
+		}
+		if n := len(out); n > 0 && c.Answer != 0 && ri.Calls[i-1].Answer == c.Answer {
+			out[n-1].calls++
+			continue
+		}
+		text := compactJSON(c.Output)
+		if c.Status != Completed {
+			text = errorText(ri)
+		}
+		out = append(out, answer{c.Status, text, 1})
+	}
+	return out
+}
+
 // Results takes the results that have not reached the model yet, as one
 // message of <task_result> blocks (empty when there is none). Each result
 // is given once; together they share ResultBytes and ResultLines, past
@@ -655,11 +689,17 @@ func (s *Session) Results(ctx context.Context) (string, error) {
 			continue
 		}
 		if t.Resumable {
-			// Each answered call is a result of its own.
-			for ; t.CancelReason == "" && t.DeliveredCalls < len(t.answers); t.DeliveredCalls++ {
-				taken = true
-				if a := t.answers[t.DeliveredCalls]; a.status != Cancelled {
-					block(t, a.status, a.text) // cancelled work never reports back
+			// Each answer is a result of its own: a reply that answered
+			// two calls is given once.
+			if t.CancelReason == "" {
+				for _, a := range t.undelivered() {
+					taken = true
+					if a.status != Cancelled {
+						block(t, a.status, a.text) // cancelled work never reports back
+					}
+				}
+				if n := callsIn(t.answers); n > t.DeliveredCalls {
+					t.DeliveredCalls = n
 				}
 			}
 			if t.Status != Working && t.Status != Idle {
@@ -729,10 +769,12 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 				working = append(working, t)
 			}
 		}
-		s.mu.Unlock()
 		if len(settled) > 0 || len(working) == 0 {
-			return waitText(settled, working, 0), nil
+			text := waitText(settled, working, 0) // reads the tasks: under s.mu
+			s.mu.Unlock()
+			return text, nil
 		}
+		s.mu.Unlock()
 		// Wake on a change to any working task's run; quit ends the
 		// watchers' goroutines when this round is over.
 		wake := make(chan struct{}, 1)
@@ -771,12 +813,21 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 	}
 }
 
+// callsIn counts the calls answers answered.
+func callsIn(as []answer) int {
+	n := 0
+	for _, a := range as {
+		n += a.calls
+	}
+	return n
+}
+
 func waitText(settled, working []*Task, timeout time.Duration) string {
 	var parts []string
 	for _, t := range settled {
 		status := t.Status
 		if t.Resumable {
-			for _, a := range t.answers[t.DeliveredCalls:] {
+			for _, a := range t.undelivered() {
 				if a.status != Cancelled {
 					status = a.status
 					break
