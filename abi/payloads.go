@@ -245,6 +245,10 @@ type AgentRequest struct {
 	Session string `json:"session,omitempty"`
 	// Model overrides the agent's model for the session.
 	Model *AgentModel `json:"model,omitempty"`
+	// CancelOnAbort ties the turn to the run's abort signal (the spec's
+	// send option signal): when the run is aborted while the turn runs,
+	// or was aborted when it is sent, the turn ends cancelled.
+	CancelOnAbort bool `json:"cancelOnAbort,omitempty"`
 }
 
 // MaxAgentParts bounds the parts of one message.

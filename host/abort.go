@@ -61,6 +61,16 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 		if err := withdrawOpenAsks(rs, b, now); err != nil {
 			return err
 		}
+		if err := cancelAgentTurns(rs, b, now); err != nil {
+			return err
+		}
+		// Turns it cancelled that are running stop; their outcome is not
+		// recorded (the op has settled).
+		for p, stop := range rh.stopWork {
+			if o := rs.op(p); o != nil && o.settled {
+				stop()
+			}
+		}
 		b.b.PutTimers = append(b.b.PutTimers, abortTimer(rs.id, index, now.Add(h.abortGrace())))
 		return h.commit(ctx, rh, b, nil)
 	})
@@ -86,6 +96,25 @@ func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
 				return err
 			}
 			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
+		}
+	}
+	return nil
+}
+
+// cancelAgentTurns ends as cancelled the run's agent turns sent with an
+// abort signal (CancelOnAbort) that have not ended. A session's next turn
+// starts when one ends, so the scan goes on until it finds none.
+func cancelAgentTurns(rs *runState, b *batch, now time.Time) error {
+	for more := true; more; {
+		more = false
+		for _, p := range rs.pendingAgents() {
+			if o := rs.op(p); o.agent.CancelOnAbort {
+				res := abi.AgentResult{Status: abi.AgentCancelled}
+				if _, err := b.pushAt(EvAgentSettled, now, &evData{Op: p, Agent: &res}); err != nil {
+					return err
+				}
+				more = true
+			}
 		}
 	}
 	return nil

@@ -33,6 +33,9 @@ type runHandle struct {
 	// released, so that calls, answers and aborts get in meanwhile; other
 	// drivers leave them alone. Guarded by mu.
 	inflight map[uint32]bool
+	// stopWork cuts off an agent turn in flight (an abort cancelled it).
+	// Guarded by mu.
+	stopWork map[uint32]context.CancelFunc
 
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
@@ -436,6 +439,10 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 		}
 		for _, p := range agents {
 			delete(rh.inflight, p)
+			if stop := rh.stopWork[p]; stop != nil {
+				stop()
+				delete(rh.stopWork, p)
+			}
 		}
 	}()
 	for _, p := range steps {
@@ -449,12 +456,17 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 			ch <- done{p: p, a: a, out: out}
 		}()
 	}
+	if rh.stopWork == nil {
+		rh.stopWork = map[uint32]context.CancelFunc{}
+	}
 	for _, p := range agents {
 		t := rs.agentTurn(p)
+		actx, stop := context.WithCancel(ctx)
+		rh.stopWork[p] = stop
 		go func() {
 			// Agent turns wait on another session, not on this host's
 			// compute: they do not take a step's slot.
-			ch <- done{p: p, agent: h.execAgent(ctx, t)}
+			ch <- done{p: p, agent: h.execAgent(actx, t)}
 		}()
 	}
 	// cutShort: the work may have been cut short by the caller, not by

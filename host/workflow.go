@@ -427,12 +427,16 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return bad(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.agent, name))
 		}
 		d := &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
-		if req.Session != "" || len(req.Parts) > 0 || req.Model != nil {
+		if req.Session != "" || len(req.Parts) > 0 || req.Model != nil || req.CancelOnAbort {
 			extra := req
 			extra.Message, extra.OutputSchema = "", nil
 			d.AgentRequest = &extra
 		}
 		ev, err = b.push(EvAgentSent, d)
+		if _, aborted := rs.abortedNow(); err == nil && aborted && req.CancelOnAbort {
+			// Sent with an abort signal that has fired: never sent.
+			err = cancelAgentTurns(rs, b, ev.Time)
+		}
 	case abi.OpProgress:
 		if !json.Valid(payload) {
 			return bad("payload is not JSON")

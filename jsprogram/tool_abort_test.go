@@ -155,3 +155,80 @@ func TestToolServeAbort(t *testing.T) {
 		t.Errorf("the next call: %+v", ri.Calls)
 	}
 }
+
+// send(message, { signal }): a turn sent with the run's abort signal ends
+// cancelled when the run is aborted while it runs (the backend's context
+// is cancelled, and no result is recorded from it); one sent after the
+// abort is never sent; one sent without the signal runs to its end. A
+// signal that is not the run's is refused.
+func TestToolAgentSendSignal(t *testing.T) {
+	a := newAgents(echo)
+	a.gate = make(chan struct{})
+	f := newFixture(t, jsprogram.Limits{}, a)
+	f.addSource("signalled", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async execute(input, ctx) {
+    "use workflow";
+    const s = ctx.abortSignal;
+    const q = ctx.ask({ prompt: "still there?" }, { signal: s });
+    const tied = await (await ctx.agent("echo").send("tied", { signal: s })).result();
+    const free = ctx.agent("echo").send("free");
+    const late = await (await ctx.agent("echo").send("late", { signal: s })).result();
+    let refused = "";
+    try { await ctx.agent("echo").send("x", { signal: {} }); } catch (e) { refused = e.message; }
+    try { ctx.ask({ prompt: "x" }, { signal: 1 }); } catch (e) { refused += " | " + e.message; }
+    const asked = (await q).status, askedLate = (await ctx.ask({ prompt: "late?" }, { signal: s })).status;
+    return { tied: tied.status, late: late.status, free: (await (await free).result()).status, asked, askedLate, refused };
+  } });`)
+	ctx := context.Background()
+	ri, err := f.h.Start(ctx, "signalled", json.RawMessage(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driven := make(chan error, 1)
+	go func() { _, err := f.h.Drive(ctx, ri.ID); driven <- err }()
+	select {
+	case <-a.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn never started")
+	}
+	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the free turn to start", func() bool { total, _ := a.turns(); return total == 2 })
+	close(a.gate)
+	if err := <-driven; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the run to end", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Status.Terminal() })
+	evs, err := f.h.Events(ctx, ri.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	for _, e := range evs {
+		if e.Kind == host.EvRunCancelled {
+			var d struct{ Result json.RawMessage }
+			_ = json.Unmarshal(e.Data, &d)
+			kept = string(d.Result)
+		}
+	}
+	want := `{"tied":"cancelled","late":"cancelled","free":"completed","asked":"cancelled","askedLate":"cancelled",` +
+		`"refused":"send: signal must be ctx.abortSignal or a call's abortSignal | ctx.ask: signal must be ctx.abortSignal or a call's abortSignal"}`
+	if ri.Status != store.StatusCancelled || kept != want {
+		t.Errorf("%s with %s\nwant %s", ri.Status, kept, want)
+	}
+	if total, _ := a.turns(); total != 2 {
+		t.Errorf("%d turns sent, want 2 (the tied one and the free one)", total)
+	}
+	var buf strings.Builder
+	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
+		t.Errorf("replay: %+v %v", rep, err)
+	}
+}

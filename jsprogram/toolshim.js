@@ -417,6 +417,10 @@
   // reply or an abort retires.
   let signalOp;
   let currentSignal;
+  const ourSignals = new WeakMap(); // the signals made here
+  const ourSignalsGet = WeakMap.prototype.get;
+  const ourSignalsSet = WeakMap.prototype.set;
+  const isOurSignal = (s) => s !== null && typeof s === "object" && apply(ourSignalsGet, ourSignals, [s]) === true;
   function makeSignal() {
     const listeners = [];
     let aborted = false;
@@ -454,6 +458,7 @@
       if (typeof onabort === "function") apply(onabort, signal, [event]);
       for (let i = 0; i < listeners.length; i++) if (listeners[i] !== undefined) apply(listeners[i], signal, [event]);
     };
+    apply(ourSignalsSet, ourSignals, [signal, true]);
     currentSignal = { signal, abort };
     if (signalOp === undefined) {
       signalOp = apply(then, future(ops.signal, "", ""), [(info) => {
@@ -515,12 +520,16 @@
       throw new Error("ctx.ask: no call is waiting (a serve body asks while it serves a call it received and has not replied to)");
     }
     const o = checkOptions("ctx.ask", options, ["signal"]);
-    if (o.signal !== undefined) {
-      throw new TypeError("ctx.ask: the signal option is not supported by this host yet (a question is withdrawn when its run ends)");
+    if (o.signal !== undefined && !isOurSignal(o.signal)) {
+      throw new TypeError("ctx.ask: signal must be ctx.abortSignal or a call's abortSignal");
     }
     if (request === null || typeof request !== "object" || isArray(request)) {
       throw new TypeError("ctx.ask: the request must be an object { prompt, title?, display?, options?, allowFreeform? }");
     }
+    // An abort withdraws every open question of the run, so the signal
+    // adds nothing then; one that has already aborted means the question
+    // is never asked.
+    if (o.signal !== undefined && o.signal.aborted) return promiseResolve(freeze({ status: "cancelled" }));
     return future(ops.ask, "", payload(request, "ctx.ask"));
   }
 
@@ -553,6 +562,19 @@
           else throw new TypeError("send: a message is text or an array of up to 64 text and file parts");
           if (so.outputSchema !== undefined) req.outputSchema = so.outputSchema;
           if (model !== undefined) req.model = model;
+          if (so.signal !== undefined) {
+            // The run's abort signals are the ones there are: the turn
+            // ends cancelled when the run is aborted (or was already).
+            if (!isOurSignal(so.signal)) {
+              throw new TypeError("send: signal must be ctx.abortSignal or a call's abortSignal");
+            }
+            if (so.signal.aborted) {
+              // Never sent: the turn ends cancelled at once.
+              const cancelled = promiseResolve(freeze({ status: "cancelled" }));
+              return promiseResolve(freeze({ result: () => cancelled }));
+            }
+            req.cancelOnAbort = true;
+          }
           if (key === undefined) key = "s" + ++sessions;
           req.session = key;
           const turn = future(ops.agent, name, payload(req, "send"));
