@@ -1,28 +1,23 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/bench/workload"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/guestbuild"
-	"github.com/sandflow/sandflow/store"
 )
 
-// The guest constants of testdata/guests/benchguest.
-const (
-	opsPerCall     = 10_000
-	spinIterations = 50_000_000
-)
+// The guest constant of testdata/guests/benchguest.
+const spinIterations = 50_000_000
 
 const (
 	kitchenDir    = "host/testdata/guests/kitchen"
@@ -40,9 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	cacheRoot = dir
 	code := m.Run()
-	for _, e := range shared {
-		e.Close(context.Background())
-	}
+	workload.Cleanup()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -86,21 +79,17 @@ func newEngine(b *testing.B, name, cacheDir string) host.Engine {
 	return e
 }
 
-var (
-	sharedMu sync.Mutex
-	shared   = map[string]host.Engine{}
-)
-
 // sharedEngine is one engine per name for the benchmarks that do not time
-// compilation, with a cache directory so each module compiles once.
+// compilation: bench/workload's, with a cache directory so each module
+// compiles once.
 func sharedEngine(b *testing.B, name string) host.Engine {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if e := shared[name]; e != nil {
-		return e
+	e, err := workload.Engine(name)
+	if err != nil {
+		if errors.Is(err, workload.ErrUnavailable) {
+			b.Skip(err)
+		}
+		b.Fatal(err)
 	}
-	e := newEngine(b, name, filepath.Join(cacheRoot, "shared", name))
-	shared[name] = e
 	return e
 }
 
@@ -196,75 +185,20 @@ func BenchmarkInstantiate(b *testing.B) {
 }
 
 // BenchmarkOpRoundTrip times one sandflow.op call from guest code to an
-// OpHandler and back (ns/roundtrip); each iteration is a call of
-// bench_ops, which issues opsPerCall ops.
+// OpHandler and back (ns/roundtrip): workload.OpRoundTrip, on the
+// benchmark guest's bench_ops, which issues 10,000 ops per call.
 func BenchmarkOpRoundTrip(b *testing.B) {
-	wasm := module(b, benchGuestDir)
-	ctx := context.Background()
 	for _, name := range engineNames {
-		b.Run(name, func(b *testing.B) {
-			cm := compile(b, sharedEngine(b, name), wasm)
-			defer cm.Close(ctx)
-			inst := instantiate(b, cm)
-			defer inst.Close(ctx)
-			for b.Loop() {
-				if n, err := inst.Call(ctx, "bench_ops"); err != nil || n != 8*opsPerCall {
-					b.Fatal(n, err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*opsPerCall), "ns/roundtrip")
-		})
+		b.Run(name, workload.OpRoundTrip(workload.Runtime(name)))
 	}
 }
 
-// BenchmarkReplay1000Steps runs the kitchen guest's "steps" mode with
-// n=1000 on a host on the engine, then times host.CheckReplay of its
-// exported history with the module bytes given.
+// BenchmarkReplay1000Steps times host.CheckReplayOn of the history of a
+// completed 1,000-step run: workload.Replay with the Go guest on each
+// engine.
 func BenchmarkReplay1000Steps(b *testing.B) {
-	wasm := module(b, kitchenDir)
-	raw, err := os.ReadFile(repoFile(b, filepath.Join(kitchenDir, "manifest.json")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := host.ParseManifest(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
 	for _, name := range engineNames {
-		b.Run(name, func(b *testing.B) {
-			st, err := store.Open(filepath.Join(b.TempDir(), "sandflow.db"), &store.Options{NoSync: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			h, err := host.Open(ctx, st, &host.Options{Engine: sharedEngine(b, name)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close(ctx)
-			if _, err := h.AddPlugin(ctx, wasm, m); err != nil {
-				b.Fatal(err)
-			}
-			ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":1000}`), nil)
-			if err != nil || ri.Status != store.StatusCompleted {
-				b.Fatalf("%+v %v", ri, err)
-			}
-			var buf bytes.Buffer
-			if err := h.ExportHistory(ctx, ri.ID, &buf); err != nil {
-				b.Fatal(err)
-			}
-			hist, err := host.ReadHistory(&buf)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for b.Loop() {
-				rep, err := h.CheckReplay(ctx, hist, wasm)
-				if err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
-					b.Fatalf("%+v %v", rep, err)
-				}
-			}
-		})
+		b.Run(name, workload.Replay(workload.Runtime(name), 1000))
 	}
 }
 

@@ -30,6 +30,9 @@ type runState struct {
 	// its receive ops, in order: receive i takes call i.
 	calls    []callRec
 	receives []uint32
+	// settledBelow caches workFrom: every step and agent op before it has
+	// settled (ops never unsettle).
+	settledBelow int
 
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
@@ -84,11 +87,8 @@ type opRec struct {
 	// hook_next
 	hook  uint32
 	index int
-	// agent: the message (with its session key); joinedTo is the turn, by
-	// its first message's position, that a message sent while the
-	// session's previous turn ran goes with
-	agent    abi.AgentRequest
-	joinedTo uint32
+	// agent: the message (with its session key)
+	agent abi.AgentRequest
 	// refused is the status of an op the host refused; value holds the error.
 	refused abi.Status
 }
@@ -117,6 +117,7 @@ type childSession struct {
 	turns   []uint32 // the first messages of its ended turns, in order
 	running uint32   // the first message of the turn that runs
 	queued  []uint32
+	joined  map[uint32][]uint32 // a turn's first message: the others that went with it
 }
 
 type abortRec struct {
@@ -474,8 +475,8 @@ func (rs *runState) apply(e store.Event) error {
 			}
 			// The messages that went with the turn end with it; those
 			// sent meanwhile are the next turn.
-			for _, q := range rs.ops {
-				if q.joinedTo == d.Op && !q.settled {
+			for _, j := range cs.joined[d.Op] {
+				if q := rs.op(j); !q.settled {
 					q.settle(e.Seq, abi.FutureFulfilled, v, 0)
 				}
 			}
@@ -483,8 +484,11 @@ func (rs *runState) apply(e store.Event) error {
 			cs.running = 0
 			if len(cs.queued) > 0 {
 				cs.running = cs.queued[0]
-				for _, q := range cs.queued[1:] {
-					rs.op(q).joinedTo = cs.running
+				if len(cs.queued) > 1 {
+					if cs.joined == nil {
+						cs.joined = map[uint32][]uint32{}
+					}
+					cs.joined[cs.running] = append([]uint32(nil), cs.queued[1:]...)
 				}
 				cs.queued = nil
 			}
@@ -626,10 +630,26 @@ func (rs *runState) satisfied(w *waitSet) bool {
 	return done == len(w.Futures)
 }
 
+// workFrom returns an index into ops before which every step and agent
+// op has settled, so the scans for work need not look there: they cost
+// what is outstanding, not the length of the history.
+func (rs *runState) workFrom() int {
+	i := rs.settledBelow
+	for i < len(rs.ops) {
+		if o := rs.ops[i]; (o.kind == abi.OpStep || o.kind == abi.OpAgent) && !o.settled && o.refused == 0 {
+			break
+		}
+		i++
+	}
+	rs.settledBelow = i
+	return i
+}
+
 // pendingAgents returns the agent turns sent and not settled.
 func (rs *runState) pendingAgents() []uint32 {
 	var out []uint32
-	for i, o := range rs.ops {
+	for i := rs.workFrom(); i < len(rs.ops); i++ {
+		o := rs.ops[i]
 		p := uint32(i + 1)
 		if o.kind != abi.OpAgent || o.settled || o.refused != 0 {
 			continue
@@ -656,10 +676,8 @@ func (rs *runState) agentTurn(p uint32) AgentTurn {
 		return t
 	}
 	t.SessionID = rs.id + ":" + key
-	for i, q := range rs.ops {
-		if q.joinedTo == p {
-			t.More = append(t.More, rs.agentRequest(uint32(i+1)))
-		}
+	for _, j := range cs.joined[p] {
+		t.More = append(t.More, rs.agentRequest(j))
 	}
 	// A session's model is the one its first message set.
 	if t.Model == nil {
@@ -667,10 +685,8 @@ func (rs *runState) agentTurn(p uint32) AgentTurn {
 	}
 	for _, first := range cs.turns {
 		x := AgentExchange{Messages: []abi.AgentRequest{rs.agentRequest(first)}}
-		for i, q := range rs.ops {
-			if q.joinedTo == first {
-				x.Messages = append(x.Messages, rs.agentRequest(uint32(i+1)))
-			}
+		for _, j := range cs.joined[first] {
+			x.Messages = append(x.Messages, rs.agentRequest(j))
 		}
 		var res abi.AgentResult
 		_ = json.Unmarshal(rs.op(first).value, &res)
@@ -703,8 +719,8 @@ func (rs *runState) agentRequest(p uint32) abi.AgentRequest {
 // runnableSteps returns the steps with an attempt started and not finished.
 func (rs *runState) runnableSteps() []uint32 {
 	var out []uint32
-	for i, o := range rs.ops {
-		if o.kind == abi.OpStep && o.attemptOpen {
+	for i := rs.workFrom(); i < len(rs.ops); i++ {
+		if o := rs.ops[i]; o.kind == abi.OpStep && o.attemptOpen {
 			out = append(out, uint32(i+1))
 		}
 	}

@@ -1,0 +1,94 @@
+package workload
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Figure groups, in the order Suite lists them.
+const (
+	GroupReplay          = "replay"
+	GroupColdResume      = "resume-cold"
+	GroupWarmResume      = "resume-warm"
+	GroupWarmNoSync      = "resume-warm-nosync"
+	GroupOpRoundTrip     = "op-roundtrip"
+	GroupStepCommits     = "step-commits"
+	GroupSuspendedMemory = "memory-suspended"
+	GroupParkedMemory    = "memory-parked"
+	GroupUpload          = "upload-to-first-call"
+	GroupLive            = "live" // followed by "-" and the workload
+)
+
+// Figure is one benchmark of the suite: a group (what is measured), a
+// runtime and a size.
+type Figure struct {
+	Group   string
+	Runtime Runtime
+	// N is the size: steps, turns or questions of the workload; runs for
+	// the memory figures; 0 where there is none.
+	N     int
+	Bench func(*testing.B)
+}
+
+// Name is the figure's name inside its group: "wazero/n=1000".
+func (f Figure) Name() string {
+	if f.N == 0 {
+		return string(f.Runtime)
+	}
+	return fmt.Sprintf("%s/n=%d", f.Runtime, f.N)
+}
+
+// Sizes of the suite's figures.
+const (
+	suspendedRuns    = 100
+	parkedRuns       = 20
+	jsMaxCommitSteps = 100 // a live JavaScript run replays at every activation: O(n²)
+)
+
+var (
+	replaySizes = []int{1, 10, 100, 1000, 10_000}
+	resumeSizes = []int{10, 10_000}
+	commitSizes = []int{100, 1000}
+	liveSizes   = []int{10, 100}
+)
+
+// Suite lists the suite's figures, grouped, each runtime in the order of
+// Runtimes.
+func Suite() []Figure {
+	var fs []Figure
+	add := func(group string, sizes []int, body func(Runtime, int) func(*testing.B), skip func(Runtime, int) bool) {
+		for _, rt := range Runtimes() {
+			for _, n := range sizes {
+				if skip == nil || !skip(rt, n) {
+					fs = append(fs, Figure{Group: group, Runtime: rt, N: n, Bench: body(rt, n)})
+				}
+			}
+		}
+	}
+	one := func(f func(Runtime) func(*testing.B)) func(Runtime, int) func(*testing.B) {
+		return func(rt Runtime, _ int) func(*testing.B) { return f(rt) }
+	}
+	add(GroupReplay, replaySizes, Replay, nil)
+	add(GroupColdResume, resumeSizes, ColdResume, nil)
+	add(GroupWarmResume, resumeSizes, WarmResume, nil)
+	add(GroupWarmNoSync, resumeSizes, WarmResumeNoSync, nil)
+	add(GroupOpRoundTrip, []int{0}, one(OpRoundTrip), func(rt Runtime, _ int) bool { return rt == JS })
+	add(GroupStepCommits, commitSizes, StepCommits, func(rt Runtime, n int) bool { return rt == JS && n > jsMaxCommitSteps })
+	add(GroupSuspendedMemory, []int{suspendedRuns}, SuspendedMemory, nil)
+	add(GroupParkedMemory, []int{parkedRuns}, ParkedMemory, nil)
+	add(GroupUpload, []int{0}, one(UploadToFirstCall), func(rt Runtime, _ int) bool { return rt == PlainGo })
+	for _, w := range Workloads() {
+		add(GroupLive+"-"+string(w), liveSizes, func(rt Runtime, n int) func(*testing.B) { return Live(rt, w, n) }, nil)
+	}
+	return fs
+}
+
+// Run runs the figures of a group as sub-benchmarks of b, named by
+// Figure.Name.
+func Run(b *testing.B, group string) {
+	for _, f := range Suite() {
+		if f.Group == group {
+			b.Run(f.Name(), f.Bench)
+		}
+	}
+}
