@@ -58,6 +58,9 @@ type evData struct {
 	Seed       string          `json:"seed,omitempty"`
 	NoAsk      bool            `json:"noAsk,omitempty"`
 	Serve      bool            `json:"serve,omitempty"` // the tool's entry is serve
+	// SharedInit: the run's instances initialise on the shared sources
+	// (preinit.go), not on the run's clock and seed.
+	SharedInit bool `json:"sharedInit,omitempty"`
 	// Agents are the agents the run may open, as they were at its start.
 	Agents  []AgentInfo `json:"agents,omitempty"`
 	URL     string      `json:"url,omitempty"`     // the run's (run_created), a webhook's (hook_created)

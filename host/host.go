@@ -130,6 +130,12 @@ type Options struct {
 	// MaxWarm is how many suspended instances are kept in memory to resume
 	// without replay; 0 means 64, negative means none.
 	MaxWarm int
+	// PreInit is how many initialised workflow instances each WebAssembly
+	// plugin version in use keeps ready, so that a start or a resume that
+	// replays does not wait for instantiation; 0 (the default) keeps none.
+	// Runs created with it on share what a guest draws while it
+	// initialises (preinit.go).
+	PreInit int
 	// StepConcurrency bounds the steps of one run executing at once; 0
 	// means 4.
 	StepConcurrency int
@@ -300,6 +306,7 @@ func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	for _, lp := range h.plugins {
 		lp.closeSteps(ctx)
+		lp.closeFresh(ctx)
 	}
 	for _, cm := range h.compiled {
 		errs = append(errs, cm.Close(ctx))
@@ -390,7 +397,7 @@ func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, op
 	seed := make([]byte, 32)
 	copy(seed, newSeed())
 	now := time.Now().UTC()
-	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk, Serve: lp.m.Entry == EntryServe}
+	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk, Serve: lp.m.Entry == EntryServe, SharedInit: h.sharedInit(lp)}
 	if agents, err := h.Agents(ctx); err == nil {
 		d.Agents = agents // ctx.agents: replay reads them from here
 	}

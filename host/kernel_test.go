@@ -126,13 +126,19 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 			name    string
 			maxWarm int
 			restart bool
+			preInit int
 		}{
-			{"warm", 64, false},
-			{"fresh-instance", -1, false},
-			{"after-restart", 64, true},
+			{"warm", 64, false, 0},
+			{"fresh-instance", -1, false, 0},
+			{"after-restart", 64, true, 0},
+			// Pre-initialised instances: a resume by replay on one sees
+			// what the first activation saw.
+			{"preinit-warm", 64, false, 2},
+			{"preinit-fresh-instance", -1, false, 2},
+			{"preinit-after-restart", -1, true, 2},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				k := newKitchen(t, &host.Options{MaxWarm: tc.maxWarm})
+				k := newKitchen(t, &host.Options{MaxWarm: tc.maxWarm, PreInit: tc.preInit})
 				ri := k.run(`{"mode":"determinism","ms":300}`)
 				if ri.Status != store.StatusWaiting {
 					t.Fatalf("status %s", ri.Status)
@@ -164,8 +170,13 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 				if err := json.Unmarshal(other.Progress, &o); err != nil {
 					t.Fatal(err)
 				}
-				if o.Rand == first.Rand || o.Crypto == first.Crypto {
+				if o.Crypto == first.Crypto || (tc.preInit == 0 && o.Rand == first.Rand) {
 					t.Errorf("two runs drew the same random values: %+v", o)
+				}
+				if tc.preInit > 0 && o.Rand != first.Rand {
+					// math/rand's global source is seeded while the
+					// runtime initialises, which runs share with PreInit.
+					t.Errorf("runs with pre-initialised instances drew different math/rand values: %+v %+v", first, o)
 				}
 			})
 		}

@@ -399,6 +399,11 @@ type loadedPlugin struct {
 
 	mu    sync.Mutex
 	steps []*stepInstance
+	// fresh are pre-initialised workflow instances (preinit.go); filling:
+	// a goroutine is making more; closed: the version is gone.
+	fresh   []freshInstance
+	filling bool
+	closed  bool
 }
 
 // maxIdleSteps is how many idle step instances a plugin version keeps.
@@ -612,6 +617,7 @@ func (h *Host) DeletePluginVersion(ctx context.Context, name string, version int
 	if lp := h.plugins[fmt.Sprintf("%s@%d", name, version)]; lp != nil {
 		delete(h.plugins, fmt.Sprintf("%s@%d", name, version))
 		defer lp.closeSteps(ctx)
+		defer lp.closeFresh(ctx)
 	}
 	h.mu.Unlock()
 	return nil

@@ -264,6 +264,10 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if err != nil {
 		return err
 	}
+	if rs.created != nil && rs.created.SharedInit {
+		// After the activation: a refill now would compete with it.
+		defer h.refill(lp)
+	}
 	b := newBatch(rs)
 	if _, err := b.push(EvRunResumed, &evData{Activation: len(rs.markers)}); err != nil {
 		return err

@@ -292,6 +292,8 @@ type wtInstance struct {
 }
 
 // Instantiate implements CompiledModule.
+func (*wtModule) preInitialisable() {}
+
 func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
 	i := &wtInstance{
 		e: m.e, ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]*wasmtime.Func{},

@@ -70,6 +70,23 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 	if len(rs.markers) > 0 {
 		w.clock.advance(rs.markers[0].t) // the guest starts in activation 0
 	}
+	if rs.created != nil && rs.created.SharedInit {
+		// Initialised alike, then bound to the run (preinit.go); a
+		// history check makes its own, outside the pool.
+		var f freshInstance
+		var err error
+		if checkOnly {
+			f, err = instantiate(ctx, lp)
+		} else {
+			f, err = h.takeFresh(ctx, lp)
+		}
+		if err != nil {
+			return nil, err
+		}
+		f.b.bind(w)
+		w.inst = f.inst
+		return w, nil
+	}
 	inst, err := lp.cm.Instantiate(ctx, InstanceConfig{
 		Clock:       &w.clock,
 		Random:      w.rng,

@@ -9,6 +9,7 @@ import "testing"
 
 func BenchmarkReplay(b *testing.B)            { Run(b, GroupReplay) }
 func BenchmarkColdResume(b *testing.B)        { Run(b, GroupColdResume) }
+func BenchmarkColdResumePreInit(b *testing.B) { Run(b, GroupColdPreInit) }
 func BenchmarkWarmResume(b *testing.B)        { Run(b, GroupWarmResume) }
 func BenchmarkWarmResumeNoSync(b *testing.B)  { Run(b, GroupWarmNoSync) }
 func BenchmarkOpRoundTrip(b *testing.B)       { Run(b, GroupOpRoundTrip) }

@@ -109,24 +109,30 @@ func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) {
 // wazero and moved to the runtime's plugin with host.Upgrade (see
 // prepare): a live JavaScript run replays at every activation, so making a
 // 10,000-step one would take O(n²).
-func ColdResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, true, true) }
+func ColdResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, true, true, false) }
+
+// ColdResumePreInit is ColdResume on a host that keeps instances
+// initialised ahead of demand (host.Options.PreInit), with runs created
+// there: the resume replays on a pre-initialised instance. The pool is
+// refilled between timed resumes, outside the timer.
+func ColdResumePreInit(rt Runtime, n int) func(*testing.B) { return resume(rt, n, true, true, true) }
 
 // WarmResume is figure 2 with parking: as ColdResume, on a host that parks
 // the suspended instance and continues it when the answer comes. Each
 // run's first answer, which instantiates and parks it, is not timed.
 // jsprogram parks no worker: its warm resume replays too.
-func WarmResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, true) }
+func WarmResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, true, false) }
 
 // WarmResumeNoSync is WarmResume on a store that does not fsync: what the
 // host and the engine cost, without the disk's two synced commits (the
 // answer's and the activation's).
-func WarmResumeNoSync(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, false) }
+func WarmResumeNoSync(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, false, false) }
 
 // asksPerRun is how many questions the resume figures' runs ask, one
 // after another, after their steps.
 const asksPerRun = 1000
 
-func resume(rt Runtime, n int, cold, sync bool) func(*testing.B) {
+func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
 	return func(b *testing.B) {
 		if rt == PlainGo {
 			if cold {
@@ -147,13 +153,17 @@ func resume(rt Runtime, n int, cold, sync bool) func(*testing.B) {
 		// plugin on the timed host.
 		runs := (b.N+timed-1)/timed + 1
 		path := filepath.Join(b.TempDir(), "db")
-		ids, err := prepare(path, rt, in, runs)
+		ids, err := prepare(path, rt, in, runs, preInit)
 		need(b, err)
 		maxWarm := -1
 		if !cold {
 			maxWarm = runs + 1
 		}
-		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}})
+		pool := 0
+		if preInit {
+			pool = preInitPool
+		}
+		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}, preInit: pool})
 		ctx := context.Background()
 		asks := make([]string, runs)
 		answered := make([]int, runs)
@@ -193,6 +203,11 @@ func resume(rt Runtime, n int, cold, sync bool) func(*testing.B) {
 			if used == timed {
 				r, used = r+1, 0
 			}
+			if preInit {
+				b.StopTimer()
+				need(b, s.h.WaitPreInit(ctx))
+				b.StartTimer()
+			}
 			reply(r)
 			used++
 		}
@@ -205,8 +220,8 @@ func resume(rt Runtime, n int, cold, sync bool) func(*testing.B) {
 // run live on the Go guest on wazero with fsync off; on the copy, the
 // other runtimes' runs are moved to their plugin with host.Upgrade (which
 // replays each run's history there first). The store is closed after.
-func prepare(path string, rt Runtime, in Input, runs int) ([]string, error) {
-	t, err := templateRuns(in, runs)
+func prepare(path string, rt Runtime, in Input, runs int, preInit bool) ([]string, error) {
+	t, err := templateRuns(in, runs, preInit)
 	if err != nil {
 		return nil, err
 	}
@@ -246,14 +261,26 @@ type template struct {
 
 var (
 	templateMu sync.Mutex
-	templates  = map[Input]*template{}
+	templates  = map[templateKey]*template{}
 )
 
+// templateKey names a template: its runs' input, and whether they were
+// created on a host with pre-initialised instances (which runs record).
+type templateKey struct {
+	in      Input
+	preInit bool
+}
+
+// preInitPool is the pool size of the figures with pre-initialised
+// instances.
+const preInitPool = 2
+
 // templateRuns returns the template store of in with at least runs runs.
-func templateRuns(in Input, runs int) (*template, error) {
+func templateRuns(in Input, runs int, preInit bool) (*template, error) {
 	templateMu.Lock()
 	defer templateMu.Unlock()
-	t := templates[in]
+	key := templateKey{in, preInit}
+	t := templates[key]
 	if t != nil && len(t.ids) >= runs {
 		return t, nil
 	}
@@ -264,7 +291,11 @@ func templateRuns(in Input, runs int) (*template, error) {
 		}
 		t = &template{path: filepath.Join(dir, "db")}
 	}
-	s, err := open(hostConfig{path: t.path, maxWarm: 1})
+	c := hostConfig{path: t.path, maxWarm: 1}
+	if preInit {
+		c.preInit = preInitPool
+	}
+	s, err := open(c)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +317,7 @@ func templateRuns(in Input, runs int) (*template, error) {
 		}
 		t.ids = append(t.ids, ri.ID)
 	}
-	templates[in] = t
+	templates[key] = t
 	return t, nil
 }
 

@@ -48,6 +48,9 @@ type hostConfig struct {
 	maxWarm int
 	// runtimes whose engines the host needs besides wazero.
 	runtimes []Runtime
+	// preInit is host.Options.PreInit: pre-initialised instances per
+	// plugin version in use.
+	preInit int
 }
 
 // open opens a store and a host on it with the shared engines.
@@ -76,7 +79,7 @@ func open(c hostConfig) (*sandbox, error) {
 		return nil, err
 	}
 	h, err := host.Open(context.Background(), st, &host.Options{
-		Engine: def, Engines: engines, Agents: echoAgents(), MaxWarm: c.maxWarm, NoFetch: true,
+		Engine: def, Engines: engines, Agents: echoAgents(), MaxWarm: c.maxWarm, NoFetch: true, PreInit: c.preInit,
 	})
 	if err != nil {
 		st.Close()

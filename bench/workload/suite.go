@@ -9,6 +9,7 @@ import (
 const (
 	GroupReplay          = "replay"
 	GroupColdResume      = "resume-cold"
+	GroupColdPreInit     = "resume-cold-preinit"
 	GroupWarmResume      = "resume-warm"
 	GroupWarmNoSync      = "resume-warm-nosync"
 	GroupOpRoundTrip     = "op-roundtrip"
@@ -70,6 +71,7 @@ func Suite() []Figure {
 	}
 	add(GroupReplay, replaySizes, Replay, nil)
 	add(GroupColdResume, resumeSizes, ColdResume, nil)
+	add(GroupColdPreInit, resumeSizes, ColdResumePreInit, func(rt Runtime, _ int) bool { return rt == JS || rt == PlainGo })
 	add(GroupWarmResume, resumeSizes, WarmResume, nil)
 	add(GroupWarmNoSync, resumeSizes, WarmResumeNoSync, nil)
 	add(GroupOpRoundTrip, []int{0}, one(OpRoundTrip), func(rt Runtime, _ int) bool { return rt == JS })

@@ -183,7 +183,7 @@ func Cleanup() {
 	hists = map[Input]*recorded{}
 	histMu.Unlock()
 	templateMu.Lock()
-	templates = map[Input]*template{}
+	templates = map[templateKey]*template{}
 	templateMu.Unlock()
 }
 

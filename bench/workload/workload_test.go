@@ -94,7 +94,7 @@ func TestPrepare(t *testing.T) {
 		t.Run(string(rt), func(t *testing.T) {
 			path := t.TempDir() + "/db"
 			in := Input{Mode: StepsAsk, N: 3, Asks: 2}
-			ids, err := prepare(path, rt, in, 2)
+			ids, err := prepare(path, rt, in, 2, false)
 			skipUnavailable(t, err)
 			s, err := open(hostConfig{path: path, maxWarm: -1, runtimes: []Runtime{rt}})
 			if err != nil {

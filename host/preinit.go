@@ -1,0 +1,217 @@
+package host
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// Pre-initialised instances. Instantiating a Go guest and running its
+// _initialize takes milliseconds (on wazero most of a cold resume), so with
+// Options.PreInit each WebAssembly plugin version in use keeps a few
+// workflow instances made ahead of demand. For that to be invisible to the
+// guest, every workflow instance of a run created with PreInit on (its
+// run_created records sharedInit), pooled or made on demand, is
+// initialised the same way: on a clock that reads initEpoch and a
+// generator with a fixed seed, with its output discarded and its ops
+// refused. Only then is it bound to its run's clock, generator, output and
+// ops. The price: what a guest's runtime draws while it initialises (Go's
+// map hash seeds and math/rand's global source) is the same in every such
+// run; crypto/rand and everything read after initialisation stay the
+// run's own. Runs created without it initialise on their run's sources, as
+// they always did, and never use the pool.
+
+// initEpoch is the time a guest's initialisation sees: the same for every
+// instance. A run's clock starts later, so the guest's clock never goes
+// back.
+var initEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// binding is what an instance's WASI and op imports reach: the
+// initialisation's sources until bind, the run's after.
+type binding struct {
+	clock        GuestClock
+	random       io.Reader
+	stdout, errw io.Writer
+	ops          OpHandler
+}
+
+func newBinding() *binding {
+	c := &logicalClock{}
+	c.advance(initEpoch)
+	return &binding{clock: c, random: rand.NewChaCha8([32]byte{}), stdout: io.Discard, errw: io.Discard, ops: refuseOps{}}
+}
+
+// bind hands the instance to its run.
+func (b *binding) bind(w *wfInstance) {
+	b.clock, b.random, b.ops = &w.clock, w.rng, w
+	b.stdout, b.errw = outWriter{w, "stdout"}, outWriter{w, "stderr"}
+}
+
+func (b *binding) Now() int64                 { return b.clock.Now() }
+func (b *binding) Sleep(ns int64)             { b.clock.Sleep(ns) }
+func (b *binding) Read(p []byte) (int, error) { return b.random.Read(p) }
+func (b *binding) config(lp *loadedPlugin) InstanceConfig {
+	return InstanceConfig{
+		Clock: b, Random: b, Ops: b,
+		Stdout: bindingWriter{b, false}, Stderr: bindingWriter{b, true},
+		MemoryLimit: lp.limits.MemoryBytes, CPULimit: lp.limits.CPUTime,
+	}
+}
+
+func (b *binding) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	return b.ops.Op(ctx, kind, name, payload)
+}
+
+type bindingWriter struct {
+	b      *binding
+	stderr bool
+}
+
+func (w bindingWriter) Write(p []byte) (int, error) {
+	if w.stderr {
+		return w.b.errw.Write(p)
+	}
+	return w.b.stdout.Write(p)
+}
+
+// freshInstance is an initialised workflow instance not yet bound to a run.
+type freshInstance struct {
+	inst Instance
+	b    *binding
+}
+
+// instantiate makes and initialises a workflow instance of the plugin.
+func instantiate(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
+	b := newBinding()
+	inst, err := lp.cm.Instantiate(ctx, b.config(lp))
+	if err != nil {
+		return freshInstance{}, err
+	}
+	if err := checkVersion(ctx, inst); err != nil {
+		inst.Close(ctx)
+		return freshInstance{}, err
+	}
+	return freshInstance{inst, b}, nil
+}
+
+// preInitialisable marks the engines whose modules are worth keeping
+// instances of ahead of demand (WebAssembly's; a JavaScript tool's
+// instance is cheap to make, and a pool of worker processes for every
+// program the workflow tool runs would not be).
+type preInitialisable interface{ preInitialisable() }
+
+func (*wzModule) preInitialisable() {}
+
+// takeFresh returns a pre-initialised instance of the plugin, or makes
+// one. The activation that takes it refills the pool when it is done
+// (activate), so the refill does not compete with the resume.
+func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
+	if _, ok := lp.cm.(preInitialisable); !ok || h.preInit() == 0 {
+		return instantiate(ctx, lp)
+	}
+	lp.mu.Lock()
+	var f freshInstance
+	if n := len(lp.fresh); n > 0 {
+		f, lp.fresh = lp.fresh[n-1], lp.fresh[:n-1]
+	}
+	lp.mu.Unlock()
+	if f.inst != nil {
+		return f, nil
+	}
+	return instantiate(ctx, lp)
+}
+
+// refill tops the plugin's pool up to the host's PreInit, on one goroutine
+// per plugin at a time. An instance that fails to instantiate stops it:
+// the next take instantiates on demand, and reports the error.
+func (h *Host) refill(lp *loadedPlugin) {
+	want := h.preInit()
+	lp.mu.Lock()
+	if lp.filling || len(lp.fresh) >= want || h.life.Err() != nil {
+		lp.mu.Unlock()
+		return
+	}
+	lp.filling = true
+	lp.mu.Unlock()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		lp.mu.Lock()
+		lp.filling = false
+		lp.mu.Unlock()
+		return
+	}
+	h.drivers.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.drivers.Done()
+		for {
+			lp.mu.Lock()
+			if len(lp.fresh) >= want || lp.closed || h.life.Err() != nil {
+				lp.filling = false
+				lp.mu.Unlock()
+				return
+			}
+			lp.mu.Unlock()
+			f, err := instantiate(h.life, lp)
+			lp.mu.Lock()
+			if err != nil || lp.closed {
+				lp.filling = false
+				lp.mu.Unlock()
+				if err == nil {
+					f.inst.Close(context.Background())
+				}
+				return
+			}
+			lp.fresh = append(lp.fresh, f)
+			lp.mu.Unlock()
+		}
+	}()
+}
+
+func (h *Host) preInit() int { return max(h.opts.PreInit, 0) }
+
+// sharedInit reports whether a new run of the plugin initialises its
+// instances on the shared sources, so that the pool can serve it.
+func (h *Host) sharedInit(lp *loadedPlugin) bool {
+	_, ok := lp.cm.(preInitialisable)
+	return ok && h.preInit() > 0
+}
+
+// closeFresh closes the plugin's pre-initialised instances, for good.
+func (lp *loadedPlugin) closeFresh(ctx context.Context) {
+	lp.mu.Lock()
+	fresh := lp.fresh
+	lp.fresh, lp.closed = nil, true
+	lp.mu.Unlock()
+	for _, f := range fresh {
+		f.inst.Close(ctx)
+	}
+}
+
+// WaitPreInit waits until no plugin's pool of pre-initialised instances is
+// being filled: for benchmarks and tests that time a resume served from a
+// full pool, and for a host warming up before it takes traffic.
+func (h *Host) WaitPreInit(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		filling := false
+		for _, lp := range h.plugins {
+			lp.mu.Lock()
+			filling = filling || lp.filling
+			lp.mu.Unlock()
+		}
+		h.mu.Unlock()
+		if !filling {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
