@@ -130,6 +130,11 @@ type Options struct {
 	// MaxWarm is how many suspended instances are kept in memory to resume
 	// without replay; 0 means 64, negative means none.
 	MaxWarm int
+	// MaxWarmBytes bounds the linear memory of the parked instances
+	// together: past it the least recently parked are closed (their runs
+	// resume by replay); 0 means DefaultWarmBytes (1 GiB), negative no
+	// bound but MaxWarm.
+	MaxWarmBytes int64
 	// PreInit is how many initialised workflow instances each WebAssembly
 	// plugin version in use keeps ready, so that a start or a resume that
 	// replays does not wait for instantiation; 0 (the default) keeps none.
@@ -166,6 +171,9 @@ type Host struct {
 	compiled map[string]CompiledModule
 	runs     map[string]*runHandle
 	warm     *list.List // of *runHandle with a parked instance, most recent first
+	// warmBytes is the parked instances' memory, as it was when each
+	// was parked.
+	warmBytes uint64
 
 	wake       chan struct{}
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off

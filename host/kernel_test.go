@@ -591,3 +591,33 @@ func TestFetchCapability(t *testing.T) {
 		}
 	})
 }
+
+// Parked instances stay within MaxWarmBytes: past it the least recently
+// parked is closed, and its run resumes by replay, to the same result.
+func TestParkedMemoryBudget(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		k := newKitchen(t, &host.Options{MaxWarmBytes: -1})
+		a := k.run(`{"mode":"determinism","ms":300}`)
+		k.run(`{"mode":"determinism","ms":300}`)
+		n, two := k.h.Parked()
+		if n != 2 || two == 0 {
+			t.Fatalf("without a budget: %d parked, %d bytes", n, two)
+		}
+		// A budget of one instance and a bit: the first run's is evicted
+		// when a third parks.
+		k = newKitchen(t, &host.Options{MaxWarmBytes: int64(two/2 + two/4)})
+		a = k.run(`{"mode":"determinism","ms":300}`)
+		if n, _ := k.h.Parked(); n != 1 {
+			t.Fatalf("one run: %d parked", n)
+		}
+		k.run(`{"mode":"determinism","ms":300}`)
+		if n, b := k.h.Parked(); n != 1 || b > uint64(two/2+two/4) {
+			t.Fatalf("over the budget: %d parked, %d bytes", n, b)
+		}
+		ri := k.settle(a.ID, 10*time.Second)
+		out := result[map[string]observation](t, ri)
+		if out["before"].Crypto == "" || out["before"].Crypto == out["after"].Crypto {
+			t.Errorf("the evicted run, resumed by replay: %+v", out)
+		}
+	})
+}

@@ -71,9 +71,23 @@ func (h *Host) takeWarm(rh *runHandle) *wfInstance {
 	w := rh.warm
 	if w != nil {
 		h.warm.Remove(rh.elem)
+		h.warmBytes -= w.parkedBytes
 		rh.warm, rh.elem = nil, nil
 	}
 	return w
+}
+
+// DefaultWarmBytes is the default budget of parked instances' memory.
+const DefaultWarmBytes = 1 << 30
+
+func (h *Host) warmBudget() uint64 {
+	switch {
+	case h.opts.MaxWarmBytes < 0:
+		return 0 // no budget: MaxWarm alone
+	case h.opts.MaxWarmBytes == 0:
+		return DefaultWarmBytes
+	}
+	return uint64(h.opts.MaxWarmBytes)
 }
 
 // park keeps a suspended instance for a warm resume, evicting the least
@@ -84,12 +98,19 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		return
 	}
 	var evicted []*wfInstance
+	w.parkedBytes = 0
+	if m, ok := w.inst.(interface{ MemorySize() uint64 }); ok {
+		w.parkedBytes = m.MemorySize()
+	}
 	h.mu.Lock()
 	rh.warm = w
 	rh.elem = h.warm.PushFront(rh)
-	for h.warm.Len() > h.opts.MaxWarm {
+	h.warmBytes += w.parkedBytes
+	budget := h.warmBudget()
+	for h.warm.Len() > h.opts.MaxWarm || (budget > 0 && h.warmBytes > budget) {
 		v := h.warm.Remove(h.warm.Back()).(*runHandle)
 		evicted = append(evicted, v.warm)
+		h.warmBytes -= v.warm.parkedBytes
 		v.warm, v.elem = nil, nil
 		if v.refs == 0 {
 			delete(h.runs, v.id)
@@ -576,4 +597,12 @@ func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepA
 		}
 	}
 	return h.commit(ctx, rh, b, nil)
+}
+
+// Parked reports how many suspended instances are parked for a warm
+// resume, and their linear memory in bytes as it was when each was parked.
+func (h *Host) Parked() (n int, bytes uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.warm.Len(), h.warmBytes
 }

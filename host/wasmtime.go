@@ -631,3 +631,12 @@ func (i *wtInstance) read(mem []byte, args []wtRaw) bool {
 type wtMemory struct{ b []byte }
 
 func (m *wtMemory) Bytes() []byte { return m.b }
+
+// MemorySize is the instance's linear memory in bytes (what parking it
+// holds).
+func (i *wtInstance) MemorySize() uint64 {
+	if i.closed || i.mem == nil || i.store == nil {
+		return 0
+	}
+	return uint64(i.mem.DataSize(i.store))
+}

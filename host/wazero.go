@@ -424,3 +424,12 @@ func (m *limitedMemory) Reallocate(size uint64) []byte {
 }
 
 func (m *limitedMemory) Free() { m.buf = nil }
+
+// MemorySize is the instance's linear memory in bytes (what parking it
+// holds).
+func (i *wzInstance) MemorySize() uint64 {
+	if i.closed || i.mod == nil || i.mod.Memory() == nil {
+		return 0
+	}
+	return uint64(i.mod.Memory().Size())
+}

@@ -60,6 +60,8 @@ type wfInstance struct {
 	outProduced int64
 	outBuf      []outputChunk // not yet recorded
 
+	parkedBytes uint64 // its memory when it was parked (Host.warmBytes)
+
 	buf  []byte
 	meta []byte
 }
