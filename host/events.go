@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -140,7 +141,7 @@ func mkEvent(kind string, t time.Time, d *evData) store.Event {
 
 func decodeEvData(e store.Event) (*evData, error) {
 	d := new(evData)
-	if err := json.Unmarshal(e.Data, d); err != nil {
+	if err := gojson.Unmarshal(e.Data, d); err != nil {
 		return nil, fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
 	}
 	return d, nil
