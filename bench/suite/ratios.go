@@ -1,0 +1,321 @@
+package suite
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sandflow/sandflow/bench/workload"
+)
+
+// Check is a row of the report's goals table: a figure, or a ratio of two
+// figures of the same run, set against its goal.
+type Check struct {
+	Name string
+	// Value is the measured value, formatted; "" when it could not be
+	// computed (Status says why).
+	Value string
+	// Goal is the goal, formatted; "" for a row without one.
+	Goal string
+	// Status is "MET", "NOT MET", "no goal", or "not measured: " and why.
+	Status string
+	Note   string
+}
+
+// Statuses of a Check.
+const (
+	StatusMet         = "MET"
+	StatusNotMet      = "NOT MET"
+	StatusNoGoal      = "no goal"
+	StatusNotMeasured = "not measured"
+)
+
+// goal is a bound on a value: value cmp bound.
+type goal struct {
+	cmp   string // ">=", "<=" or "<"
+	bound float64
+}
+
+func (g goal) met(v float64) bool {
+	switch g.cmp {
+	case ">=":
+		return v >= g.bound
+	case "<=":
+		return v <= g.bound
+	}
+	return v < g.bound
+}
+
+// kind is what a check's value is, for formatting it.
+type kind int
+
+const (
+	kindRatio    kind = iota // a dimensionless ratio, "23.4×"
+	kindDuration             // nanoseconds
+	kindBytes                // bytes
+)
+
+func (k kind) format(v float64) string {
+	switch k {
+	case kindDuration:
+		return formatDuration(v)
+	case kindBytes:
+		return formatBytes(v)
+	}
+	return formatNumber(v) + "×"
+}
+
+type checkDef struct {
+	name  string
+	value func(*figures) (float64, error)
+	kind  kind
+	goal  *goal
+	note  string
+}
+
+// figures are a run's results, for the checks to read.
+type figures struct {
+	byKey     map[string]Result
+	results   []Result
+	peersNote string
+}
+
+// median returns the median of the figure key in unit, or an error that
+// says why there is none.
+func (fs *figures) median(key, unit string) (float64, error) {
+	r, ok := fs.byKey[key]
+	switch {
+	case !ok && isPeer(key) && fs.peersNote != "":
+		return 0, fmt.Errorf("%s: peers not run (%s)", key, fs.peersNote)
+	case !ok:
+		return 0, fmt.Errorf("%s was not run", key)
+	case r.Failed:
+		return 0, fmt.Errorf("%s failed", key)
+	case r.Skipped:
+		return 0, fmt.Errorf("%s was skipped", key)
+	}
+	v, ok := r.Median(unit)
+	if !ok {
+		return 0, fmt.Errorf("%s reported no %s", key, unit)
+	}
+	return v, nil
+}
+
+// keyOf returns the key of the group's figure of the runtime, whatever its
+// size; "group/runtime" when there is none.
+func (fs *figures) keyOf(group string, rt workload.Runtime) string {
+	for _, r := range fs.results {
+		if r.Figure.Group == group && r.Figure.Runtime == rt {
+			return Key(r.Figure)
+		}
+	}
+	return group + "/" + string(rt)
+}
+
+func figureKey(group string, rt workload.Runtime, n int) string {
+	return Key(workload.Figure{Group: group, Runtime: rt, N: n})
+}
+
+// median returns a check value: one figure's median.
+func median(key, unit string) func(*figures) (float64, error) {
+	return func(fs *figures) (float64, error) { return fs.median(key, unit) }
+}
+
+// onlyMedian is median for the group's one figure of the runtime,
+// whatever its size.
+func onlyMedian(group string, rt workload.Runtime, unit string) func(*figures) (float64, error) {
+	return func(fs *figures) (float64, error) { return fs.median(fs.keyOf(group, rt), unit) }
+}
+
+// quotient returns a check value: the ratio of two figures' medians.
+func quotient(numKey, numUnit, denKey, denUnit string) func(*figures) (float64, error) {
+	return func(fs *figures) (float64, error) {
+		a, err := fs.median(numKey, numUnit)
+		if err != nil {
+			return 0, err
+		}
+		b, err := fs.median(denKey, denUnit)
+		if err != nil {
+			return 0, err
+		}
+		if b == 0 {
+			return 0, fmt.Errorf("%s is 0 %s", denKey, denUnit)
+		}
+		return a / b, nil
+	}
+}
+
+// Sizes the checks read.
+const (
+	smallN = 10
+	midN   = 1000
+	largeN = 10_000
+	liveN1 = 10
+	liveN2 = 100
+)
+
+// checkDefs are the goals the suite is judged by.
+func checkDefs() []checkDef {
+	replay := func(rt workload.Runtime, n int) string { return figureKey(workload.GroupReplay, rt, n) }
+	warm := func(n int) string { return figureKey(workload.GroupWarmResume, workload.GoWazero, n) }
+	warmNoSync := func(n int) string { return figureKey(workload.GroupWarmNoSync, workload.GoWazero, n) }
+	cold := func(n int) string { return figureKey(workload.GroupColdResume, workload.GoWazero, n) }
+	coldPreInit := func(n int) string { return figureKey(workload.GroupColdPreInit, workload.GoWazero, n) }
+	live := func(n int) string {
+		return figureKey(workload.GroupLive+"-"+string(workload.Steps), workload.GoWazero, n)
+	}
+	extismCall := figureKey(GroupToolCall, Extism, 0)
+	return []checkDef{
+		{
+			name:  "Temporal replay / sandflow replay (Go guest, wazero), n=1000",
+			value: quotient(replay(Temporal, midN), "ns/op", replay(workload.GoWazero, midN), "ns/op"),
+			goal:  &goal{">=", 20},
+			note:  "Temporal's Go SDK replaying a 1,000-activity history in process, over sandflow replaying a 1,000-step history",
+		},
+		{
+			name:  "Temporal replay / sandflow replay (Go guest, wazero), n=10000",
+			value: quotient(replay(Temporal, largeN), "ns/op", replay(workload.GoWazero, largeN), "ns/op"),
+			goal:  &goal{">=", 100},
+		},
+		{
+			name: "op round trip (Go guest, wazero) / raw wazero host call",
+			value: quotient(figureKey(workload.GroupOpRoundTrip, workload.GoWazero, 0), "ns/roundtrip",
+				figureKey(workload.GroupOpRoundTrip, WazeroRaw, 0), "ns/call"),
+			goal: &goal{"<=", 10},
+			note: "one op through sandflow's ABI and op handler (ns/roundtrip), over one bare host function call (ns/call)",
+		},
+		{
+			name:  "warm resume (Go guest, wazero), n=10",
+			value: median(warm(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 100e3},
+			note:  "answer a question of a parked run to its next wait, fsync on: two synced commits",
+		},
+		{
+			name:  "warm resume, no fsync (Go guest, wazero), n=10",
+			value: median(warmNoSync(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 100e3},
+			note:  "the same on a store that does not fsync: the host's and the engine's part",
+		},
+		{
+			name:  "cold resume (Go guest, wazero), n=10",
+			value: median(cold(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 2e6},
+			note:  "answer a question of a run with no instance (fsync on): instantiate, replay, next wait",
+		},
+		{
+			name:  "cold resume, instances pre-initialised (Go guest, wazero), n=10",
+			value: median(coldPreInit(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 2e6},
+			note:  "the same on a host that keeps instances initialised ahead of demand",
+		},
+		{
+			name:  "warm resume n=10000 / n=10, no fsync (Go guest, wazero)",
+			value: quotient(warmNoSync(largeN), "ns/op", warmNoSync(smallN), "ns/op"),
+			goal:  &goal{"<=", 1},
+			note: "a resume should not cost more for a longer history; without fsync, so that the disk's noise does not " +
+				"hide it (medians of a few runs still differ by a few percent)",
+		},
+		{
+			name:  "cold resume n=10000 / n=10 (Go guest, wazero)",
+			value: quotient(cold(largeN), "ns/op", cold(smallN), "ns/op"),
+			goal:  &goal{"<=", 1},
+			note:  "a cold resume replays the history, so this grows with n until resume stops replaying",
+		},
+		{
+			name: "trivial tool per-call overhead (estimated) / Extism call",
+			value: func(fs *figures) (float64, error) {
+				a, err := fs.median(live(liveN1), "ns/op")
+				if err != nil {
+					return 0, err
+				}
+				b, err := fs.median(live(liveN2), "ns/op")
+				if err != nil {
+					return 0, err
+				}
+				e, err := fs.median(extismCall, "ns/op")
+				if err != nil {
+					return 0, err
+				}
+				perStep := (b - a) / (liveN2 - liveN1)
+				call := a - liveN1*perStep
+				if call <= 0 || e <= 0 {
+					return 0, fmt.Errorf("the estimate is not positive (%.0f ns)", call)
+				}
+				return call / e, nil
+			},
+			note: "not like for like: no sandflow figure times a bare call of a trivial tool. The value is the cost of a run " +
+				"with no steps, extrapolated from live-steps/wazero at n=10 and n=100 (so it includes recording the run in the " +
+				"store, fsync off, which an Extism call has no counterpart for), over one Plugin.Call on a warm Extism instance",
+		},
+		{
+			name:  "memory per suspended run (Go guest, wazero)",
+			value: onlyMedian(workload.GroupSuspendedMemory, workload.GoWazero, "B/run"),
+			kind:  kindBytes,
+			note:  "Go heap and goroutine stacks per run waiting on a question, no instance held (rss-B/run in the table of figures)",
+		},
+		{
+			name:  "memory per parked run (Go guest, wazero)",
+			value: onlyMedian(workload.GroupParkedMemory, workload.GoWazero, "B/run"),
+			kind:  kindBytes,
+			note:  "the same with the run's instance parked",
+		},
+	}
+}
+
+// Checks evaluates the suite's goals on results. peersNote is why the
+// peers were not run ("" when they were), given as the reason for the
+// rows that need them.
+func Checks(results []Result, peersNote string) []Check {
+	fs := &figures{byKey: map[string]Result{}, results: results, peersNote: peersNote}
+	for _, r := range results {
+		fs.byKey[Key(r.Figure)] = r
+	}
+	var cs []Check
+	for _, d := range checkDefs() {
+		c := Check{Name: d.name, Note: d.note, Status: StatusNoGoal}
+		if d.goal != nil {
+			c.Goal = formatGoal(*d.goal, d.kind)
+		}
+		v, err := d.value(fs)
+		switch {
+		case err != nil:
+			c.Status = StatusNotMeasured + ": " + err.Error()
+		case d.goal == nil:
+			c.Value = d.kind.format(v)
+		case d.goal.met(v):
+			c.Value, c.Status = d.kind.format(v), StatusMet
+		default:
+			c.Value, c.Status = d.kind.format(v), StatusNotMet
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// formatGoal formats a goal with its bound as written: "≥ 20×", "< 2 ms".
+func formatGoal(g goal, k kind) string {
+	cmp := map[string]string{">=": "≥", "<=": "≤", "<": "<"}[g.cmp]
+	switch k {
+	case kindDuration:
+		return cmp + " " + durationTick(g.bound)
+	case kindBytes:
+		return cmp + " " + formatBytes(g.bound)
+	}
+	return fmt.Sprintf("%s %g×", cmp, g.bound)
+}
+
+// isPeer reports whether a figure key names a peer's runtime.
+func isPeer(key string) bool {
+	parts := strings.Split(key, "/")
+	if len(parts) < 2 {
+		return false
+	}
+	switch workload.Runtime(parts[1]) {
+	case Temporal, WazeroRaw, Extism:
+		return true
+	}
+	return false
+}

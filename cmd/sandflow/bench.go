@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandflow/sandflow/bench/suite"
+	"github.com/sandflow/sandflow/bench/workload"
+	"github.com/sandflow/sandflow/internal/guestbuild"
+)
+
+// peersDir is where the peers' module is, in the repository.
+const peersDir = "bench/peers"
+
+func benchCmd(a *app) *cobra.Command {
+	var count int
+	var benchtime, filter, out, peers string
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the benchmark suite, with the peers, and write a report",
+		Long: `Bench runs sandflow's benchmark suite (bench/workload: replay, resume, op round trip,
+step commits, memory, upload, live runs, on every runtime) and prints each result as
+go test -bench does, so that benchstat reads it. In --out it writes results.txt (those
+lines), report.html (charts, a table of every figure, and the goals the suite is
+judged by) and command.txt (this command line).
+
+It needs the sandflow source tree, since the guests are built from source: run it
+inside a checkout. With --peers auto (the default) or on, and go on PATH, it builds
+bench/peers' cmd/suite (a module of its own, with Temporal's and Extism's SDKs) and
+runs the suite there, sandflow's figures and the peers' in one process; with --peers
+off, or auto when go or bench/peers is missing, it runs sandflow's figures in this
+process and the report says that the peers were not run.
+
+--run selects figures by a regular expression on group/name, as listed in the report:
+replay/wazero/n=1000, op-roundtrip/go, tool-call/extism, ...`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if count < 1 {
+				return &usageError{"--count must be 1 or more"}
+			}
+			if peers != "auto" && peers != "on" && peers != "off" {
+				return &usageError{fmt.Sprintf("--peers %q: want auto, on or off", peers)}
+			}
+			if _, err := regexp.Compile(filter); err != nil {
+				return &usageError{fmt.Sprintf("--run: %v", err)}
+			}
+			if benchtime != "" {
+				if err := suite.SetBenchtime(benchtime); err != nil {
+					return &usageError{"--" + err.Error()}
+				}
+			}
+			root, err := guestbuild.RepoRoot()
+			if err != nil {
+				return fmt.Errorf("sandflow bench builds its guests from source: run it inside a checkout of github.com/sandflow/sandflow (%w)", err)
+			}
+			outDir, err := filepath.Abs(out)
+			if err != nil {
+				return err
+			}
+			cfg := suite.Config{
+				Count: count, Benchtime: benchtime, Run: filter, OutDir: outDir,
+				Command: suite.CommandLine(os.Args), Stdout: a.out, Stderr: a.errOut,
+			}
+			note := peersMissing(root)
+			switch {
+			case peers == "off":
+				cfg.PeersNote = "--peers off"
+			case note == "":
+				return runWithPeers(cmd.Context(), a, filepath.Join(root, peersDir), cfg)
+			case peers == "on":
+				return fmt.Errorf("--peers on: %s", note)
+			default:
+				cfg.PeersNote = note
+				fmt.Fprintf(a.errOut, "peers not run: %s\n", note)
+			}
+			return suite.RunAndReport(cmd.Context(), workload.Suite(), cfg)
+		},
+	}
+	c.Flags().IntVar(&count, "count", suite.DefaultCount, "run each figure `n` times")
+	c.Flags().StringVar(&benchtime, "benchtime", "", "run each figure for `d`: a duration, or Nx for N iterations (default 1s)")
+	c.Flags().StringVar(&filter, "run", "", "run only the figures whose group/name matches `regexp`")
+	c.Flags().StringVar(&out, "out", "bench-results", "write results.txt, report.html and command.txt in `dir`")
+	c.Flags().StringVar(&peers, "peers", "auto", "run the peers (Temporal, Extism, raw wazero) too: auto, on or off")
+	return c
+}
+
+// peersMissing says why the peers cannot run from root, or "" when they
+// can: bench/peers is there and go is on PATH.
+func peersMissing(root string) string {
+	if _, err := os.Stat(filepath.Join(root, peersDir, "go.mod")); err != nil {
+		return peersDir + " is not in this source tree"
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		return "no go command on PATH to build " + peersDir
+	}
+	return ""
+}
+
+// runWithPeers builds bench/peers' cmd/suite and runs it in dir with c's
+// settings, its output streaming through. It is built, then run, rather
+// than go run, so that an interrupt reaches the suite itself, which then
+// writes its report of what ran.
+func runWithPeers(ctx context.Context, a *app, dir string, c suite.Config) error {
+	tmp, err := os.MkdirTemp("", "sandflow-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "suite")
+	fmt.Fprintf(a.errOut, "building %s/cmd/suite (sandflow's figures and the peers, in one process)\n", peersDir)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/suite")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOWORK=off")
+	build.Stdout, build.Stderr = a.errOut, a.errOut
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building %s/cmd/suite: %w (--peers off runs sandflow's figures alone)", peersDir, err)
+	}
+	argv := []string{"--count", strconv.Itoa(c.Count), "--out", c.OutDir, "--command", c.Command}
+	if c.Benchtime != "" {
+		argv = append(argv, "--benchtime", c.Benchtime)
+	}
+	if c.Run != "" {
+		argv = append(argv, "--run", c.Run)
+	}
+	run := exec.CommandContext(ctx, bin, argv...)
+	run.Dir = dir
+	run.Stdout, run.Stderr = a.out, a.errOut
+	// On an interrupt the suite finishes the benchmark in progress and
+	// writes its report; it is killed if it takes longer than this.
+	run.Cancel = func() error { return run.Process.Signal(os.Interrupt) }
+	run.WaitDelay = 10 * time.Minute
+	if err := run.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("the suite exited with status %d", ee.ExitCode())
+		}
+		return err
+	}
+	return nil
+}
