@@ -52,18 +52,7 @@ func TestToolAbort(t *testing.T) {
 	if ri.Status != store.StatusCancelled || ri.Aborted != "task_cancel" {
 		t.Fatalf("after the abort: %s %q %+v", ri.Status, ri.Aborted, ri.Error)
 	}
-	evs, err := f.h.Events(ctx, ri.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept string
-	for _, e := range evs {
-		if e.Kind == host.EvRunCancelled {
-			var d struct{ Result json.RawMessage }
-			_ = json.Unmarshal(e.Data, &d)
-			kept = string(d.Result)
-		}
-	}
+	kept := keptResult(t, f.h, ri.ID)
 	if kept != `{"answer":"cancelled","late":"cancelled","reason":"AbortError: the call was aborted (task_cancel)"}` {
 		t.Errorf("the body's result: %s", kept)
 	}
@@ -73,17 +62,7 @@ func TestToolAbort(t *testing.T) {
 	if _, err := f.h.Abort(ctx, ri.ID, "again"); !errors.Is(err, host.ErrRunEnded) {
 		t.Errorf("an abort after the end: %v", err)
 	}
-	var buf strings.Builder
-	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
-		t.Fatal(err)
-	}
-	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
-		t.Errorf("replay: %+v %v", rep, err)
-	}
+	replaysWhole(t, f.h, ri.ID)
 
 	// Ignored: cancelled at the end of the grace period, not before.
 	ri = f.call("unwinds", `{"ignore":true}`)
@@ -200,7 +179,23 @@ func TestToolAgentSendSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the run to end", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Status.Terminal() })
-	evs, err := f.h.Events(ctx, ri.ID)
+	kept := keptResult(t, f.h, ri.ID)
+	want := `{"tied":"cancelled","late":"cancelled","free":"completed","asked":"cancelled","askedLate":"cancelled",` +
+		`"refused":"send: signal must be ctx.abortSignal or a call's abortSignal | ctx.ask: signal must be ctx.abortSignal or a call's abortSignal"}`
+	if ri.Status != store.StatusCancelled || kept != want {
+		t.Errorf("%s with %s\nwant %s", ri.Status, kept, want)
+	}
+	if total, _ := a.turns(); total != 2 {
+		t.Errorf("%d turns sent, want 2 (the tied one and the free one)", total)
+	}
+	replaysWhole(t, f.h, ri.ID)
+}
+
+// keptResult is what an aborted run's body ended with, kept in its
+// run_cancelled event.
+func keptResult(t *testing.T, h *host.Host, id string) string {
+	t.Helper()
+	evs, err := h.Events(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,23 +207,22 @@ func TestToolAgentSendSignal(t *testing.T) {
 			kept = string(d.Result)
 		}
 	}
-	want := `{"tied":"cancelled","late":"cancelled","free":"completed","asked":"cancelled","askedLate":"cancelled",` +
-		`"refused":"send: signal must be ctx.abortSignal or a call's abortSignal | ctx.ask: signal must be ctx.abortSignal or a call's abortSignal"}`
-	if ri.Status != store.StatusCancelled || kept != want {
-		t.Errorf("%s with %s\nwant %s", ri.Status, kept, want)
-	}
-	if total, _ := a.turns(); total != 2 {
-		t.Errorf("%d turns sent, want 2 (the tied one and the free one)", total)
-	}
+	return kept
+}
+
+// replaysWhole checks that a run's exported history replays to its end.
+func replaysWhole(t *testing.T, h *host.Host, id string) {
+	t.Helper()
+	ctx := context.Background()
 	var buf strings.Builder
-	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+	if err := h.ExportHistory(ctx, id, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
+	if rep, err := h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
 		t.Errorf("replay: %+v %v", rep, err)
 	}
 }
