@@ -89,6 +89,9 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 
 // withdrawOpenAsks settles the run's open questions as cancelled.
 func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
+	if rs.openAsks == 0 {
+		return nil
+	}
 	for i, o := range rs.ops {
 		if o.kind == abi.OpAsk && !o.settled {
 			p := uint32(i + 1)

@@ -33,6 +33,9 @@ type runState struct {
 	// settledBelow caches workFrom: every step and agent op before it has
 	// settled (ops never unsettle).
 	settledBelow int
+	// openAsks counts the questions not settled, so that a reply that
+	// withdraws none does not look through every op.
+	openAsks int
 
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
@@ -327,6 +330,8 @@ func (rs *runState) apply(e store.Event) error {
 		o.askID, o.request = d.AskID, d.Request
 		if d.Answer != nil {
 			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), d.Op)
+		} else {
+			rs.openAsks++
 		}
 	case EvAskSettled:
 		o, err := rs.existingOp(e, d.Op, abi.OpAsk)
@@ -337,6 +342,7 @@ func (rs *runState) apply(e store.Event) error {
 			return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
+		rs.openAsks--
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 		if err != nil {
