@@ -237,7 +237,9 @@ func FuzzInstrument(f *testing.F) {
 			t.Fatalf("wazero refuses the input (%v) but accepts the output", inErr)
 		case inErr == nil:
 			checkSameInterface(t, ocm, icm, namesWellFormed(in))
-			if _, err := meter.Instrument(out); err != nil {
+			// Its own output exports the mutable globals under the
+			// reserved names, so it is refused for that alone.
+			if _, err := meter.Instrument(out); err != nil && !errors.Is(err, meter.ErrReservedExport) {
 				t.Fatalf("Instrument refuses its own (valid) output: %v", err)
 			}
 		}

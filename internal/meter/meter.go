@@ -18,6 +18,8 @@ package meter
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sandflow/sandflow/internal/wasmbin"
 )
@@ -29,11 +31,21 @@ const (
 	TickName   = "meter_tick"
 	// Interval is how many loop iterations pass between ticks.
 	Interval = 1 << 14
+	// GlobalPrefix starts the names under which the rewritten module
+	// exports its mutable globals, in order: GlobalPrefix+"0", "1", ….
+	// With the linear memory they are the whole state of an instance
+	// between export calls, so a host can snapshot and restore it.
+	GlobalPrefix = "sandflow.global."
 )
 
 // ErrUnsupported is returned for a module the rewriter cannot read, such
 // as one using an opcode it does not know.
 var ErrUnsupported = errors.New("module cannot be metered")
+
+// ErrReservedExport (an ErrUnsupported) is returned for a module that
+// exports a name starting with GlobalPrefix, such as Instrument's own
+// output.
+var ErrReservedExport = fmt.Errorf("%w: reserved export name", ErrUnsupported)
 
 // reader is wasmbin's reader with the rewriter, for index checks.
 type reader struct {
@@ -87,6 +99,12 @@ type rewriter struct {
 	tick          uint32 // the tick function's index
 	counter       uint32 // the countdown global's index
 	tickType      uint32
+	// mutable are the defined mutable globals (indices), exported under
+	// GlobalPrefix.
+	mutable []uint32
+	// outside names an instruction of the code that changes state beyond
+	// the memory and the globals, if any.
+	outside string
 }
 
 // remap moves a function index past the new import.
@@ -102,10 +120,40 @@ type section struct {
 	body []byte
 }
 
+// outsideState are the 0xfc instructions that change a table or drop a
+// segment.
+var outsideState = map[uint64]string{9: "data.drop", 12: "table.init", 13: "elem.drop", 14: "table.copy", 15: "table.grow", 17: "table.fill"}
+
+// Module is an instrumented module and what the rewrite found.
+type Module struct {
+	Wasm []byte
+	// Globals is how many mutable globals it exports under GlobalPrefix.
+	Globals int
+	// OutsideState names an instruction in the code that changes state
+	// besides the linear memory and the globals (a table, or a dropped
+	// segment), when there is one: memory and globals are then not the
+	// whole state of an instance between calls.
+	OutsideState string
+}
+
 // Instrument returns a copy of wasm with the countdown in every loop.
 func Instrument(wasm []byte) ([]byte, error) {
+	m, err := InstrumentModule(wasm)
+	return m.Wasm, err
+}
+
+// InstrumentModule is Instrument, with what the rewrite found.
+func InstrumentModule(wasm []byte) (Module, error) {
+	out, rw, err := instrument(wasm)
+	if err != nil {
+		return Module{}, err
+	}
+	return Module{Wasm: out, Globals: len(rw.mutable), OutsideState: rw.outside}, nil
+}
+
+func instrument(wasm []byte) ([]byte, *rewriter, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" || wasm[4] != 1 || wasm[5] != 0 || wasm[6] != 0 || wasm[7] != 0 {
-		return nil, fmt.Errorf("%w: not a core WebAssembly module", ErrUnsupported)
+		return nil, nil, fmt.Errorf("%w: not a core WebAssembly module", ErrUnsupported)
 	}
 	var secs []section
 	r := newReader(wasm, nil)
@@ -115,33 +163,33 @@ func Instrument(wasm []byte) ([]byte, error) {
 	for r.Off < len(wasm) {
 		id, err := r.Byte()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		n, err := r.U32()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		body, err := r.Bytes(int(n))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sr := newReader(body, nil)
 		switch id {
 		case 1:
 			if types, err = sr.U32(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case 2: // after the type section, so type indices can be checked
 			if rw.importedFuncs, importedGlobals, err = countImports(body, types); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case 3:
 			if definedFuncs, err = sr.U32(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case 6:
 			if definedGlobals, err = sr.U32(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		secs = append(secs, section{id, body})
@@ -168,7 +216,7 @@ func Instrument(wasm []byte) ([]byte, error) {
 	counterGlobal := append(wasmbin.AppendSLEB([]byte{0x7f, 0x01, 0x41}, Interval), 0x0b)
 	done := map[byte]bool{}
 	addMissing := func(before byte) {
-		for _, id := range []byte{1, 2, 6} {
+		for _, id := range []byte{1, 2, 6, 7} {
 			if !done[id] && (before == 0 || order[id] < order[before]) {
 				switch id {
 				case 1:
@@ -177,6 +225,10 @@ func Instrument(wasm []byte) ([]byte, error) {
 					put(2, append(wasmbin.AppendULEB(nil, 1), tickImport...))
 				case 6:
 					put(6, append(wasmbin.AppendULEB(nil, 1), counterGlobal...))
+				case 7:
+					if len(rw.mutable) > 0 {
+						put(7, rw.globalExports(wasmbin.AppendULEB(nil, 0), 0))
+					}
 				}
 				done[id] = true
 			}
@@ -222,13 +274,13 @@ func Instrument(wasm []byte) ([]byte, error) {
 			body = s.body
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		done[s.id] = true
 		put(s.id, body)
 	}
 	addMissing(0)
-	return out, nil
+	return out, rw, nil
 }
 
 // checkFunctions checks the function section's type indices.
@@ -426,6 +478,13 @@ func (rw *rewriter) exprTail(r *reader, out []byte, meter bool) ([]byte, bool, e
 			continue
 		case 0x13, 0x15: // return_call_indirect, return_call_ref
 			tail = true
+		case 0x26:
+			rw.outside = "table.set"
+		case 0xfc:
+			peek := wasmbin.Reader{B: r.B, Off: r.Off}
+			if sub, err := peek.LEB(); err == nil && outsideState[sub] != "" {
+				rw.outside = outsideState[sub]
+			}
 		}
 		if err := r.immediates(op); err != nil {
 			return nil, false, err
@@ -524,13 +583,18 @@ func (rw *rewriter) globalSection(body, extra []byte) ([]byte, error) {
 		return nil, err
 	}
 	out := wasmbin.AppendULEB(nil, uint64(n)+1)
-	for range n {
+	imported := rw.globals - n
+	for i := range n {
 		start := r.Off
 		if err := r.ValType(); err != nil {
 			return nil, err
 		}
-		if _, err := r.Byte(); err != nil { // mutability
+		mut, err := r.Byte()
+		if err != nil {
 			return nil, err
+		}
+		if mut == 1 {
+			rw.mutable = append(rw.mutable, imported+i)
 		}
 		out = append(out, body[start:r.Off]...)
 		if out, err = rw.expr(r, out, false); err != nil {
@@ -559,6 +623,9 @@ func (rw *rewriter) exports(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		if strings.HasPrefix(string(name), GlobalPrefix) {
+			return nil, fmt.Errorf("%w: %q (names starting %q are the host's)", ErrReservedExport, name, GlobalPrefix)
+		}
 		kind, err := r.Byte()
 		if err != nil {
 			return nil, err
@@ -581,7 +648,27 @@ func (rw *rewriter) exports(body []byte) ([]byte, error) {
 		out = append(out, name...)
 		out = wasmbin.AppendULEB(append(out, kind), uint64(idx))
 	}
-	return out, r.End()
+	if err := r.End(); err != nil {
+		return nil, err
+	}
+	return rw.globalExports(out, n), nil
+}
+
+// globalExports appends the exports of the mutable globals to an export
+// vector of n entries (out), fixing its count.
+func (rw *rewriter) globalExports(out []byte, n uint32) []byte {
+	if len(rw.mutable) == 0 {
+		return out
+	}
+	r := newReader(out, nil)
+	r.U32() // out starts with n, written by the caller
+	fixed := wasmbin.AppendULEB(nil, uint64(n)+uint64(len(rw.mutable)))
+	fixed = append(fixed, out[r.Off:]...)
+	for k, g := range rw.mutable {
+		fixed = wasmbin.AppendName(fixed, GlobalPrefix+strconv.Itoa(k))
+		fixed = wasmbin.AppendULEB(append(fixed, 3), uint64(g))
+	}
+	return fixed
 }
 
 func (rw *rewriter) funcVector(r *reader, out []byte) ([]byte, error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -1595,4 +1596,70 @@ func indirectNameMap(entries ...indirect) []byte {
 
 func nameSubsection(id byte, body []byte) []byte {
 	return cat([]byte{id}, u32(uint32(len(body))), body)
+}
+
+// TestMutableGlobalsExported: the defined mutable globals are exported
+// under GlobalPrefix in order, readable and writable by the host (a
+// snapshot's globals); imported globals and the countdown are not.
+func TestMutableGlobalsExported(t *testing.T) {
+	p := newPair(t, withImports())
+	p.want(t, "run", u64s(1000+45), 10)
+	g := p.inst.mod.ExportedGlobal(meter.GlobalPrefix + "0")
+	if g == nil {
+		t.Fatal("global 2 is not exported")
+	}
+	if got := g.Get(); got != 1010 {
+		t.Fatalf("exported global = %d, want 1010 (count)", got)
+	}
+	mg, ok := g.(api.MutableGlobal)
+	if !ok {
+		t.Fatal("exported global is not mutable")
+	}
+	mg.Set(42)
+	if res, err := p.inst.mod.ExportedFunction("count").Call(ctx); err != nil || res[0] != 42 {
+		t.Fatalf("count after Set(42) = %v, %v", res, err)
+	}
+	if p.inst.mod.ExportedGlobal(meter.GlobalPrefix+"1") != nil {
+		t.Fatal("an imported global or the countdown is exported")
+	}
+
+	// A module without an export section gets one.
+	wasm := module(globalSec(global(tI32, false, i32c(3)), global(tI64, true, ops(0x42, 9)), global(tI32, true, i32c(4))))
+	h := newHarness(t, 0)
+	mod := h.load(t, instrument(t, wasm))
+	for k, want := range []uint64{9, 4} {
+		g := mod.ExportedGlobal(meter.GlobalPrefix + strconv.Itoa(k))
+		if g == nil || g.Get() != want {
+			t.Fatalf("global %d: %v, want %d", k, g, want)
+		}
+	}
+
+	// A module may not use the reserved names itself.
+	own := module(globalSec(global(tI32, true, i32c(1))), exportSec(export(meter.GlobalPrefix+"0", kGlobal, 0)))
+	if _, err := meter.Instrument(own); !errors.Is(err, meter.ErrReservedExport) {
+		t.Fatalf("Instrument of a module exporting %q0: %v, want ErrReservedExport", meter.GlobalPrefix, err)
+	}
+}
+
+// TestOutsideState: code that changes a table or drops a segment is
+// reported, since memory and globals are then not an instance's whole
+// state; code that only reads them is not.
+func TestOutsideState(t *testing.T) {
+	for want, code := range map[string][]byte{
+		"table.set":  ops(0x41, 0, 0xd0, 0x70, 0x26, 0),           // i32.const 0; ref.null func; table.set 0
+		"table.grow": ops(0xd0, 0x70, 0x41, 1, 0xfc, 15, 0, 0x1a), // ref.null func; i32.const 1; table.grow 0; drop
+		"":           ops(0x41, 0, 0x25, 0, 0x1a),                 // i32.const 0; table.get 0; drop
+	} {
+		wasm := module(typeSec(functype(nil, nil)), funcSec(0), tableSec(1), codeSec(fn(nil, code)))
+		if _, err := newHarness(t, 0).rt.CompileModule(ctx, wasm); err != nil {
+			t.Fatalf("%q: the test module is invalid: %v", want, err)
+		}
+		m, err := meter.InstrumentModule(wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.OutsideState != want {
+			t.Errorf("OutsideState = %q, want %q", m.OutsideState, want)
+		}
+	}
 }
