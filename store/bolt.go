@@ -41,6 +41,9 @@ var (
 	bucketMeta    = []byte("meta")
 	// bucketSessions holds the session layer's records, opaque here.
 	bucketSessions = []byte("sessions")
+	// bucketSnapshots holds one snapshot per suspended run: its Seq (8
+	// bytes, big-endian), then the host's data.
+	bucketSnapshots = []byte("snapshots")
 )
 
 // schemaVersion is written on first open and checked on every open.
@@ -76,7 +79,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions} {
+		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -202,6 +205,15 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 	}
 	if err := tx.Bucket(bucketRuns).Put([]byte(runID), rv); err != nil {
 		return err
+	}
+	if r.Status.Terminal() {
+		if err := tx.Bucket(bucketSnapshots).Delete([]byte(runID)); err != nil {
+			return err
+		}
+	} else if b.Snapshot != nil {
+		if err := putSnapshot(tx, runID, *b.Snapshot); err != nil {
+			return err
+		}
 	}
 	timers := tx.Bucket(bucketTimers)
 	for _, t := range b.PutTimers {
@@ -702,4 +714,48 @@ func ValidRunID(id string) error {
 		}
 	}
 	return nil
+}
+
+// PutSnapshot implements Store.
+func (s *Bolt) PutSnapshot(ctx context.Context, runID string, snap Snapshot) error {
+	return s.update(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRuns).Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		var cur Run
+		if err := json.Unmarshal(v, &cur); err != nil {
+			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
+		}
+		if cur.Status.Terminal() {
+			return nil
+		}
+		return putSnapshot(tx, runID, snap)
+	})
+}
+
+func putSnapshot(tx *bolt.Tx, runID string, snap Snapshot) error {
+	b := tx.Bucket(bucketSnapshots)
+	if v := b.Get([]byte(runID)); len(v) >= 8 && binary.BigEndian.Uint64(v) >= snap.Seq {
+		return nil
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(snap.Data)), snap.Seq)
+	return b.Put([]byte(runID), append(v, snap.Data...))
+}
+
+// Snapshot implements Store.
+func (s *Bolt) Snapshot(ctx context.Context, runID string) (Snapshot, error) {
+	var snap Snapshot
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketSnapshots).Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("%w: run %s", ErrSnapshotNotFound, runID)
+		}
+		if len(v) < 8 {
+			return fmt.Errorf("%w: snapshot of run %s is %d bytes", ErrCorrupt, runID, len(v))
+		}
+		snap = Snapshot{Seq: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8:]...)}
+		return nil
+	})
+	return snap, err
 }

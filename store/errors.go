@@ -24,6 +24,9 @@ var (
 	// ErrSessionNotFound is returned for a session the store has no
 	// record of.
 	ErrSessionNotFound = errors.New("store: session not found")
+	// ErrSnapshotNotFound is returned for a run the store keeps no
+	// snapshot of.
+	ErrSnapshotNotFound = errors.New("store: snapshot not found")
 	// ErrPluginNotFound is returned when no plugin version matches.
 	ErrPluginNotFound = errors.New("store: plugin not found")
 	// ErrPluginInUse is returned by DeletePluginVersion when a run that has

@@ -80,6 +80,15 @@ type Store interface {
 	// SessionIDs lists the sessions, by id.
 	SessionIDs(ctx context.Context) ([]string, error)
 
+	// PutSnapshot keeps a snapshot of a run's suspended instance, replacing
+	// an older one (a smaller Seq). It keeps nothing for a run that has
+	// ended, and nothing when the snapshot kept has Seq >= snap.Seq. A
+	// snapshot is a cache: losing it costs a replay, so a caller need not
+	// wait for it to be synced.
+	PutSnapshot(ctx context.Context, runID string, snap Snapshot) error
+	// Snapshot returns a run's snapshot, or ErrSnapshotNotFound.
+	Snapshot(ctx context.Context, runID string) (Snapshot, error)
+
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }
@@ -156,6 +165,16 @@ type Batch struct {
 	// ClaimHooks gives tokens to this run's hooks. A token another run holds
 	// fails the whole batch with ErrHookTaken.
 	ClaimHooks []Hook
+	// Snapshot, when set, is kept as PutSnapshot would, in the same
+	// commit. A batch that ends the run drops the run's snapshot.
+	Snapshot *Snapshot
+}
+
+// Snapshot is the host's opaque image of a run's suspended instance, taken
+// when the run's log ended at Seq.
+type Snapshot struct {
+	Seq  uint64
+	Data []byte
 }
 
 // Timer is a due-timer index entry.

@@ -760,3 +760,56 @@ func TestSessions(t *testing.T) {
 		t.Errorf("ids %v, %v", ids, err)
 	}
 }
+
+// TestSnapshots: one snapshot per run, newer replacing older, kept across a
+// reopen, dropped when the run ends, never kept for an ended run.
+func TestSnapshots(t *testing.T) {
+	ts := openTestStore(t, Options{NoSync: true})
+	mustCreate(t, ts.S, "r", 2)
+	if _, err := ts.S.Snapshot(ctxBG, "r"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("Snapshot before any: %v, want ErrSnapshotNotFound", err)
+	}
+	if err := ts.S.PutSnapshot(ctxBG, "nope", Snapshot{Seq: 1, Data: []byte("x")}); !errors.Is(err, ErrRunNotFound) {
+		t.Fatalf("PutSnapshot of an unknown run: %v, want ErrRunNotFound", err)
+	}
+	want := func(seq uint64, data string) {
+		t.Helper()
+		got, err := ts.S.Snapshot(ctxBG, "r")
+		if err != nil || got.Seq != seq || string(got.Data) != data {
+			t.Fatalf("Snapshot = %d %q %v, want %d %q", got.Seq, got.Data, err, seq, data)
+		}
+	}
+	if err := ts.S.PutSnapshot(ctxBG, "r", Snapshot{Seq: 2, Data: []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, "two")
+	if err := ts.S.PutSnapshot(ctxBG, "r", Snapshot{Seq: 1, Data: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, "two") // an older one does not replace it
+	b := Batch{Events: []Event{{Seq: 3, Time: time.Unix(1, 0), Kind: "e", Data: []byte(`{}`)}}, Snapshot: &Snapshot{Seq: 3, Data: []byte("three")}}
+	if err := ts.S.Append(ctxBG, "r", 2, b); err != nil {
+		t.Fatal(err)
+	}
+	want(3, "three")
+	ts.reopen()
+	want(3, "three")
+	r, err := ts.S.Run(ctxBG, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Status, r.LastSeq = StatusCompleted, 4
+	end := Batch{Events: []Event{{Seq: 4, Time: time.Unix(2, 0), Kind: "done", Data: []byte(`{}`)}}, Run: &r, Snapshot: &Snapshot{Seq: 4, Data: []byte("four")}}
+	if err := ts.S.Append(ctxBG, "r", 3, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.S.Snapshot(ctxBG, "r"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("Snapshot after the run ended: %v, want ErrSnapshotNotFound", err)
+	}
+	if err := ts.S.PutSnapshot(ctxBG, "r", Snapshot{Seq: 5, Data: []byte("five")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.S.Snapshot(ctxBG, "r"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("Snapshot of an ended run was kept: %v", err)
+	}
+}
