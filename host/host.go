@@ -141,6 +141,16 @@ type Options struct {
 	// Runs created with it on share what a guest draws while it
 	// initialises (preinit.go).
 	PreInit int
+	// IdleRuns is how many suspended runs with no parked instance keep
+	// their state loaded, so that resuming one reads only the events its
+	// state has not seen; 0 means DefaultIdleRuns (64), negative none.
+	IdleRuns int
+	// Snapshots is how many ops a suspended run's history must hold
+	// before its instance is snapshotted (snapshot.go) when it is not
+	// kept parked: its next resume then restores the snapshot instead of
+	// replaying. 0 means DefaultSnapshotOps; negative turns snapshots off.
+	// Only wazero instances are snapshotted.
+	Snapshots int
 	// StepConcurrency bounds the steps of one run executing at once; 0
 	// means 4.
 	StepConcurrency int
@@ -171,9 +181,18 @@ type Host struct {
 	compiled map[string]CompiledModule
 	runs     map[string]*runHandle
 	warm     *list.List // of *runHandle with a parked instance, most recent first
+	idle     *list.List // of *runHandle kept for their state (retire), most recent first
 	// warmBytes is the parked instances' memory, as it was when each
 	// was parked.
 	warmBytes uint64
+	// badSnaps are runs whose snapshots up to a seq are not restored
+	// (distrust).
+	badSnaps map[string]uint64
+	snaps    snapCounters
+	// snapWriters bounds the snapshots compressed and stored at once;
+	// snapWG counts those not stored yet.
+	snapWriters chan struct{}
+	snapWG      sync.WaitGroup
 
 	wake       chan struct{}
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
@@ -189,6 +208,12 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	if o.MaxWarm == 0 {
 		o.MaxWarm = 64
 	}
+	if o.IdleRuns == 0 {
+		o.IdleRuns = DefaultIdleRuns
+	}
+	if o.Snapshots == 0 {
+		o.Snapshots = DefaultSnapshotOps
+	}
 	if o.StepConcurrency <= 0 {
 		o.StepConcurrency = 4
 	}
@@ -198,7 +223,7 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	h := &Host{
 		store: st, opts: o, limits: o.Limits.withDefaults(DefaultLimits),
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
-		runs: map[string]*runHandle{}, warm: list.New(), wake: make(chan struct{}, 1),
+		runs: map[string]*runHandle{}, warm: list.New(), idle: list.New(), snapWriters: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
 	h.engines = map[string]Engine{}
@@ -307,7 +332,10 @@ func (h *Host) Close(ctx context.Context) error {
 	h.mu.Unlock()
 	for _, rh := range handles {
 		rh.mu.Lock()
-		h.dropWarm(ctx, rh)
+		if w := h.takeWarm(rh); w != nil {
+			h.saveSnapshot(ctx, w)
+			w.close(ctx)
+		}
 		rh.mu.Unlock()
 	}
 	var errs []error

@@ -118,27 +118,35 @@ type observation struct {
 }
 
 // Time, math/rand, crypto/rand, map order and select inside a guest are
-// the same on replay, on a warm instance and on a fresh one after a
-// restart; and they differ between runs (the seed is per run).
+// the same on replay, on a warm instance, on a fresh one after a restart
+// and on one restored from a snapshot; and they differ between runs (the
+// seed is per run).
 func TestDeterminismAcrossReplay(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		for _, tc := range []struct {
-			name    string
-			maxWarm int
-			restart bool
-			preInit int
+			name      string
+			maxWarm   int
+			restart   bool
+			preInit   int
+			snapshots int // Options.Snapshots; -1 (replay) unless set
 		}{
-			{"warm", 64, false, 0},
-			{"fresh-instance", -1, false, 0},
-			{"after-restart", 64, true, 0},
+			{"warm", 64, false, 0, -1},
+			{"fresh-instance", -1, false, 0, -1},
+			{"after-restart", 64, true, 0, -1},
 			// Pre-initialised instances: a resume by replay on one sees
 			// what the first activation saw.
-			{"preinit-warm", 64, false, 2},
-			{"preinit-fresh-instance", -1, false, 2},
-			{"preinit-after-restart", -1, true, 2},
+			{"preinit-warm", 64, false, 2, -1},
+			{"preinit-fresh-instance", -1, false, 2, -1},
+			{"preinit-after-restart", -1, true, 2, -1},
+			// Snapshots: taken when the run suspends unparked, or when
+			// the host closes with it parked; restored on resume.
+			{"snapshot", -1, false, 0, 1},
+			{"snapshot-after-restart", -1, true, 0, 1},
+			{"snapshot-of-parked-after-restart", 64, true, 0, 1},
+			{"snapshot-preinit-after-restart", -1, true, 2, 1},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				k := newKitchen(t, &host.Options{MaxWarm: tc.maxWarm, PreInit: tc.preInit})
+				k := newKitchen(t, &host.Options{MaxWarm: tc.maxWarm, PreInit: tc.preInit, Snapshots: tc.snapshots})
 				ri := k.run(`{"mode":"determinism","ms":300}`)
 				if ri.Status != store.StatusWaiting {
 					t.Fatalf("status %s", ri.Status)
@@ -147,10 +155,16 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 				if err := json.Unmarshal(ri.Progress, &first); err != nil {
 					t.Fatal(err)
 				}
+				k.h.WaitSnapshots() // so that the resume restores it
 				if tc.restart {
 					k.restart()
 				}
 				ri = k.settle(ri.ID, 10*time.Second)
+				// Only wazero instances are snapshotted.
+				wantRestored := tc.snapshots > 0 && strings.HasPrefix(engineFor(t).Name(), "wazero")
+				if st := k.h.SnapshotStats(); (st.Restored > 0) != wantRestored || st.Refused != 0 {
+					t.Errorf("snapshots: %+v; want restores: %v, and none refused", st, wantRestored)
+				}
 				out := result[map[string]observation](t, ri)
 				before, after := out["before"], out["after"]
 				if mustJSON(t, before) != mustJSON(t, first) {

@@ -404,6 +404,8 @@ type loadedPlugin struct {
 	fresh   []freshInstance
 	filling bool
 	closed  bool
+	// base is the memory snapshots are diffs against (snapshot.go).
+	base baseImage
 }
 
 // maxIdleSteps is how many idle step instances a plugin version keeps.

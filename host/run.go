@@ -24,6 +24,9 @@ type runHandle struct {
 	// warm and elem are guarded by Host.mu: a parked instance is not in use.
 	warm *wfInstance
 	elem *list.Element
+	// idle is the handle's place among those kept only for their state
+	// (Host.idle); guarded by Host.mu.
+	idle *list.Element
 
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
@@ -51,6 +54,10 @@ func (h *Host) handle(id string) *runHandle {
 		rh = &runHandle{id: id}
 		h.runs[id] = rh
 	}
+	if rh.idle != nil {
+		h.idle.Remove(rh.idle)
+		rh.idle = nil
+	}
 	rh.refs++
 	return rh
 }
@@ -60,7 +67,28 @@ func (h *Host) release(rh *runHandle) {
 	defer h.mu.Unlock()
 	rh.refs--
 	if rh.refs == 0 && rh.warm == nil {
+		h.retire(rh)
+	}
+}
+
+// DefaultIdleRuns is Options.IdleRuns' default.
+const DefaultIdleRuns = 64
+
+// retire forgets a handle no one holds and that has no parked instance,
+// or keeps it among the idle ones, with its loaded state, so that the
+// run's next resume need not read its log again: only the events after
+// it, if any (refresh). The least recently idle beyond Options.IdleRuns
+// are forgotten. Called with h.mu held.
+func (h *Host) retire(rh *runHandle) {
+	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.status.Terminal() {
 		delete(h.runs, rh.id)
+		return
+	}
+	rh.idle = h.idle.PushFront(rh)
+	for h.idle.Len() > h.opts.IdleRuns {
+		v := h.idle.Remove(h.idle.Back()).(*runHandle)
+		v.idle = nil
+		delete(h.runs, v.id)
 	}
 }
 
@@ -98,7 +126,7 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		return
 	}
 	var evicted []*wfInstance
-	w.parkedBytes = 0
+	w.parkedBytes, w.parkedSeq = 0, rh.rs.lastSeq
 	if m, ok := w.inst.(interface{ MemorySize() uint64 }); ok {
 		w.parkedBytes = m.MemorySize()
 	}
@@ -113,11 +141,13 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		h.warmBytes -= v.warm.parkedBytes
 		v.warm, v.elem = nil, nil
 		if v.refs == 0 {
-			delete(h.runs, v.id)
+			h.retire(v)
 		}
 	}
 	h.mu.Unlock()
 	for _, e := range evicted {
+		// Its run resumes from the snapshot instead of replaying.
+		h.saveSnapshot(ctx, e)
 		e.close(ctx)
 	}
 }
@@ -299,6 +329,21 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		w = nil
 	}
 	if w == nil {
+		if w, err = h.restore(ctx, rs, lp); err != nil {
+			if !errors.Is(err, errSnapshot) {
+				return h.failActivation(ctx, rh, b, nil, err)
+			}
+			h.snaps.refused.Add(1)
+			w = nil // replay instead
+		}
+		if w != nil {
+			h.snaps.restored.Add(1)
+		}
+		if w != nil && (rs.created == nil || !rs.created.SharedInit) {
+			defer h.refill(lp) // it took an instance from the pool
+		}
+	}
+	if w == nil {
 		if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
 			return h.failActivation(ctx, rh, b, nil, err)
 		}
@@ -311,6 +356,16 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	dead := false
 	if errors.Is(err, errBlockSuspend) && w.suspended {
 		err, res, dead = nil, abi.RunSuspended, true
+	}
+	if err != nil && w.restored && ctx.Err() == nil {
+		// Replay is the truth: before failing the run on a restored
+		// instance, the activation runs again on one that replays.
+		w.close(ctx)
+		h.distrust(rs.id, rs.lastSeq)
+		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return h.activate(ctx, rh)
 	}
 	if err != nil {
 		return h.failActivation(ctx, rh, b, w, err)
@@ -326,9 +381,15 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 			w.close(ctx)
 			return err
 		}
-		if dead {
+		switch {
+		case dead:
 			w.close(ctx)
-		} else {
+		case h.opts.MaxWarm < 0:
+			// Not parked: the next resume restores this instead of
+			// replaying.
+			h.snapshotAfter(ctx, w, rs.lastSeq)
+			w.close(ctx)
+		default:
 			h.park(ctx, rh, w)
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -81,21 +82,26 @@ func (e *WazeroEngine) Close(ctx context.Context) error { return e.rt.Close(ctx)
 
 // Compile implements Engine.
 func (e *WazeroEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule, error) {
-	metered, err := meter.Instrument(wasm)
+	metered, err := meter.InstrumentModule(wasm)
 	if err != nil {
 		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
 	}
-	cm, err := e.rt.CompileModule(ctx, metered)
+	cm, err := e.rt.CompileModule(ctx, metered.Wasm)
 	if err != nil {
 		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
 	}
-	return &wzModule{e: e, cm: cm}, nil
+	return &wzModule{e: e, cm: cm, snapshots: metered.OutsideState == ""}, nil
 }
 
 type wzModule struct {
 	e  *WazeroEngine
 	cm wazero.CompiledModule
+	// snapshots: memory and globals are an instance's whole state between
+	// calls (no code changes a table or drops a segment).
+	snapshots bool
 }
+
+func (m *wzModule) canSnapshot() bool { return m.snapshots }
 
 func (m *wzModule) Close(ctx context.Context) error { return m.cm.Close(ctx) }
 
@@ -113,6 +119,7 @@ type wzInstance struct {
 	fns    map[string]api.Function
 	closed bool
 	meter  cpuMeter
+	globs  []api.MutableGlobal // see mutableGlobals
 }
 
 func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Instance, err error) {
@@ -432,4 +439,69 @@ func (i *wzInstance) MemorySize() uint64 {
 		return 0
 	}
 	return uint64(i.mod.Memory().Size())
+}
+
+// The instance's state between export calls, for snapshots (snapshot.go).
+
+func (i *wzInstance) memory() []byte {
+	m := i.mod.Memory()
+	if m == nil {
+		return nil
+	}
+	b, _ := m.Read(0, m.Size())
+	return b
+}
+
+func (i *wzInstance) growMemory(size uint64) error {
+	m := i.mod.Memory()
+	if m == nil {
+		return fmt.Errorf("%w: the instance has no memory", errSnapshot)
+	}
+	cur := uint64(m.Size())
+	const page = 1 << 16
+	if size < cur || size%page != 0 {
+		return fmt.Errorf("%w: memory of %d bytes cannot become %d", errSnapshot, cur, size)
+	}
+	if size > cur {
+		if _, ok := m.Grow(uint32((size - cur) / page)); !ok {
+			return fmt.Errorf("%w: memory cannot grow to %d bytes", errSnapshot, size)
+		}
+	}
+	return nil
+}
+
+// mutableGlobals are the module's mutable globals, as the metering
+// rewrite exports them.
+func (i *wzInstance) mutableGlobals() []api.MutableGlobal {
+	if i.globs == nil {
+		i.globs = []api.MutableGlobal{}
+		for k := 0; ; k++ {
+			g, ok := i.mod.ExportedGlobal(meter.GlobalPrefix + strconv.Itoa(k)).(api.MutableGlobal)
+			if !ok {
+				break
+			}
+			i.globs = append(i.globs, g)
+		}
+	}
+	return i.globs
+}
+
+func (i *wzInstance) globals() []uint64 {
+	gs := i.mutableGlobals()
+	v := make([]uint64, len(gs))
+	for k, g := range gs {
+		v[k] = g.Get()
+	}
+	return v
+}
+
+func (i *wzInstance) setGlobals(v []uint64) error {
+	gs := i.mutableGlobals()
+	if len(v) != len(gs) {
+		return fmt.Errorf("%w: %d globals, the module has %d", errSnapshot, len(v), len(gs))
+	}
+	for k, g := range gs {
+		g.Set(v[k])
+	}
+	return nil
 }

@@ -61,6 +61,8 @@ type wfInstance struct {
 	outBuf      []outputChunk // not yet recorded
 
 	parkedBytes uint64 // its memory when it was parked (Host.warmBytes)
+	parkedSeq   uint64 // the run's last event when it was parked
+	restored    bool   // made from a snapshot
 
 	buf  []byte
 	meta []byte

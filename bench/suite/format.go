@@ -24,6 +24,8 @@ var benchFuncs = map[string]string{
 	workload.GroupReplay:            "Replay",
 	workload.GroupColdResume:        "ColdResume",
 	workload.GroupColdPreInit:       "ColdResumePreInit",
+	workload.GroupSnapshot:          "SnapshotResume",
+	workload.GroupSnapshotNoSync:    "SnapshotResumeNoSync",
 	workload.GroupWarmResume:        "WarmResume",
 	workload.GroupWarmNoSync:        "WarmResumeNoSync",
 	workload.GroupOpRoundTrip:       "OpRoundTrip",

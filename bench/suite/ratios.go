@@ -160,6 +160,8 @@ func checkDefs() []checkDef {
 	warmNoSync := func(n int) string { return figureKey(workload.GroupWarmNoSync, workload.GoWazero, n) }
 	cold := func(n int) string { return figureKey(workload.GroupColdResume, workload.GoWazero, n) }
 	coldPreInit := func(n int) string { return figureKey(workload.GroupColdPreInit, workload.GoWazero, n) }
+	snap := func(n int) string { return figureKey(workload.GroupSnapshot, workload.GoWazero, n) }
+	snapNoSync := func(n int) string { return figureKey(workload.GroupSnapshotNoSync, workload.GoWazero, n) }
 	live := func(n int) string {
 		return figureKey(workload.GroupLive+"-"+string(workload.Steps), workload.GoWazero, n)
 	}
@@ -212,6 +214,20 @@ func checkDefs() []checkDef {
 			note:  "the same on a host that keeps instances initialised ahead of demand",
 		},
 		{
+			name:  "cold resume from a snapshot, pre-initialised (Go guest, wazero), n=10",
+			value: median(snap(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 2e6},
+			note:  "no parked instance: the suspension's snapshot restored into a pooled instance (run state loaded), fsync on",
+		},
+		{
+			name:  "cold resume from a snapshot, no fsync (Go guest, wazero), n=10",
+			value: median(snapNoSync(smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 2e6},
+			note:  "the same on a store that does not fsync",
+		},
+		{
 			name:  "warm resume n=10000 / n=10, no fsync (Go guest, wazero)",
 			value: quotient(warmNoSync(largeN), "ns/op", warmNoSync(smallN), "ns/op"),
 			goal:  &goal{"<=", 1},
@@ -222,7 +238,13 @@ func checkDefs() []checkDef {
 			name:  "cold resume n=10000 / n=10 (Go guest, wazero)",
 			value: quotient(cold(largeN), "ns/op", cold(smallN), "ns/op"),
 			goal:  &goal{"<=", 1},
-			note:  "a cold resume replays the history, so this grows with n until resume stops replaying",
+			note:  "a cold resume with nothing kept reads the log and replays the history, so this grows with n",
+		},
+		{
+			name:  "resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)",
+			value: quotient(snapNoSync(largeN), "ns/op", snapNoSync(smallN), "ns/op"),
+			goal:  &goal{"<=", 1},
+			note:  "restored instead of replayed; the snapshot of a longer run's guest holds more touched memory",
 		},
 		{
 			name: "trivial tool per-call overhead (estimated) / Extism call",

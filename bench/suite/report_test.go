@@ -46,6 +46,9 @@ func synthetic() []Result {
 		result(workload.GroupWarmNoSync, g, 10, []float64{50e3, 60e3, 40e3}, nil),
 		result(workload.GroupWarmNoSync, g, 10_000, []float64{55e3}, nil), // 1.1×
 		result(workload.GroupColdResume, g, 10, []float64{ms(1.5)}, nil),
+		result(workload.GroupSnapshot, g, 10, []float64{ms(2.5)}, nil),
+		result(workload.GroupSnapshotNoSync, g, 10, []float64{ms(1)}, nil),
+		result(workload.GroupSnapshotNoSync, g, 10_000, []float64{ms(0.9)}, nil), // 0.9×
 		{Figure: workload.Figure{Group: workload.GroupColdResume, Runtime: g, N: 10_000}, Failed: true},
 		result(workload.GroupLive+"-steps", g, 10, []float64{ms(1.1)}, nil),
 		result(workload.GroupLive+"-steps", g, 100, []float64{ms(2)}, nil), // 10 µs a step, 1 ms a call
@@ -104,18 +107,21 @@ func TestReplayChart(t *testing.T) {
 
 func TestChecks(t *testing.T) {
 	want := map[string]struct{ value, status string }{
-		"Temporal replay / sandflow replay (Go guest, wazero), n=1000":    {"30.0×", StatusMet},
-		"Temporal replay / sandflow replay (Go guest, wazero), n=10000":   {"45.5×", StatusNotMet},
-		"op round trip (Go guest, wazero) / raw wazero host call":         {"5.00×", StatusMet},
-		"warm resume (Go guest, wazero), n=10":                            {"3.00 ms", StatusNotMet},
-		"warm resume, no fsync (Go guest, wazero), n=10":                  {"50.0 µs", StatusMet},
-		"cold resume (Go guest, wazero), n=10":                            {"1.50 ms", StatusMet},
-		"cold resume, instances pre-initialised (Go guest, wazero), n=10": {"", StatusNotMeasured + ": resume-cold-preinit/wazero/n=10 was not run"},
-		"warm resume n=10000 / n=10, no fsync (Go guest, wazero)":         {"1.10×", StatusNotMet},
-		"cold resume n=10000 / n=10 (Go guest, wazero)":                   {"", StatusNotMeasured + ": resume-cold/wazero/n=10000 failed"},
-		"trivial tool per-call overhead (estimated) / Extism call":        {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
-		"memory per suspended run (Go guest, wazero)":                     {"2.00 KiB", StatusNoGoal},
-		"memory per parked run (Go guest, wazero)":                        {"", StatusNotMeasured + ": memory-parked/wazero was not run"},
+		"Temporal replay / sandflow replay (Go guest, wazero), n=1000":          {"30.0×", StatusMet},
+		"Temporal replay / sandflow replay (Go guest, wazero), n=10000":         {"45.5×", StatusNotMet},
+		"op round trip (Go guest, wazero) / raw wazero host call":               {"5.00×", StatusMet},
+		"warm resume (Go guest, wazero), n=10":                                  {"3.00 ms", StatusNotMet},
+		"warm resume, no fsync (Go guest, wazero), n=10":                        {"50.0 µs", StatusMet},
+		"cold resume (Go guest, wazero), n=10":                                  {"1.50 ms", StatusMet},
+		"cold resume, instances pre-initialised (Go guest, wazero), n=10":       {"", StatusNotMeasured + ": resume-cold-preinit/wazero/n=10 was not run"},
+		"warm resume n=10000 / n=10, no fsync (Go guest, wazero)":               {"1.10×", StatusNotMet},
+		"cold resume n=10000 / n=10 (Go guest, wazero)":                         {"", StatusNotMeasured + ": resume-cold/wazero/n=10000 failed"},
+		"cold resume from a snapshot, pre-initialised (Go guest, wazero), n=10": {"2.50 ms", StatusNotMet},
+		"cold resume from a snapshot, no fsync (Go guest, wazero), n=10":        {"1.00 ms", StatusMet},
+		"resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)":    {"0.9×", StatusMet},
+		"trivial tool per-call overhead (estimated) / Extism call":              {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
+		"memory per suspended run (Go guest, wazero)":                           {"2.00 KiB", StatusNoGoal},
+		"memory per parked run (Go guest, wazero)":                              {"", StatusNotMeasured + ": memory-parked/wazero was not run"},
 	}
 	cs := Checks(synthetic(), "test")
 	if len(cs) != len(want) {
@@ -181,8 +187,8 @@ func TestWriteHTML(t *testing.T) {
 	if got, want := strings.Count(page, `<tr class="figure">`), len(r.Results); got != want {
 		t.Errorf("%d figure rows, want %d", got, want)
 	}
-	if got := strings.Count(page, `class="met"`); got != 4 {
-		t.Errorf("%d rows MET, want 4", got)
+	if got := strings.Count(page, `class="met"`); got != 6 {
+		t.Errorf("%d rows MET, want 6", got)
 	}
 }
 

@@ -7,16 +7,18 @@ import "testing"
 //
 //	go test ./bench/workload -run '^$' -bench . -benchtime 1x
 
-func BenchmarkReplay(b *testing.B)            { Run(b, GroupReplay) }
-func BenchmarkColdResume(b *testing.B)        { Run(b, GroupColdResume) }
-func BenchmarkColdResumePreInit(b *testing.B) { Run(b, GroupColdPreInit) }
-func BenchmarkWarmResume(b *testing.B)        { Run(b, GroupWarmResume) }
-func BenchmarkWarmResumeNoSync(b *testing.B)  { Run(b, GroupWarmNoSync) }
-func BenchmarkOpRoundTrip(b *testing.B)       { Run(b, GroupOpRoundTrip) }
-func BenchmarkStepCommits(b *testing.B)       { Run(b, GroupStepCommits) }
-func BenchmarkSuspendedMemory(b *testing.B)   { Run(b, GroupSuspendedMemory) }
-func BenchmarkParkedMemory(b *testing.B)      { Run(b, GroupParkedMemory) }
-func BenchmarkUploadToFirstCall(b *testing.B) { Run(b, GroupUpload) }
-func BenchmarkLiveSteps(b *testing.B)         { Run(b, GroupLive+"-steps") }
-func BenchmarkLiveFanout(b *testing.B)        { Run(b, GroupLive+"-fanout") }
-func BenchmarkLiveAskStep(b *testing.B)       { Run(b, GroupLive+"-askstep") }
+func BenchmarkReplay(b *testing.B)               { Run(b, GroupReplay) }
+func BenchmarkColdResume(b *testing.B)           { Run(b, GroupColdResume) }
+func BenchmarkColdResumePreInit(b *testing.B)    { Run(b, GroupColdPreInit) }
+func BenchmarkSnapshotResume(b *testing.B)       { Run(b, GroupSnapshot) }
+func BenchmarkSnapshotResumeNoSync(b *testing.B) { Run(b, GroupSnapshotNoSync) }
+func BenchmarkWarmResume(b *testing.B)           { Run(b, GroupWarmResume) }
+func BenchmarkWarmResumeNoSync(b *testing.B)     { Run(b, GroupWarmNoSync) }
+func BenchmarkOpRoundTrip(b *testing.B)          { Run(b, GroupOpRoundTrip) }
+func BenchmarkStepCommits(b *testing.B)          { Run(b, GroupStepCommits) }
+func BenchmarkSuspendedMemory(b *testing.B)      { Run(b, GroupSuspendedMemory) }
+func BenchmarkParkedMemory(b *testing.B)         { Run(b, GroupParkedMemory) }
+func BenchmarkUploadToFirstCall(b *testing.B)    { Run(b, GroupUpload) }
+func BenchmarkLiveSteps(b *testing.B)            { Run(b, GroupLive+"-steps") }
+func BenchmarkLiveFanout(b *testing.B)           { Run(b, GroupLive+"-fanout") }
+func BenchmarkLiveAskStep(b *testing.B)          { Run(b, GroupLive+"-askstep") }

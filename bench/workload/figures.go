@@ -101,7 +101,8 @@ func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) {
 
 // ColdResume is figure 2 without parking: a run waits on a question after
 // n steps; the time is from answering it (host.AnswerAsk, fsync on) to the
-// run's next wait, on a host that parks no instance (MaxWarm -1), so the
+// run's next wait, on a host that parks no instance (MaxWarm -1) and keeps
+// no idle run's state (IdleRuns -1), so the run's log is read and the
 // guest is instantiated and replays its history. The runs ask questions
 // one after another after their steps, and each run is answered at most
 // max(1, n/100) times, so a replayed history holds fewer than n/100
@@ -109,30 +110,53 @@ func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) {
 // wazero and moved to the runtime's plugin with host.Upgrade (see
 // prepare): a live JavaScript run replays at every activation, so making a
 // 10,000-step one would take O(n²).
-func ColdResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, true, true, false) }
+func ColdResume(rt Runtime, n int) func(*testing.B) {
+	return resume(rt, n, resumeMode{cold: true, sync: true})
+}
 
 // ColdResumePreInit is ColdResume on a host that keeps instances
 // initialised ahead of demand (host.Options.PreInit), with runs created
 // there: the resume replays on a pre-initialised instance. The pool is
 // refilled between timed resumes, outside the timer.
-func ColdResumePreInit(rt Runtime, n int) func(*testing.B) { return resume(rt, n, true, true, true) }
+func ColdResumePreInit(rt Runtime, n int) func(*testing.B) {
+	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true})
+}
+
+// SnapshotResume is ColdResume with snapshots (host.Options.Snapshots) and
+// pre-initialised instances: each suspension that parks nothing stores a
+// snapshot in its commit, and the resume restores it into a pooled
+// instance instead of replaying. Each run's first answer, which takes the
+// first snapshot on the runtime's plugin, is not timed.
+func SnapshotResume(rt Runtime, n int) func(*testing.B) {
+	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true, snapshots: true})
+}
+
+// SnapshotResumeNoSync is SnapshotResume on a store that does not fsync.
+func SnapshotResumeNoSync(rt Runtime, n int) func(*testing.B) {
+	return resume(rt, n, resumeMode{cold: true, preInit: true, snapshots: true})
+}
 
 // WarmResume is figure 2 with parking: as ColdResume, on a host that parks
 // the suspended instance and continues it when the answer comes. Each
 // run's first answer, which instantiates and parks it, is not timed.
 // jsprogram parks no worker: its warm resume replays too.
-func WarmResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, true, false) }
+func WarmResume(rt Runtime, n int) func(*testing.B) { return resume(rt, n, resumeMode{sync: true}) }
 
 // WarmResumeNoSync is WarmResume on a store that does not fsync: what the
 // host and the engine cost, without the disk's two synced commits (the
 // answer's and the activation's).
-func WarmResumeNoSync(rt Runtime, n int) func(*testing.B) { return resume(rt, n, false, false, false) }
+func WarmResumeNoSync(rt Runtime, n int) func(*testing.B) { return resume(rt, n, resumeMode{}) }
 
 // asksPerRun is how many questions the resume figures' runs ask, one
 // after another, after their steps.
 const asksPerRun = 1000
 
-func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
+// resumeMode is how a resume figure's host runs: cold parks nothing; sync
+// fsyncs; preInit keeps instances ready; snapshots keeps snapshots.
+type resumeMode struct{ cold, sync, preInit, snapshots bool }
+
+func resume(rt Runtime, n int, m resumeMode) func(*testing.B) {
+	cold, sync, preInit := m.cold, m.sync, m.preInit
 	return func(b *testing.B) {
 		if rt == PlainGo {
 			if cold {
@@ -149,6 +173,9 @@ func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
 		if cold {
 			timed = max(1, n/100)
 		}
+		// Answered before the timer starts: warm, every run once, to park
+		// it; with snapshots, to take its first on the runtime's plugin.
+		untimed := !cold || m.snapshots
 		// One more run is answered before the timer starts: it loads the
 		// plugin on the timed host.
 		runs := (b.N+timed-1)/timed + 1
@@ -163,7 +190,10 @@ func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
 		if preInit {
 			pool = preInitPool
 		}
-		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}, preInit: pool})
+		// Cold without snapshots is the worst case: as after a restart,
+		// with the whole log read. With them, the run's state stays
+		// loaded (host.Options.IdleRuns) and only the instance is cold.
+		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}, preInit: pool, snapshots: m.snapshots, reload: cold && !m.snapshots})
 		ctx := context.Background()
 		asks := make([]string, runs)
 		answered := make([]int, runs)
@@ -192,7 +222,7 @@ func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
 			}
 		}
 		reply(0)
-		if !cold {
+		if untimed {
 			for r := 1; r < runs; r++ {
 				reply(r)
 			}
@@ -204,12 +234,19 @@ func resume(rt Runtime, n int, cold, sync, preInit bool) func(*testing.B) {
 				r, used = r+1, 0
 			}
 			if preInit {
+				// Between timed resumes, as a host between requests: the
+				// pool refilled, the last snapshot stored.
 				b.StopTimer()
 				need(b, s.h.WaitPreInit(ctx))
+				s.h.WaitSnapshots()
 				b.StartTimer()
 			}
 			reply(r)
 			used++
+		}
+		b.StopTimer()
+		if st := s.h.SnapshotStats(); m.snapshots && (st.Restored < int64(b.N) || st.Refused > 0) {
+			b.Fatalf("%d timed resumes, but snapshots %+v: some replayed", b.N, st)
 		}
 	}
 }

@@ -51,6 +51,13 @@ type hostConfig struct {
 	// preInit is host.Options.PreInit: pre-initialised instances per
 	// plugin version in use.
 	preInit int
+	// snapshots turns host.Options.Snapshots on (every suspension that
+	// parks nothing); off, runs resume by replay.
+	snapshots bool
+	// reload keeps no idle run's state (host.Options.IdleRuns -1): every
+	// resume that finds no parked instance reads the run's whole log, as
+	// the first one after a restart does.
+	reload bool
 }
 
 // open opens a store and a host on it with the shared engines.
@@ -78,8 +85,15 @@ func open(c hostConfig) (*sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	snaps, idle := -1, 0
+	if c.snapshots {
+		snaps = 1
+	}
+	if c.reload {
+		idle = -1
+	}
 	h, err := host.Open(context.Background(), st, &host.Options{
-		Engine: def, Engines: engines, Agents: echoAgents(), MaxWarm: c.maxWarm, NoFetch: true, PreInit: c.preInit,
+		Engine: def, Engines: engines, Agents: echoAgents(), MaxWarm: c.maxWarm, NoFetch: true, PreInit: c.preInit, Snapshots: snaps, IdleRuns: idle,
 	})
 	if err != nil {
 		st.Close()

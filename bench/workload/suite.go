@@ -10,6 +10,8 @@ const (
 	GroupReplay          = "replay"
 	GroupColdResume      = "resume-cold"
 	GroupColdPreInit     = "resume-cold-preinit"
+	GroupSnapshot        = "resume-snapshot"
+	GroupSnapshotNoSync  = "resume-snapshot-nosync"
 	GroupWarmResume      = "resume-warm"
 	GroupWarmNoSync      = "resume-warm-nosync"
 	GroupOpRoundTrip     = "op-roundtrip"
@@ -72,6 +74,10 @@ func Suite() []Figure {
 	add(GroupReplay, replaySizes, Replay, nil)
 	add(GroupColdResume, resumeSizes, ColdResume, nil)
 	add(GroupColdPreInit, resumeSizes, ColdResumePreInit, func(rt Runtime, _ int) bool { return rt == JS || rt == PlainGo })
+	// Only wazero instances are snapshotted.
+	notSnapshotted := func(rt Runtime, _ int) bool { return rt != GoWazero && rt != CWazero }
+	add(GroupSnapshot, resumeSizes, SnapshotResume, notSnapshotted)
+	add(GroupSnapshotNoSync, resumeSizes, SnapshotResumeNoSync, notSnapshotted)
 	add(GroupWarmResume, resumeSizes, WarmResume, nil)
 	add(GroupWarmNoSync, resumeSizes, WarmResumeNoSync, nil)
 	add(GroupOpRoundTrip, []int{0}, one(OpRoundTrip), func(rt Runtime, _ int) bool { return rt == JS })

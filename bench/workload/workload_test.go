@@ -130,7 +130,7 @@ func TestSuite(t *testing.T) {
 		}
 		seen[name] = true
 	}
-	for _, g := range []string{GroupReplay, GroupColdResume, GroupWarmResume, GroupOpRoundTrip, GroupStepCommits,
+	for _, g := range []string{GroupReplay, GroupColdResume, GroupSnapshot, GroupSnapshotNoSync, GroupWarmResume, GroupOpRoundTrip, GroupStepCommits,
 		GroupSuspendedMemory, GroupParkedMemory, GroupUpload, GroupLive + "-steps"} {
 		found := false
 		for name := range seen {

@@ -33,7 +33,7 @@ type tokens struct {
 func serveCmd(a *app) *cobra.Command {
 	var addr, baseURL, apiToken, adminToken string
 	var maxUpload int64
-	var preInit int
+	var preInit, snapshots int
 	var shutdownWait time.Duration
 	c := &cobra.Command{
 		Use:   "serve",
@@ -71,7 +71,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 					baseURL = "http://" + ln.Addr().String()
 				}
 			}
-			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit})
+			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
 					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
@@ -146,6 +146,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 	c.Flags().StringVar(&apiToken, "api-token", "", "bearer token for the API (env SANDFLOW_API_TOKEN)")
 	c.Flags().StringVar(&adminToken, "admin-token", "", "bearer token for the API and plugin uploads (env SANDFLOW_ADMIN_TOKEN)")
 	c.Flags().Int64Var(&maxUpload, "max-upload", 64<<20, "largest plugin module accepted, in bytes")
+	c.Flags().IntVar(&snapshots, "snapshots", 0, "snapshot a suspended wazero instance that is not kept parked once its run has this many ops, so its resume restores it instead of replaying (0: 64; -1: never)")
 	c.Flags().IntVar(&preInit, "preinit", 0, "initialised instances each WebAssembly tool in use keeps ready for starts and resumes by replay (0: none; runs created with it share the guest runtime's initialisation randomness)")
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
 	return c

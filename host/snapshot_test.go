@@ -1,0 +1,64 @@
+package host_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// TestSnapshotRefusedFallsBackToReplay: a snapshot a run cannot use (one of
+// another run, one ahead of its log) is refused, and the run resumes by
+// replay with the same result as a run resumed from its own snapshot.
+func TestSnapshotRefusedFallsBackToReplay(t *testing.T) {
+	ctx := context.Background()
+	k := newKitchen(t, &host.Options{MaxWarm: -1, Snapshots: 1})
+	if k.h.SnapshotStats() != (host.SnapshotStats{}) {
+		t.Fatalf("a new host has snapshot stats %+v", k.h.SnapshotStats())
+	}
+	a := k.run(`{"mode":"determinism","ms":300}`)
+	b := k.run(`{"mode":"determinism","ms":300}`)
+	c := k.run(`{"mode":"determinism","ms":300}`)
+	k.h.WaitSnapshots()
+	if st := k.h.SnapshotStats(); st.Taken != 3 {
+		t.Fatalf("three runs suspended, snapshot stats %+v", st)
+	}
+	snapA, err := k.st.Snapshot(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's snapshot is replaced by a's, c's by its own from the future.
+	if err := k.st.PutSnapshot(ctx, b.ID, store.Snapshot{Seq: 1 << 40, Data: snapA.Data}); err != nil {
+		t.Fatal(err)
+	}
+	snapC, err := k.st.Snapshot(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.st.PutSnapshot(ctx, c.ID, store.Snapshot{Seq: 1<<40 + 1, Data: snapC.Data}); err != nil {
+		t.Fatal(err)
+	}
+	k.restart()
+	results := map[string]string{}
+	for _, id := range []string{a.ID, b.ID, c.ID} {
+		ri := k.settle(id, 10*time.Second)
+		if ri.Status != store.StatusCompleted {
+			t.Fatalf("run %s: %s %v", id, ri.Status, ri.Error)
+		}
+		results[id] = string(ri.Result)
+	}
+	st := k.h.SnapshotStats()
+	if st.Restored != 1 || st.Refused != 2 {
+		t.Fatalf("snapshot stats %+v; want a restored, b and c refused", st)
+	}
+	for _, id := range []string{a.ID, b.ID, c.ID} {
+		if _, err := k.st.Snapshot(ctx, id); err == nil {
+			t.Errorf("run %s ended but its snapshot is kept", id)
+		}
+	}
+	if results[a.ID] == results[b.ID] {
+		t.Errorf("run b resumed with run a's state: both gave %s", results[a.ID])
+	}
+}
