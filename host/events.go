@@ -141,8 +141,16 @@ func mkEvent(kind string, t time.Time, d *evData) store.Event {
 
 func decodeEvData(e store.Event) (*evData, error) {
 	d := new(evData)
-	if err := gojson.Unmarshal(e.Data, d); err != nil {
-		return nil, fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
+	if err := decodeEvDataInto(e, d); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// decodeEvDataInto decodes an event's data into a zero evData.
+func decodeEvDataInto(e store.Event, d *evData) error {
+	if err := gojson.Unmarshal(e.Data, d); err != nil {
+		return fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"time"
 
@@ -120,6 +121,7 @@ func ReadHistory(r io.Reader) (*History, error) {
 // that the run record agrees with them.
 func (hist *History) state() (*runState, error) {
 	rs := newRunState(hist.Run)
+	rs.reserve(len(hist.Events), func(i int) string { return hist.Events[i].Kind })
 	plugin, version, hash := "", 0, ""
 	for _, he := range hist.Events {
 		e := store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}
@@ -220,7 +222,22 @@ func short(hash string) string {
 }
 
 // adHocPlugin compiles a module for a replay check without registering it.
+// The last few such modules are kept with their pools of pre-initialised
+// instances, found again by their length and a 64-bit hash with a seed
+// drawn per process (two modules that differ collide with odds of 2^-64,
+// and the seed cannot be aimed at): checking the same module again
+// neither hashes it with SHA-256 nor makes its instances afresh.
 func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name string) (*loadedPlugin, error) {
+	key := adHocKey{engine: eng.Name(), name: name, sum: maphash.Bytes(adHocSeed, wasm), n: len(wasm)}
+	h.mu.Lock()
+	for i, e := range h.adHoc {
+		if e.key == key {
+			h.adHoc = append(append(h.adHoc[:i:i], h.adHoc[i+1:]...), e) // most recent last
+			h.mu.Unlock()
+			return e.lp, nil
+		}
+	}
+	h.mu.Unlock()
 	if _, isSource := eng.(SourceEngine); !isSource {
 		if err := checkModuleLimits(wasm, h.limits); err != nil {
 			return nil, err
@@ -232,7 +249,39 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 	if err != nil {
 		return nil, err
 	}
-	return &loadedPlugin{p: store.Plugin{Name: name, ModuleHash: hash}, limits: h.limits, cm: cm, caps: map[string]bool{}}, nil
+	lp := &loadedPlugin{p: store.Plugin{Name: name, ModuleHash: hash}, limits: h.limits, cm: cm, caps: map[string]bool{}}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return lp, nil
+	}
+	h.adHoc = append(h.adHoc, adHocEntry{key: key, lp: lp})
+	var old *loadedPlugin
+	if len(h.adHoc) > maxAdHoc {
+		old = h.adHoc[0].lp
+		h.adHoc = h.adHoc[1:]
+	}
+	h.mu.Unlock()
+	if old != nil {
+		old.closeFresh(ctx)
+	}
+	return lp, nil
+}
+
+// maxAdHoc is how many modules checked ad hoc a host keeps.
+const maxAdHoc = 4
+
+var adHocSeed = maphash.MakeSeed()
+
+type adHocKey struct {
+	engine, name string
+	sum          uint64
+	n            int
+}
+
+type adHocEntry struct {
+	key adHocKey
+	lp  *loadedPlugin
 }
 
 func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) (*ReplayReport, error) {
@@ -240,6 +289,9 @@ func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) 
 	if len(rs.markers) == 0 {
 		rep.End = "suspended"
 		return rep, nil
+	}
+	if rs.created != nil && rs.created.SharedInit {
+		defer h.refill(lp) // it may have taken a pooled instance
 	}
 	w, err := h.newWorkflowInstance(ctx, rs, lp, true)
 	if err != nil {

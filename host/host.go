@@ -189,6 +189,7 @@ type Host struct {
 	// (distrust).
 	badSnaps map[string]uint64
 	snaps    snapCounters
+	adHoc    []adHocEntry // modules checked ad hoc, least recently used first
 	// snapWriters bounds the snapshots compressed and stored at once;
 	// snapWG counts those not stored yet.
 	snapWriters chan struct{}
@@ -344,6 +345,10 @@ func (h *Host) Close(ctx context.Context) error {
 		lp.closeSteps(ctx)
 		lp.closeFresh(ctx)
 	}
+	for _, e := range h.adHoc {
+		e.lp.closeFresh(ctx)
+	}
+	h.adHoc = nil
 	for _, cm := range h.compiled {
 		errs = append(errs, cm.Close(ctx))
 	}

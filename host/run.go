@@ -208,6 +208,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 		return err
 	}
 	rs := newRunState(rec)
+	rs.reserve(len(evs), func(i int) string { return evs[i].Kind })
 	for _, e := range evs {
 		if err := rs.apply(e); err != nil {
 			return fmt.Errorf("run %s: %w", rh.id, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -45,6 +46,9 @@ type runState struct {
 
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
+
+	scratch *evData // apply's decoding buffer
+	slab    []opRec // ops are taken from it while it lasts (reserve)
 
 	lastProgress json.RawMessage
 	status       store.RunStatus
@@ -216,7 +220,14 @@ func (rs *runState) newOp(e store.Event, p uint32, kind abi.OpKind, name string)
 	if len(rs.markers) == 0 {
 		return nil, fmt.Errorf("%w: event %d records an op before any activation", ErrBadHistory, e.Seq)
 	}
-	o := &opRec{kind: kind, name: name, seq: e.Seq, t: e.Time, act: rs.activation()}
+	var o *opRec
+	if len(rs.slab) < cap(rs.slab) {
+		rs.slab = rs.slab[:len(rs.slab)+1]
+		o = &rs.slab[len(rs.slab)-1]
+	} else {
+		o = new(opRec)
+	}
+	*o = opRec{kind: kind, name: name, seq: e.Seq, t: e.Time, act: rs.activation()}
 	rs.ops = append(rs.ops, o)
 	return o, nil
 }
@@ -248,8 +259,13 @@ func (rs *runState) apply(e store.Event) error {
 	if e.Seq != rs.lastSeq+1 {
 		return fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
 	}
-	d, err := decodeEvData(e)
-	if err != nil {
+	// One evData, reused: apply keeps values of its fields, never it.
+	if rs.scratch == nil {
+		rs.scratch = new(evData)
+	}
+	d := rs.scratch
+	*d = evData{}
+	if err := decodeEvDataInto(e, d); err != nil {
 		return err
 	}
 	if rs.created == nil && e.Kind != EvRunCreated {
@@ -267,7 +283,8 @@ func (rs *runState) apply(e store.Event) error {
 		if err != nil || len(seed) != 32 {
 			return fmt.Errorf("%w: run seed %q", ErrBadHistory, d.Seed)
 		}
-		rs.created, rs.start = d, e.Time
+		created := *d
+		rs.created, rs.start = &created, e.Time
 		copy(rs.seed[:], seed)
 		rs.calls = []callRec{{seq: e.Seq, id: rs.id, input: d.Input}}
 	case EvRunResumed:
@@ -737,4 +754,23 @@ func (rs *runState) runnableSteps() []uint32 {
 func (rs *runState) serveCall(i int) []byte {
 	c := rs.calls[i]
 	return mustJSON(abi.ServeCall{Input: nullIfEmpty(c.input), CallID: c.id, Index: i})
+}
+
+// reserve sizes the state for a log of n events (kind gives each one's
+// kind): its activations and ops, and a block the ops are taken from, so
+// that loading a long log does not grow them step by step.
+func (rs *runState) reserve(n int, kind func(int) string) {
+	acts, ops := 0, 0
+	for i := range n {
+		switch kind(i) {
+		case EvRunResumed:
+			acts++
+		case EvStepStarted, EvTimerSet, EvAskOpened, EvHookCreated, EvHookNext, EvHookDisposed, EvProgress, EvRunCompleted,
+			EvRunFailed, EvRunCancelled, EvWebhookResponded, EvAgentSent, EvReceive, EvReplied, EvSignal, EvOpRefused:
+			ops++
+		}
+	}
+	rs.markers = slices.Grow(rs.markers, acts)
+	rs.ops = slices.Grow(rs.ops, ops)
+	rs.slab = make([]opRec, 0, ops)
 }

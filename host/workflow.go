@@ -75,15 +75,8 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 		w.clock.advance(rs.markers[0].t) // the guest starts in activation 0
 	}
 	if rs.created != nil && rs.created.SharedInit {
-		// Initialised alike, then bound to the run (preinit.go); a
-		// history check makes its own, outside the pool.
-		var f freshInstance
-		var err error
-		if checkOnly {
-			f, err = instantiate(ctx, lp)
-		} else {
-			f, err = h.takeFresh(ctx, lp)
-		}
+		// Initialised alike, then bound to the run (preinit.go).
+		f, err := h.takeFresh(ctx, lp)
 		if err != nil {
 			return nil, err
 		}

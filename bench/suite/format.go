@@ -22,6 +22,7 @@ const Pkg = "github.com/sandflow/sandflow/bench/workload"
 // (bench_test.go), one per group.
 var benchFuncs = map[string]string{
 	workload.GroupReplay:            "Replay",
+	workload.GroupReplayPreInit:     "ReplayPreInit",
 	workload.GroupColdResume:        "ColdResume",
 	workload.GroupColdPreInit:       "ColdResumePreInit",
 	workload.GroupSnapshot:          "SnapshotResume",

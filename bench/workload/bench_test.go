@@ -8,6 +8,7 @@ import "testing"
 //	go test ./bench/workload -run '^$' -bench . -benchtime 1x
 
 func BenchmarkReplay(b *testing.B)               { Run(b, GroupReplay) }
+func BenchmarkReplayPreInit(b *testing.B)        { Run(b, GroupReplayPreInit) }
 func BenchmarkColdResume(b *testing.B)           { Run(b, GroupColdResume) }
 func BenchmarkColdResumePreInit(b *testing.B)    { Run(b, GroupColdPreInit) }
 func BenchmarkSnapshotResume(b *testing.B)       { Run(b, GroupSnapshot) }

@@ -55,19 +55,28 @@ func perItem(b *testing.B, n int, unit string) {
 // guest on wazero and replayed by the runtime's own module, which makes
 // the same ops; PlainGo decodes the recorded results and feeds them to
 // Plain. Besides ns/op it reports ns/step.
-func Replay(rt Runtime, n int) func(*testing.B) { return ReplayWorkload(rt, Steps, n) }
+func Replay(rt Runtime, n int) func(*testing.B) { return replay(rt, Steps, n, false) }
+
+// ReplayPreInit is Replay from a pre-initialised instance: the history is
+// recorded on a host with host.Options.PreInit (its run records
+// sharedInit), and the replaying host keeps instances ready, so each
+// replay takes one from the pool (refilled between replays, outside the
+// timer) and the time is the replay of the log alone.
+func ReplayPreInit(rt Runtime, n int) func(*testing.B) { return replay(rt, Steps, n, true) }
 
 // ReplayWorkload is Replay for any workload's history: askstep's holds n
 // answered questions and n steps (ns/round), fanout's n agent turns
 // (ns/turn).
-func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) {
+func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) { return replay(rt, w, n, false) }
+
+func replay(rt Runtime, w Workload, n int, preInit bool) func(*testing.B) {
 	unit := map[Workload]string{Fanout: "ns/turn", AskStep: "ns/round"}[w]
 	if unit == "" {
 		unit = "ns/step"
 	}
 	return func(b *testing.B) {
 		in := Input{Mode: w, N: n}
-		rec, err := record(in)
+		rec, err := recordOn(in, preInit)
 		need(b, err)
 		if rt == PlainGo {
 			for b.Loop() {
@@ -82,10 +91,19 @@ func ReplayWorkload(rt Runtime, w Workload, n int) func(*testing.B) {
 			perItem(b, n, unit)
 			return
 		}
-		s := openTB(b, hostConfig{runtimes: []Runtime{rt}})
+		pool := 0
+		if preInit {
+			pool = preInitPool
+		}
+		s := openTB(b, hostConfig{runtimes: []Runtime{rt}, preInit: pool})
 		mod, err := rt.module()
 		need(b, err)
 		replay := func() {
+			if preInit {
+				b.StopTimer()
+				need(b, s.h.WaitPreInit(context.Background()))
+				b.StartTimer()
+			}
 			rep, err := s.h.CheckReplayOn(context.Background(), rec.hist, mod, rt.engine())
 			if err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
 				b.Fatalf("replay of %s n=%d on %s: %+v %v", w, n, rt, rep, err)

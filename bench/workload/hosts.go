@@ -205,16 +205,28 @@ type recorded struct {
 
 var (
 	histMu sync.Mutex
-	hists  = map[Input]*recorded{}
+	hists  = map[recordKey]*recorded{}
 )
 
 // record returns the history of a completed run of in, recorded once per
 // process by the Go guest on wazero with parking on (each live step
 // continues on the parked instance) and fsync off.
-func record(in Input) (*recorded, error) {
+func record(in Input) (*recorded, error) { return recordOn(in, false) }
+
+// recordKey names a recorded history: its input, and whether it was
+// recorded on a host with pre-initialised instances (which its run
+// records: sharedInit).
+type recordKey struct {
+	in      Input
+	preInit bool
+}
+
+// recordOn is record on a host with pre-initialised instances or not.
+func recordOn(in Input, preInit bool) (*recorded, error) {
 	histMu.Lock()
 	defer histMu.Unlock()
-	if r := hists[in]; r != nil {
+	key := recordKey{in, preInit}
+	if r := hists[key]; r != nil {
 		return r, nil
 	}
 	dir, err := scratch("record")
@@ -222,7 +234,11 @@ func record(in Input) (*recorded, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s, err := open(hostConfig{path: filepath.Join(dir, "db")})
+	pool := 0
+	if preInit {
+		pool = preInitPool
+	}
+	s, err := open(hostConfig{path: filepath.Join(dir, "db"), preInit: pool})
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +256,7 @@ func record(in Input) (*recorded, error) {
 		return nil, err
 	}
 	r := &recorded{in: in, hist: hist}
-	hists[in] = r
+	hists[key] = r
 	return r, nil
 }
 

@@ -8,6 +8,7 @@ import (
 // Figure groups, in the order Suite lists them.
 const (
 	GroupReplay          = "replay"
+	GroupReplayPreInit   = "replay-preinit"
 	GroupColdResume      = "resume-cold"
 	GroupColdPreInit     = "resume-cold-preinit"
 	GroupSnapshot        = "resume-snapshot"
@@ -72,6 +73,8 @@ func Suite() []Figure {
 		return func(rt Runtime, _ int) func(*testing.B) { return f(rt) }
 	}
 	add(GroupReplay, replaySizes, Replay, nil)
+	// Only wazero modules keep pre-initialised instances.
+	add(GroupReplayPreInit, replaySizes, ReplayPreInit, func(rt Runtime, _ int) bool { return rt != GoWazero && rt != CWazero })
 	add(GroupColdResume, resumeSizes, ColdResume, nil)
 	add(GroupColdPreInit, resumeSizes, ColdResumePreInit, func(rt Runtime, _ int) bool { return rt == JS || rt == PlainGo })
 	// Only wazero instances are snapshotted.

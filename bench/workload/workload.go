@@ -180,7 +180,7 @@ func Cleanup() {
 	}
 	shared.engines, shared.js, shared.dir, shared.modules = nil, nil, "", nil
 	histMu.Lock()
-	hists = map[Input]*recorded{}
+	hists = map[recordKey]*recorded{}
 	histMu.Unlock()
 	templateMu.Lock()
 	templates = map[templateKey]*template{}
