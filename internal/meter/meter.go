@@ -159,7 +159,7 @@ func instrument(wasm []byte) ([]byte, *rewriter, error) {
 	r := newReader(wasm, nil)
 	r.Off = 8
 	rw := &rewriter{}
-	var types, importedGlobals, definedGlobals, definedFuncs uint32
+	var types, importedGlobals, importedMems, definedGlobals, definedFuncs uint32
 	for r.Off < len(wasm) {
 		id, err := r.Byte()
 		if err != nil {
@@ -180,7 +180,7 @@ func instrument(wasm []byte) ([]byte, *rewriter, error) {
 				return nil, nil, err
 			}
 		case 2: // after the type section, so type indices can be checked
-			if rw.importedFuncs, importedGlobals, err = countImports(body, types); err != nil {
+			if rw.importedFuncs, importedGlobals, importedMems, err = countImports(body, types); err != nil {
 				return nil, nil, err
 			}
 		case 3:
@@ -193,6 +193,12 @@ func instrument(wasm []byte) ([]byte, *rewriter, error) {
 			}
 		}
 		secs = append(secs, section{id, body})
+	}
+	// Data segments are merged only into a memory of the module's own,
+	// which starts zeroed, and only when no instruction names them.
+	mergeable := importedMems == 0
+	for _, s := range secs {
+		mergeable = mergeable && s.id != 12
 	}
 	rw.tick = rw.importedFuncs
 	rw.funcs = rw.importedFuncs + definedFuncs
@@ -265,6 +271,8 @@ func instrument(wasm []byte) ([]byte, *rewriter, error) {
 			body, err = rw.elements(s.body)
 		case 10:
 			body, err = rw.code(s.body)
+		case 11:
+			body = mergeData(s.body, mergeable)
 		case 0:
 			body, err = rw.custom(s.body)
 			if body == nil && err == nil {
@@ -344,25 +352,25 @@ func appendToVector(body, entry []byte) ([]byte, error) {
 
 // countImports counts the imported functions and globals, checking each
 // import's type index against the module's types and the section's end.
-func countImports(body []byte, types uint32) (funcs, globals uint32, err error) {
+func countImports(body []byte, types uint32) (funcs, globals, memories uint32, err error) {
 	r := newReader(body, nil)
 	n, err := r.U32()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for range n {
 		for range 2 { // module, name
 			l, err := r.U32()
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			if err := r.Skip(int(l)); err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 		}
 		kind, err := r.Byte()
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		switch kind {
 		case 0: // func: type index
@@ -373,6 +381,7 @@ func countImports(body []byte, types uint32) (funcs, globals uint32, err error) 
 				err = limits(r)
 			}
 		case 2: // memory
+			memories++
 			err = limits(r)
 		case 3: // global: valtype, mut
 			globals++
@@ -384,13 +393,13 @@ func countImports(body []byte, types uint32) (funcs, globals uint32, err error) 
 				_, err = r.index(types, "type")
 			}
 		default:
-			return 0, 0, r.Fail("import kind %d", kind)
+			return 0, 0, 0, r.Fail("import kind %d", kind)
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
-	return funcs, globals, r.End()
+	return funcs, globals, memories, r.End()
 }
 
 // blocktype skips a block type: empty, a value type, or a type index.
