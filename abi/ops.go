@@ -68,6 +68,11 @@ const (
 	// is next aborted (cancelled with time to unwind): the spec's
 	// abortSignal. Recorded.
 	OpSignal OpKind = 19
+	// OpStepAborted reports, in a step attempt, whether the run has been
+	// aborted since the step was called: the spec's "a step that receives
+	// the signal sees the abort". The body is a StepAborted. Step context
+	// only; not recorded (a step's result is).
+	OpStepAborted OpKind = 20
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -108,6 +113,7 @@ var opNames = [...]string{
 	OpReceive:        "receive",
 	OpReply:          "reply",
 	OpSignal:         "signal",
+	OpStepAborted:    "step_aborted",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -145,7 +151,7 @@ func (k OpKind) MakesFuture() bool {
 // InWorkflow reports whether the op may be issued from RunExport.
 func (k OpKind) InWorkflow() bool {
 	switch k {
-	case OpStepInput, OpStepComplete, OpCall:
+	case OpStepInput, OpStepComplete, OpCall, OpStepAborted:
 		return false
 	}
 	return k.Valid()
@@ -154,7 +160,7 @@ func (k OpKind) InWorkflow() bool {
 // InStep reports whether the op may be issued from StepExport.
 func (k OpKind) InStep() bool {
 	switch k {
-	case OpStepInput, OpStepComplete, OpCall, OpMetadata:
+	case OpStepInput, OpStepComplete, OpCall, OpMetadata, OpStepAborted:
 		return true
 	}
 	return false

@@ -148,6 +148,13 @@ type AbortInfo struct {
 	Reason string `json:"reason"`
 }
 
+// StepAborted is OpStepAborted's body: whether the run has been aborted
+// since the step was called, and the reason of its last abort.
+type StepAborted struct {
+	Aborted bool   `json:"aborted"`
+	Reason  string `json:"reason,omitempty"`
+}
+
 // ReplyRequest is OpReply's payload. Received is how many of the run's
 // calls the body has received: one past the highest index among the
 // ServeCalls its receive futures delivered to it (a future the host

@@ -137,6 +137,20 @@ func (sc *StepContext) Metadata() Metadata {
 	return m
 }
 
+// Aborted reports whether the run has been aborted (the spec's
+// abortSignal: a task_cancel, a cancelled or failed turn, the end of the
+// session, a steer) since the step was called, and why: a long step can
+// check it and stop early. An abort before the call does not count; the
+// body knows of it (Signal). It asks the host each time.
+func (sc *StepContext) Aborted() (AbortInfo, bool) {
+	r := doOp(abi.OpStepAborted, "", nil)
+	var a abi.StepAborted
+	if r.status != abi.StatusOK || json.Unmarshal(r.payload, &a) != nil || !a.Aborted {
+		return AbortInfo{}, false
+	}
+	return AbortInfo{Reason: a.Reason}, true
+}
+
 // Call calls a host capability by name with a JSON-encodable input and
 // decodes its result. Capabilities may only be called from steps, and only
 // those the plugin's manifest lists.

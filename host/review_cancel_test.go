@@ -63,3 +63,53 @@ func runIDOf(t *testing.T, r *review) string {
 	}
 	return runs[0].ID
 }
+
+// TestStepSeesAbort: a step attempt in flight sees the run's abort
+// (StepContext.Aborted, the spec's "a step that receives the signal sees
+// the abort"), and a step called after an abort does not count that one,
+// only the next.
+func TestStepSeesAbort(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		ctx := context.Background()
+		k := newKitchen(t, nil)
+		done := make(chan host.RunInfo, 1)
+		go func() { done <- k.run(`{"mode":"abort-step","token":"sa"}`) }()
+		id := ""
+		abortWhenRunning := func(key, reason string) {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for k.count.get(key) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("step %s never ran", key)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if id == "" {
+				runs, err := k.h.Runs(ctx, store.RunFilter{})
+				if err != nil || len(runs) != 1 {
+					t.Fatalf("runs: %v %v", runs, err)
+				}
+				id = runs[0].ID
+			}
+			if _, err := k.h.Abort(ctx, id, reason); err != nil {
+				t.Fatal(err)
+			}
+		}
+		abortWhenRunning("sa", "task_cancel")
+		abortWhenRunning("sa-after", "steer")
+		var ri host.RunInfo
+		select {
+		case ri = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the run did not end")
+		}
+		if ri.Status != store.StatusCompleted {
+			t.Fatalf("run: %s %v", ri.Status, ri.Error)
+		}
+		got := result[map[string]any](t, ri)
+		want := `{"after":{"early":false,"reason":"steer"},"inFlight":{"early":false,"reason":"task_cancel"},"signalled":true}`
+		if mustJSON(t, got) != want {
+			t.Fatalf("result %s\nwant   %s", mustJSON(t, got), want)
+		}
+	})
+}

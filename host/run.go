@@ -44,6 +44,33 @@ type runHandle struct {
 	// handle, for readers that should not wait while the holder of mu
 	// runs steps or waits on agent turns.
 	snap atomic.Pointer[RunInfo]
+	// aborts is the run's aborts as of the last commit or load, for step
+	// attempts, which run without mu (OpStepAborted).
+	aborts atomic.Pointer[abortsSeen]
+}
+
+// abortsSeen is how many aborts a run has recorded, and the last one's
+// reason.
+type abortsSeen struct {
+	n      int
+	reason string
+}
+
+// publishAborts makes the run's aborts visible to its step attempts.
+// Called with mu held, after the state changed.
+func (rh *runHandle) publishAborts() {
+	if rh.rs == nil {
+		return
+	}
+	n := len(rh.rs.aborts)
+	if cur := rh.aborts.Load(); cur != nil && cur.n == n {
+		return
+	}
+	seen := &abortsSeen{n: n}
+	if n > 0 {
+		seen.reason = rh.rs.aborts[n-1].reason
+	}
+	rh.aborts.Store(seen)
 }
 
 func (h *Host) handle(id string) *runHandle {
@@ -218,6 +245,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 		return fmt.Errorf("%w: run %s record says seq %d, log ends at %d", ErrBadHistory, rh.id, rec.LastSeq, rs.lastSeq)
 	}
 	rh.rs = rs
+	rh.publishAborts()
 	return nil
 }
 
@@ -262,6 +290,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		return err
 	}
 	rs.rec = rec
+	rh.publishAborts()
 	info := h.info(rs)
 	rh.snap.Store(&info)
 	h.notify(rs.id)
@@ -535,7 +564,7 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	for _, p := range steps {
 		o := rs.op(p)
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
-			meta: mustJSON(metadata(rs, stepID(rs.id, p)))}
+			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
 		go func() {
 			sem <- struct{}{}
 			out := h.execStep(ctx, lp, a)

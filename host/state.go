@@ -774,3 +774,14 @@ func (rs *runState) reserve(n int, kind func(int) string) {
 	rs.ops = slices.Grow(rs.ops, ops)
 	rs.slab = make([]opRec, 0, ops)
 }
+
+// abortsBefore counts the run's aborts recorded before event seq.
+func (rs *runState) abortsBefore(seq uint64) int {
+	n := 0
+	for _, a := range rs.aborts {
+		if a.seq < seq {
+			n++
+		}
+	}
+	return n
+}

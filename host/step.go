@@ -34,6 +34,23 @@ type stepAttempt struct {
 	input   json.RawMessage
 	attempt int
 	meta    []byte
+	// rh and abortsBefore answer OpStepAborted: the run's aborts recorded
+	// before the step was called do not count.
+	rh           *runHandle
+	abortsBefore int
+}
+
+// aborted reports whether the attempt's run has been aborted since its
+// step was called.
+func (a *stepAttempt) aborted() abi.StepAborted {
+	if a.rh == nil {
+		return abi.StepAborted{}
+	}
+	seen := a.rh.aborts.Load()
+	if seen == nil || seen.n <= a.abortsBefore {
+		return abi.StepAborted{}
+	}
+	return abi.StepAborted{Aborted: true, Reason: seen.reason}
 }
 
 func stepID(runID string, op uint32) string { return fmt.Sprintf("%s:%d", runID, op) }
@@ -80,6 +97,8 @@ func (s *stepInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []
 		return s.ok(mustJSON(abi.StepInput{Name: s.cur.name, Input: s.cur.input, StepID: stepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, RunID: s.cur.runID})), nil
 	case abi.OpMetadata:
 		return s.ok(s.cur.meta), nil
+	case abi.OpStepAborted:
+		return s.ok(mustJSON(s.cur.aborted())), nil
 	case abi.OpStepComplete:
 		if s.outcome != nil {
 			return s.refuse(abi.StatusNotAllowed, "step_complete: the attempt is already complete"), nil

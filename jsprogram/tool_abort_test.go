@@ -226,3 +226,70 @@ func replaysWhole(t *testing.T, h *host.Host, id string) {
 		t.Errorf("replay: %+v %v", rep, err)
 	}
 }
+
+const stepSignalTool = `defineWorkflowTool({ description: "passes its abort signal to steps", inputSchema: { type: "object" },
+  async execute(input, ctx) {
+    "use workflow";
+    const inFlight = await waitAbort(ctx.abortSignal);
+    const after = await peek(1, ctx.abortSignal);
+    return { inFlight, after };
+  } });
+async function waitAbort(signal) {
+  "use step";
+  const end = Date.now() + 20000;
+  while (!signal.aborted && Date.now() < end) {}
+  return { aborted: signal.aborted, reason: signal.aborted ? signal.reason.reason : null };
+}
+async function peek(n, signal) {
+  "use step";
+  let threw = "";
+  try { signal.throwIfAborted(); } catch (e) { threw = e.name; }
+  return { n, aborted: signal.aborted, threw, reason: signal.reason.reason };
+}
+`
+
+// TestToolStepSeesAbort: a step given ctx.abortSignal sees the run's
+// abort while it runs (the spec's "a step that receives the signal sees
+// the abort"), and a step given it after the abort gets it aborted.
+func TestToolStepSeesAbort(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("stepsignal", stepSignalTool)
+	ctx := context.Background()
+	done := make(chan host.RunInfo, 1)
+	go func() { done <- f.call("stepsignal", `{}`) }()
+	var id string
+	waitUntil(t, "the run to start its step", func() bool {
+		runs, err := f.h.Runs(ctx, store.RunFilter{})
+		if err != nil || len(runs) == 0 {
+			return false
+		}
+		id = runs[0].ID
+		evs, err := f.h.Events(ctx, id)
+		for _, e := range evs {
+			if e.Kind == host.EvStepStarted {
+				return err == nil
+			}
+		}
+		return false
+	})
+	if _, err := f.h.Abort(ctx, id, "task_cancel"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not return")
+	}
+	var ri host.RunInfo
+	waitUntil(t, "the run to unwind", func() bool {
+		ri, _ = f.h.Run(ctx, id)
+		return ri.Status.Terminal()
+	})
+	if ri.Status != store.StatusCancelled {
+		t.Fatalf("after the abort: %s %+v", ri.Status, ri.Error)
+	}
+	want := `{"inFlight":{"aborted":true,"reason":"task_cancel"},"after":{"n":1,"aborted":true,"threw":"AbortError","reason":"task_cancel"}}`
+	if got := keptResult(t, f.h, id); got != want {
+		t.Errorf("the body's result: %s\nwant %s", got, want)
+	}
+}

@@ -373,21 +373,37 @@
   // undefined: those at the end are left off, and the positions of others
   // go with the input ({ args, undefined: [i...] }), so the attempt gets
   // undefined where the caller passed it and default parameters apply as
-  // in a direct call.
+  // in a direct call. An argument that is one of the run's abort signals
+  // goes as its position and state ({ signals: [{ i, aborted, reason }] }):
+  // the attempt gets a signal that sees the run's aborts from then on.
   function step(name, fn, args) {
     let n = args.length;
     while (n > 0 && args[n - 1] === undefined) n--;
     const list = [];
     const undef = [];
+    const sigs = [];
     for (let i = 0; i < n; i++) {
       const a = args[i];
       if (typeof a === "function" || typeof a === "symbol") {
         throw new TypeError("the input of step " + name + " is not JSON: argument " + (i + 1) + " is a " + typeof a);
       }
+      if (isOurSignal(a)) {
+        const s = { i, aborted: a.aborted };
+        if (a.aborted) s.reason = a.reason.reason;
+        sigs[sigs.length] = s;
+        list[i] = null;
+        continue;
+      }
       if (a === undefined) undef[undef.length] = i;
       list[i] = a === undefined ? null : a;
     }
-    const req = { input: undef.length === 0 ? list : { args: list, undefined: undef } };
+    let input = list;
+    if (undef.length > 0 || sigs.length > 0) {
+      input = { args: list };
+      if (undef.length > 0) input.undefined = undef;
+      if (sigs.length > 0) input.signals = sigs;
+    }
+    const req = { input };
     const policy = retryPolicy(name, fn);
     if (policy !== undefined) req.retry = policy;
     return future(ops.step, name, payload(req, "the input of step " + name));
@@ -674,6 +690,58 @@
     run,
     setStep(info) {
       stepInfo = freeze(info);
+    },
+    // stepSignal is, in a step attempt, the abort signal the workflow
+    // passed it: aborted from the start if it was then, and otherwise
+    // asking the host, each time it is read, whether the run has been
+    // aborted since the step was called. A step runs to its end without
+    // waiting, so its listeners run when a read finds the abort.
+    stepSignal(aborted, why) {
+      const listeners = [];
+      let onabort = null;
+      let reason;
+      const signal = freeze({
+        get aborted() {
+          return check();
+        },
+        get reason() {
+          check();
+          return reason;
+        },
+        get onabort() {
+          return onabort;
+        },
+        set onabort(fn) {
+          onabort = fn;
+        },
+        throwIfAborted() {
+          if (check()) throw reason;
+        },
+        addEventListener(type, fn) {
+          if (type === "abort" && typeof fn === "function") listeners[listeners.length] = fn;
+        },
+        removeEventListener(type, fn) {
+          for (let i = 0; i < listeners.length; i++) if (listeners[i] === fn) listeners[i] = undefined;
+        },
+      });
+      const abortError = (w) => {
+        const e = new Error("the call was aborted (" + w + ")");
+        defineProperty(e, "name", { value: "AbortError", writable: true, configurable: true });
+        setField(e, "reason", w);
+        return e;
+      };
+      function check() {
+        if (reason !== undefined) return true;
+        const r = base.parse(host.call(ops.stepAborted, "", "")[1]);
+        if (!r.aborted) return false;
+        reason = abortError(r.reason);
+        const event = freeze({ type: "abort", target: signal });
+        if (typeof onabort === "function") apply(onabort, signal, [event]);
+        for (let i = 0; i < listeners.length; i++) if (listeners[i] !== undefined) apply(listeners[i], signal, [event]);
+        return true;
+      }
+      if (aborted) reason = abortError(why);
+      return signal;
     },
     // stepFn is the declared function of a step, or undefined.
     stepFn: (name) => stepFns[name],

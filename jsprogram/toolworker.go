@@ -77,7 +77,7 @@ func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error
 		"sleep": abi.OpSleep, "ask": abi.OpAsk, "step": abi.OpStep, "agent": abi.OpAgent, "progress": abi.OpProgress,
 		"hookCreate": abi.OpHookCreate, "hookNext": abi.OpHookNext, "hookDispose": abi.OpHookDispose,
 		"webhookRespond": abi.OpWebhookRespond, "metadata": abi.OpMetadata,
-		"receive": abi.OpReceive, "reply": abi.OpReply, "signal": abi.OpSignal,
+		"receive": abi.OpReceive, "reply": abi.OpReply, "signal": abi.OpSignal, "stepAborted": abi.OpStepAborted,
 	} {
 		_ = ops.Set(name, int(k))
 	}
@@ -437,7 +437,7 @@ func (s *session) hostCall(fc goja.FunctionCall) goja.Value {
 // host's refusal as an error.
 func (s *session) hostOp(fc goja.FunctionCall) []byte {
 	kind := abi.OpKind(fc.Argument(0).ToInteger())
-	if s.act.Kind != kindTool && !(s.act.Kind == kindStep && kind == abi.OpMetadata) {
+	if s.act.Kind != kindTool && !(s.act.Kind == kindStep && (kind == abi.OpMetadata || kind == abi.OpStepAborted)) {
 		panic(s.vm.NewTypeError("this operation is available only in the workflow body"))
 	}
 	name := fc.Argument(1).String()
@@ -509,17 +509,20 @@ func (s *session) runStep() error {
 	if err != nil {
 		return err
 	}
-	// The input is the arguments, or { args, undefined: [i...] } when
-	// some were undefined (the prelude's step).
+	// The input is the arguments, or { args, undefined: [i...],
+	// signals: [{ i, aborted, reason }] } when some were undefined or
+	// abort signals (the prelude's step).
 	var argv []goja.Value
 	var undef []int
+	var signals []stepSignal
 	if !isJSONArray(input) {
 		var wrapped struct {
 			Args      json.RawMessage `json:"args"`
 			Undefined []int           `json:"undefined"`
+			Signals   []stepSignal    `json:"signals"`
 		}
 		if json.Unmarshal(input, &wrapped) == nil && isJSONArray(wrapped.Args) {
-			undef = wrapped.Undefined
+			undef, signals = wrapped.Undefined, wrapped.Signals
 			if args, err = parse(goja.Undefined(), s.vm.ToValue(string(wrapped.Args))); err != nil {
 				return err
 			}
@@ -533,6 +536,11 @@ func (s *session) runStep() error {
 		for _, i := range undef {
 			if i >= 0 && i < len(argv) {
 				argv[i] = goja.Undefined()
+			}
+		}
+		for _, sg := range signals {
+			if sg.I >= 0 && sg.I < len(argv) {
+				argv[sg.I] = s.callTool("stepSignal", s.vm.ToValue(sg.Aborted), s.vm.ToValue(sg.Reason))
 			}
 		}
 	} else {
@@ -584,4 +592,12 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// stepSignal is an abort signal among a step's arguments: its position,
+// and whether it had aborted (and why) when the step was called.
+type stepSignal struct {
+	I       int    `json:"i"`
+	Aborted bool   `json:"aborted"`
+	Reason  string `json:"reason"`
 }

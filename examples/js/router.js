@@ -1,6 +1,7 @@
 // router: the spec's agent router. A step picks the target agent (a
 // routing decision is a side effect of judgement, recorded once), and
-// ctx.agent sends the question there.
+// ctx.agent sends the question there. Both get the call's abort signal:
+// the step sees an abort while it runs, and the child turn is cancelled.
 //
 //   sandflow --agents agents.json plugin add examples/js/router.js
 defineWorkflowTool({
@@ -8,15 +9,16 @@ defineWorkflowTool({
   inputSchema: { type: "object", properties: { question: { type: "string" } }, required: ["question"] },
   async execute({ question }, ctx) {
     "use workflow";
-    const target = await pickAgent(question);
-    const response = await ctx.agent(target).send(question);
+    const target = await pickAgent(question, ctx.abortSignal);
+    const response = await ctx.agent(target).send(question, { signal: ctx.abortSignal });
     const { status, reply, error } = await response.result();
     if (status !== "completed") throw new Error(`${target} did not answer: ${error ? error.message : status}`);
     return { agent: target, reply };
   },
 });
 
-async function pickAgent(question) {
+async function pickAgent(question, signal) {
   "use step";
+  signal.throwIfAborted();
   return /invoice|refund|charge|billing/i.test(question) ? "billing" : "support";
 }

@@ -115,6 +115,22 @@ var bigResult = sandflow.DefineStep("bigResult", func(sc *sandflow.StepContext, 
 	return strings.Repeat("x", n), nil
 })
 
+// untilAborted tallies key (so a test knows it runs), then waits, up to
+// 20 seconds, for the run to be aborted, and returns the abort's reason
+// and whether it saw an abort before it began waiting.
+var untilAborted = sandflow.DefineStep("untilAborted", func(sc *sandflow.StepContext, key string) (map[string]any, error) {
+	_, early := sc.Aborted()
+	if _, err := sandflow.Call[int](sc, "count", key); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if a, ok := sc.Aborted(); ok {
+			return map[string]any{"reason": a.Reason, "early": early}, nil
+		}
+	}
+	return map[string]any{"reason": "", "early": early}, nil
+}, sandflow.MaxAttempts(1))
+
 var stepLoop = sandflow.DefineStep("stepLoop", func(sc *sandflow.StepContext, _ int) (int, error) {
 	for {
 	}
@@ -345,6 +361,20 @@ func init() {
 		case "capability-not-listed":
 			_, err := noCall.Run(ctx, 1)
 			return map[string]string{"type": sandflow.ErrorType(err), "message": fmt.Sprint(err)}, nil
+
+		case "abort-step":
+			// A step in flight sees the abort; one called after it does
+			// not count the abort before its call.
+			first, err := untilAborted.Run(ctx, in.Token)
+			if err != nil {
+				return nil, err
+			}
+			_, after := sandflow.Signal(ctx).Await(ctx)
+			again, err := untilAborted.Run(ctx, in.Token+"-after")
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"inFlight": first, "signalled": after == nil, "after": again}, nil
 
 		case "step-loop":
 			_, err := stepLoop.Run(ctx, 1)
