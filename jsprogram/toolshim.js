@@ -437,17 +437,17 @@
   const ourSignalsGet = WeakMap.prototype.get;
   const ourSignalsSet = WeakMap.prototype.set;
   const isOurSignal = (s) => s !== null && typeof s === "object" && apply(ourSignalsGet, ourSignals, [s]) === true;
-  function makeSignal() {
+  // signalObject makes an AbortSignal-like object whose state comes from
+  // state() ({ aborted, reason }); fire() runs its abort listeners.
+  function signalObject(state) {
     const listeners = [];
-    let aborted = false;
-    let reason;
     let onabort = null;
     const signal = freeze({
       get aborted() {
-        return aborted;
+        return state().aborted;
       },
       get reason() {
-        return reason;
+        return state().reason;
       },
       get onabort() {
         return onabort;
@@ -456,7 +456,8 @@
         onabort = fn;
       },
       throwIfAborted() {
-        if (aborted) throw reason;
+        const s = state();
+        if (s.aborted) throw s.reason;
       },
       addEventListener(type, fn) {
         if (type === "abort" && typeof fn === "function") listeners[listeners.length] = fn;
@@ -465,14 +466,27 @@
         for (let i = 0; i < listeners.length; i++) if (listeners[i] === fn) listeners[i] = undefined;
       },
     });
-    const abort = (why) => {
-      aborted = true;
-      reason = new Error("the call was aborted (" + why + ")");
-      defineProperty(reason, "name", { value: "AbortError", writable: true, configurable: true });
-      setField(reason, "reason", why);
+    const fire = () => {
       const event = freeze({ type: "abort", target: signal });
       if (typeof onabort === "function") apply(onabort, signal, [event]);
       for (let i = 0; i < listeners.length; i++) if (listeners[i] !== undefined) apply(listeners[i], signal, [event]);
+    };
+    return { signal, fire };
+  }
+  // abortedState is the state of a signal aborted for why.
+  function abortedState(why) {
+    const reason = new Error("the call was aborted (" + why + ")");
+    defineProperty(reason, "name", { value: "AbortError", writable: true, configurable: true });
+    setField(reason, "reason", why);
+    return { aborted: true, reason };
+  }
+  const notAborted = freeze({ aborted: false, reason: undefined });
+  function makeSignal() {
+    let st = notAborted;
+    const { signal, fire } = signalObject(() => st);
+    const abort = (why) => {
+      st = abortedState(why);
+      fire();
     };
     apply(ourSignalsSet, ourSignals, [signal, true]);
     currentSignal = { signal, abort };
@@ -697,51 +711,17 @@
     // aborted since the step was called. A step runs to its end without
     // waiting, so its listeners run when a read finds the abort.
     stepSignal(aborted, why) {
-      const listeners = [];
-      let onabort = null;
-      let reason;
-      const signal = freeze({
-        get aborted() {
-          return check();
-        },
-        get reason() {
-          check();
-          return reason;
-        },
-        get onabort() {
-          return onabort;
-        },
-        set onabort(fn) {
-          onabort = fn;
-        },
-        throwIfAborted() {
-          if (check()) throw reason;
-        },
-        addEventListener(type, fn) {
-          if (type === "abort" && typeof fn === "function") listeners[listeners.length] = fn;
-        },
-        removeEventListener(type, fn) {
-          for (let i = 0; i < listeners.length; i++) if (listeners[i] === fn) listeners[i] = undefined;
-        },
+      let st = aborted ? abortedState(why) : undefined;
+      const o = signalObject(() => {
+        if (st === undefined) {
+          const r = base.parse(host.call(ops.stepAborted, "", "")[1]);
+          if (!r.aborted) return notAborted;
+          st = abortedState(r.reason);
+          o.fire();
+        }
+        return st;
       });
-      const abortError = (w) => {
-        const e = new Error("the call was aborted (" + w + ")");
-        defineProperty(e, "name", { value: "AbortError", writable: true, configurable: true });
-        setField(e, "reason", w);
-        return e;
-      };
-      function check() {
-        if (reason !== undefined) return true;
-        const r = base.parse(host.call(ops.stepAborted, "", "")[1]);
-        if (!r.aborted) return false;
-        reason = abortError(r.reason);
-        const event = freeze({ type: "abort", target: signal });
-        if (typeof onabort === "function") apply(onabort, signal, [event]);
-        for (let i = 0; i < listeners.length; i++) if (listeners[i] !== undefined) apply(listeners[i], signal, [event]);
-        return true;
-      }
-      if (aborted) reason = abortError(why);
-      return signal;
+      return o.signal;
     },
     // stepFn is the declared function of a step, or undefined.
     stepFn: (name) => stepFns[name],

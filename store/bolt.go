@@ -152,13 +152,9 @@ func (s *Bolt) CreateRun(ctx context.Context, run Run, b Batch) error {
 // Append implements Store.
 func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b Batch) error {
 	return s.update(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRuns).Get([]byte(runID))
-		if v == nil {
-			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
-		}
-		var cur Run
-		if err := json.Unmarshal(v, &cur); err != nil {
-			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
+		cur, err := runRecord(tx, runID)
+		if err != nil {
+			return err
 		}
 		if cur.LastSeq != expectLastSeq {
 			return fmt.Errorf("%w: run %s is at event %d, not %d", ErrSeqConflict, runID, cur.LastSeq, expectLastSeq)
@@ -719,19 +715,25 @@ func ValidRunID(id string) error {
 // PutSnapshot implements Store.
 func (s *Bolt) PutSnapshot(ctx context.Context, runID string, snap Snapshot) error {
 	return s.update(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRuns).Get([]byte(runID))
-		if v == nil {
-			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
-		}
-		var cur Run
-		if err := json.Unmarshal(v, &cur); err != nil {
-			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
-		}
-		if cur.Status.Terminal() {
-			return nil
+		cur, err := runRecord(tx, runID)
+		if err != nil || cur.Status.Terminal() {
+			return err
 		}
 		return putSnapshot(tx, runID, snap)
 	})
+}
+
+// runRecord reads a run's record in a transaction.
+func runRecord(tx *bolt.Tx, runID string) (Run, error) {
+	var cur Run
+	v := tx.Bucket(bucketRuns).Get([]byte(runID))
+	if v == nil {
+		return cur, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	if err := json.Unmarshal(v, &cur); err != nil {
+		return cur, fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
+	}
+	return cur, nil
 }
 
 func putSnapshot(tx *bolt.Tx, runID string, snap Snapshot) error {
