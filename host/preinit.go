@@ -174,6 +174,12 @@ func (h *Host) refill(lp *loadedPlugin) {
 
 func (h *Host) preInit() int { return max(h.opts.PreInit, 0) }
 
+func (lp *loadedPlugin) isFilling() bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.filling
+}
+
 // sharedInit reports whether a new run of the plugin initialises its
 // instances on the shared sources, so that the pool can serve it.
 func (h *Host) sharedInit(lp *loadedPlugin) bool {
@@ -200,9 +206,10 @@ func (h *Host) WaitPreInit(ctx context.Context) error {
 		h.mu.Lock()
 		filling := false
 		for _, lp := range h.plugins {
-			lp.mu.Lock()
-			filling = filling || lp.filling
-			lp.mu.Unlock()
+			filling = filling || lp.isFilling()
+		}
+		for _, e := range h.adHoc { // modules checked ad hoc have pools too
+			filling = filling || e.lp.isFilling()
 		}
 		h.mu.Unlock()
 		if !filling {
