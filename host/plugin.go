@@ -470,6 +470,16 @@ func (lp *loadedPlugin) checkInput(raw json.RawMessage) (json.RawMessage, error)
 
 // plugin returns a plugin version ready to run; version 0 is the latest.
 func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlugin, error) {
+	if version > 0 {
+		// A version loaded here is what the store holds: this host owns
+		// the store, and deleting a version unloads it.
+		h.mu.Lock()
+		lp := h.plugins[fmt.Sprintf("%s@%d", name, version)]
+		h.mu.Unlock()
+		if lp != nil {
+			return lp, nil
+		}
+	}
 	p, err := h.store.Plugin(ctx, name, version)
 	if err != nil {
 		if errors.Is(err, store.ErrPluginNotFound) {

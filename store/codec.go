@@ -96,7 +96,17 @@ func encodeEvent(e Event, threshold int) ([]byte, error) {
 	return packValue(b, e.Data, threshold), nil
 }
 
-func decodeEvent(seq uint64, v []byte) (Event, error) {
+// eventDecoder decodes the events of one read: their kinds are shared and
+// their data copied into blocks of eventBlock bytes (bbolt's memory is
+// valid only inside the transaction).
+type eventDecoder struct {
+	kinds map[string]string
+	block []byte
+}
+
+const eventBlock = 64 << 10
+
+func (d *eventDecoder) decode(seq uint64, v []byte) (Event, error) {
 	if len(v) < 10 {
 		return Event{}, fmt.Errorf("%w: event %d too short", ErrCorrupt, seq)
 	}
@@ -105,14 +115,35 @@ func decodeEvent(seq uint64, v []byte) (Event, error) {
 	if kl == 0 || len(v) < 9+kl+1 {
 		return Event{}, fmt.Errorf("%w: event %d kind length", ErrCorrupt, seq)
 	}
-	kind := string(v[9 : 9+kl])
+	kind, ok := d.kinds[string(v[9:9+kl])]
+	if !ok {
+		if d.kinds == nil {
+			d.kinds = map[string]string{}
+		}
+		kind = string(v[9 : 9+kl])
+		d.kinds[kind] = kind
+	}
 	data, err := unpackValue(v[9+kl:])
 	if err != nil {
 		return Event{}, fmt.Errorf("event %d: %w", seq, err)
 	}
-	// bbolt's memory is only valid inside the transaction.
-	data = append([]byte(nil), data...)
+	if len(data) > eventBlock/4 {
+		data = append([]byte(nil), data...)
+	} else {
+		if len(d.block)+len(data) > cap(d.block) {
+			d.block = make([]byte, 0, eventBlock)
+		}
+		off := len(d.block)
+		d.block = append(d.block, data...)
+		data = d.block[off:len(d.block):len(d.block)]
+	}
 	return Event{Seq: seq, Time: time.Unix(0, ts).UTC(), Kind: kind, Data: data}, nil
+}
+
+// decodeEvent decodes one stored event.
+func decodeEvent(seq uint64, v []byte) (Event, error) {
+	var d eventDecoder
+	return d.decode(seq, v)
 }
 
 func eventKey(runID string, seq uint64) []byte {
