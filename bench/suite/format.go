@@ -27,6 +27,7 @@ var benchFuncs = map[string]string{
 	workload.GroupColdPreInit:       "ColdResumePreInit",
 	workload.GroupSnapshot:          "SnapshotResume",
 	workload.GroupSnapshotNoSync:    "SnapshotResumeNoSync",
+	workload.GroupSnapshotReload:    "SnapshotResumeReload",
 	workload.GroupWarmResume:        "WarmResume",
 	workload.GroupWarmNoSync:        "WarmResumeNoSync",
 	workload.GroupOpRoundTrip:       "OpRoundTrip",

@@ -13,6 +13,7 @@ func BenchmarkColdResume(b *testing.B)           { Run(b, GroupColdResume) }
 func BenchmarkColdResumePreInit(b *testing.B)    { Run(b, GroupColdPreInit) }
 func BenchmarkSnapshotResume(b *testing.B)       { Run(b, GroupSnapshot) }
 func BenchmarkSnapshotResumeNoSync(b *testing.B) { Run(b, GroupSnapshotNoSync) }
+func BenchmarkSnapshotResumeReload(b *testing.B) { Run(b, GroupSnapshotReload) }
 func BenchmarkWarmResume(b *testing.B)           { Run(b, GroupWarmResume) }
 func BenchmarkWarmResumeNoSync(b *testing.B)     { Run(b, GroupWarmNoSync) }
 func BenchmarkOpRoundTrip(b *testing.B)          { Run(b, GroupOpRoundTrip) }

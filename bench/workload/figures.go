@@ -129,7 +129,7 @@ func replay(rt Runtime, w Workload, n int, preInit bool) func(*testing.B) {
 // prepare): a live JavaScript run replays at every activation, so making a
 // 10,000-step one would take O(n²).
 func ColdResume(rt Runtime, n int) func(*testing.B) {
-	return resume(rt, n, resumeMode{cold: true, sync: true})
+	return resume(rt, n, resumeMode{cold: true, sync: true, reload: true})
 }
 
 // ColdResumePreInit is ColdResume on a host that keeps instances
@@ -137,7 +137,7 @@ func ColdResume(rt Runtime, n int) func(*testing.B) {
 // there: the resume replays on a pre-initialised instance. The pool is
 // refilled between timed resumes, outside the timer.
 func ColdResumePreInit(rt Runtime, n int) func(*testing.B) {
-	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true})
+	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true, reload: true})
 }
 
 // SnapshotResume is ColdResume with snapshots (host.Options.Snapshots) and
@@ -147,6 +147,13 @@ func ColdResumePreInit(rt Runtime, n int) func(*testing.B) {
 // first snapshot on the runtime's plugin, is not timed.
 func SnapshotResume(rt Runtime, n int) func(*testing.B) {
 	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true, snapshots: true})
+}
+
+// SnapshotResumeReload is SnapshotResume on a host that keeps no idle
+// run's state (host.Options.IdleRuns -1), as after a restart: the run's
+// whole log is read, then the snapshot restored instead of replaying.
+func SnapshotResumeReload(rt Runtime, n int) func(*testing.B) {
+	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true, snapshots: true, reload: true})
 }
 
 // SnapshotResumeNoSync is SnapshotResume on a store that does not fsync.
@@ -170,8 +177,9 @@ func WarmResumeNoSync(rt Runtime, n int) func(*testing.B) { return resume(rt, n,
 const asksPerRun = 1000
 
 // resumeMode is how a resume figure's host runs: cold parks nothing; sync
-// fsyncs; preInit keeps instances ready; snapshots keeps snapshots.
-type resumeMode struct{ cold, sync, preInit, snapshots bool }
+// fsyncs; preInit keeps instances ready; snapshots keeps snapshots; reload
+// keeps no idle run's state, so each resume reads the run's log.
+type resumeMode struct{ cold, sync, preInit, snapshots, reload bool }
 
 func resume(rt Runtime, n int, m resumeMode) func(*testing.B) {
 	cold, sync, preInit := m.cold, m.sync, m.preInit
@@ -208,10 +216,7 @@ func resume(rt Runtime, n int, m resumeMode) func(*testing.B) {
 		if preInit {
 			pool = preInitPool
 		}
-		// Cold without snapshots is the worst case: as after a restart,
-		// with the whole log read. With them, the run's state stays
-		// loaded (host.Options.IdleRuns) and only the instance is cold.
-		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}, preInit: pool, snapshots: m.snapshots, reload: cold && !m.snapshots})
+		s := openTB(b, hostConfig{path: path, sync: sync, maxWarm: maxWarm, runtimes: []Runtime{rt}, preInit: pool, snapshots: m.snapshots, reload: m.reload})
 		ctx := context.Background()
 		asks := make([]string, runs)
 		answered := make([]int, runs)

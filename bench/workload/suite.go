@@ -13,6 +13,7 @@ const (
 	GroupColdPreInit     = "resume-cold-preinit"
 	GroupSnapshot        = "resume-snapshot"
 	GroupSnapshotNoSync  = "resume-snapshot-nosync"
+	GroupSnapshotReload  = "resume-snapshot-reload"
 	GroupWarmResume      = "resume-warm"
 	GroupWarmNoSync      = "resume-warm-nosync"
 	GroupOpRoundTrip     = "op-roundtrip"
@@ -81,6 +82,7 @@ func Suite() []Figure {
 	notSnapshotted := func(rt Runtime, _ int) bool { return rt != GoWazero && rt != CWazero }
 	add(GroupSnapshot, resumeSizes, SnapshotResume, notSnapshotted)
 	add(GroupSnapshotNoSync, resumeSizes, SnapshotResumeNoSync, notSnapshotted)
+	add(GroupSnapshotReload, resumeSizes, SnapshotResumeReload, notSnapshotted)
 	add(GroupWarmResume, resumeSizes, WarmResume, nil)
 	add(GroupWarmNoSync, resumeSizes, WarmResumeNoSync, nil)
 	add(GroupOpRoundTrip, []int{0}, one(OpRoundTrip), func(rt Runtime, _ int) bool { return rt == JS })
