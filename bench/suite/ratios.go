@@ -163,6 +163,7 @@ func checkDefs() []checkDef {
 	coldPreInit := func(n int) string { return figureKey(workload.GroupColdPreInit, workload.GoWazero, n) }
 	snap := func(n int) string { return figureKey(workload.GroupSnapshot, workload.GoWazero, n) }
 	snapNoSync := func(n int) string { return figureKey(workload.GroupSnapshotNoSync, workload.GoWazero, n) }
+	snapReload := func(n int) string { return figureKey(workload.GroupSnapshotReload, workload.GoWazero, n) }
 	live := func(n int) string {
 		return figureKey(workload.GroupLive+"-"+string(workload.Steps), workload.GoWazero, n)
 	}
@@ -252,6 +253,12 @@ func checkDefs() []checkDef {
 			value: quotient(snapNoSync(largeN), "ns/op", snapNoSync(smallN), "ns/op"),
 			goal:  &goal{"<=", 1},
 			note:  "restored instead of replayed; the snapshot of a longer run's guest holds more touched memory",
+		},
+		{
+			name:  "resume from a snapshot after reading the log n=10000 / n=10 (Go guest, wazero)",
+			value: quotient(snapReload(largeN), "ns/op", snapReload(smallN), "ns/op"),
+			goal:  &goal{"<=", 1},
+			note:  "as the first resume after a restart: the run's state is not in the snapshot, so its whole log is read",
 		},
 		{
 			name: "trivial tool per-call overhead (estimated) / Extism call",
