@@ -173,8 +173,10 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 	}
 	h.mu.Unlock()
 	for _, e := range evicted {
-		// Its run resumes from the snapshot instead of replaying.
-		h.saveSnapshot(ctx, e)
+		// Its run resumes from the snapshot instead of replaying. Only
+		// the instance's own fields are read: its run may be moving on,
+		// and the store keeps the newest snapshot.
+		h.snapshotAfter(ctx, e, e.parkedSeq, int(e.cursor))
 		e.close(ctx)
 	}
 }
@@ -417,7 +419,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		case h.opts.MaxWarm < 0:
 			// Not parked: the next resume restores this instead of
 			// replaying.
-			h.snapshotAfter(ctx, w, rs.lastSeq)
+			h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops))
 			w.close(ctx)
 		default:
 			h.park(ctx, rh, w)

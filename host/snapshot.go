@@ -134,15 +134,18 @@ func (h *Host) SnapshotStats() SnapshotStats {
 // replays about as fast as a snapshot restores.
 const DefaultSnapshotOps = 64
 
-// snapshotAfter snapshots a suspended instance that will not be parked,
-// whose run's log ends at seq (committed), when the host keeps snapshots
+// snapshotAfter snapshots a suspended instance that is not kept parked
+// (the host parks none, or evicted it), whose run's log ended at seq, when the host keeps snapshots
 // and the history is long enough to be worth one. The instance's state is
 // copied at once; compressing and storing it happen in the background, off
 // the resume's path. A snapshot that fails or is not stored yet costs its
 // run a replay, or a restore of an older snapshot and a replay of the
 // events after it.
-func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64) {
-	if h.opts.Snapshots < 0 || len(w.rs.ops) < h.opts.Snapshots {
+//
+// ops is how many ops the run's history holds: the caller's count, since
+// the run may be moving on when an evicted instance is snapshotted.
+func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64, ops int) {
+	if h.opts.Snapshots < 0 || ops < h.opts.Snapshots {
 		return
 	}
 	img, err := h.snapshot(ctx, w)
@@ -174,10 +177,8 @@ func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64) {
 // right after it suspended and want it restored, not replayed.
 func (h *Host) WaitSnapshots() { h.snapWG.Wait() }
 
-// saveSnapshot stores a snapshot of a parked instance that is being
-// closed (evicted, or the host is closing), so that its run restores it
-// instead of replaying. Only its own fields are read: the run may be
-// moving on meanwhile, and the store keeps the newest snapshot.
+// saveSnapshot stores a snapshot of a parked instance as the host closes,
+// so that its run restores it instead of replaying.
 func (h *Host) saveSnapshot(ctx context.Context, w *wfInstance) {
 	if h.opts.Snapshots < 0 || int(w.cursor) < h.opts.Snapshots {
 		return

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -60,5 +61,37 @@ func TestSnapshotRefusedFallsBackToReplay(t *testing.T) {
 	}
 	if results[a.ID] == results[b.ID] {
 		t.Errorf("run b resumed with run a's state: both gave %s", results[a.ID])
+	}
+}
+
+// TestSnapshotOfEvictedInstance: a parked instance evicted for another is
+// snapshotted, and its run's resume restores it; the result is the one a
+// replay gives.
+func TestSnapshotOfEvictedInstance(t *testing.T) {
+	k := newKitchen(t, &host.Options{MaxWarm: 1, Snapshots: 1})
+	a := k.run(`{"mode":"determinism","ms":300}`)
+	b := k.run(`{"mode":"determinism","ms":300}`) // parks b, evicting a
+	k.h.WaitSnapshots()
+	if st := k.h.SnapshotStats(); st.Taken != 1 {
+		t.Fatalf("after an eviction, snapshot stats %+v; want one taken", st)
+	}
+	ra := k.settle(a.ID, 10*time.Second)
+	if st := k.h.SnapshotStats(); st.Restored != 1 || st.Refused != 0 {
+		t.Fatalf("snapshot stats %+v; want run a restored", st)
+	}
+	rb := k.settle(b.ID, 10*time.Second)
+	if ra.Status != store.StatusCompleted || rb.Status != store.StatusCompleted {
+		t.Fatalf("runs: %s %s", ra.Status, rb.Status)
+	}
+	var out map[string]observation
+	if err := json.Unmarshal(ra.Result, &out); err != nil {
+		t.Fatal(err)
+	}
+	var first observation
+	if err := json.Unmarshal(a.Progress, &first); err != nil {
+		t.Fatal(err)
+	}
+	if mustJSON(t, out["before"]) != mustJSON(t, first) {
+		t.Errorf("the restored run saw a different world:\n first    %+v\n restored %+v", first, out["before"])
 	}
 }
