@@ -89,10 +89,13 @@ type baseImage struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// base returns the plugin's base image, making it on first use.
+// base returns the plugin's base image, making it on first use. It is
+// made apart from the caller's context: a request cancelled meanwhile must
+// not leave the plugin without snapshots for the life of the process.
 func (h *Host) base(ctx context.Context, lp *loadedPlugin) (*baseImage, error) {
 	b := &lp.base
 	b.once.Do(func() {
+		ctx := context.WithoutCancel(ctx)
 		f, err := instantiate(ctx, lp)
 		if err != nil {
 			b.err = err
