@@ -144,6 +144,7 @@ type Options struct {
 	// IdleRuns is how many suspended runs with no parked instance keep
 	// their state loaded, so that resuming one reads only the events its
 	// state has not seen; 0 means DefaultIdleRuns (64), negative none.
+	// Their states hold at most 262,144 ops together.
 	IdleRuns int
 	// Snapshots is how many ops a suspended run's history must hold
 	// before its instance is snapshotted (snapshot.go) when it is not
@@ -182,6 +183,7 @@ type Host struct {
 	runs     map[string]*runHandle
 	warm     *list.List // of *runHandle with a parked instance, most recent first
 	idle     *list.List // of *runHandle kept for their state (retire), most recent first
+	idleOps  int        // the ops their states hold
 	// warmBytes is the parked instances' memory, as it was when each
 	// was parked.
 	warmBytes uint64

@@ -25,8 +25,10 @@ type runHandle struct {
 	warm *wfInstance
 	elem *list.Element
 	// idle is the handle's place among those kept only for their state
-	// (Host.idle); guarded by Host.mu.
-	idle *list.Element
+	// (Host.idle), and idleOps how many ops that state holds; guarded by
+	// Host.mu.
+	idle    *list.Element
+	idleOps int
 
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
@@ -83,6 +85,7 @@ func (h *Host) handle(id string) *runHandle {
 	}
 	if rh.idle != nil {
 		h.idle.Remove(rh.idle)
+		h.idleOps -= rh.idleOps
 		rh.idle = nil
 	}
 	rh.refs++
@@ -101,19 +104,25 @@ func (h *Host) release(rh *runHandle) {
 // DefaultIdleRuns is Options.IdleRuns' default.
 const DefaultIdleRuns = 64
 
+// maxIdleOps bounds the ops the idle runs' states hold together (a long
+// run's state is megabytes): about 100 MB.
+const maxIdleOps = 1 << 18
+
 // retire forgets a handle no one holds and that has no parked instance,
 // or keeps it among the idle ones, with its loaded state, so that the
 // run's next resume need not read its log again: only the events after
-// it, if any (refresh). The least recently idle beyond Options.IdleRuns
-// are forgotten. Called with h.mu held.
+// it, if any (refresh). The least recently idle beyond Options.IdleRuns,
+// or beyond maxIdleOps ops in all, are forgotten. Called with h.mu held.
 func (h *Host) retire(rh *runHandle) {
-	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.status.Terminal() {
+	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.status.Terminal() || len(rh.rs.ops) > maxIdleOps {
 		delete(h.runs, rh.id)
 		return
 	}
-	rh.idle = h.idle.PushFront(rh)
-	for h.idle.Len() > h.opts.IdleRuns {
+	rh.idle, rh.idleOps = h.idle.PushFront(rh), len(rh.rs.ops)
+	h.idleOps += rh.idleOps
+	for h.idle.Len() > h.opts.IdleRuns || h.idleOps > maxIdleOps {
 		v := h.idle.Remove(h.idle.Back()).(*runHandle)
+		h.idleOps -= v.idleOps
 		v.idle = nil
 		delete(h.runs, v.id)
 	}

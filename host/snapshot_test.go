@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,5 +94,66 @@ func TestSnapshotOfEvictedInstance(t *testing.T) {
 	}
 	if mustJSON(t, out["before"]) != mustJSON(t, first) {
 		t.Errorf("the restored run saw a different world:\n first    %+v\n restored %+v", first, out["before"])
+	}
+}
+
+// logReads is a store that counts whole-log reads.
+type logReads struct {
+	*store.Bolt
+	whole map[string]int
+}
+
+func (s *logReads) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
+	if after == 0 {
+		s.whole[runID]++
+	}
+	return s.Bolt.Events(ctx, runID, after, limit)
+}
+
+// TestIdleRunsKeepState: a suspended run without a parked instance keeps
+// its state (Options.IdleRuns), so its resume does not read its log
+// again; with IdleRuns negative, every resume reads it.
+func TestIdleRunsKeepState(t *testing.T) {
+	// Kept: the log is read once, when the run is first loaded. Not kept:
+	// each of the two answers reads it again, besides the start's reads.
+	for _, tc := range []struct {
+		idle     int
+		minReads int
+		maxReads int
+	}{{0, 1, 1}, {-1, 3, 1 << 30}} {
+		ctx := context.Background()
+		bolt, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &logReads{Bolt: bolt, whole: map[string]int{}}
+		h, err := host.Open(ctx, st, &host.Options{MaxWarm: -1, IdleRuns: tc.idle, Snapshots: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.AddPlugin(ctx, guest(t, kitchenDir), manifest(t, kitchenDir)); err != nil {
+			t.Fatal(err)
+		}
+		ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"two-asks"}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ri.Waiting) != 2 {
+			t.Fatalf("waiting on %+v, want two questions", ri.Waiting)
+		}
+		asks := ri.Waiting
+		for i, opt := range []string{"a", "b"} {
+			if ri, err = h.AnswerAsk(ctx, asks[i].AskID, host.Answer{OptionID: opt}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ri.Status != store.StatusCompleted {
+			t.Fatalf("IdleRuns %d: run %s %+v", tc.idle, ri.Status, ri.Waiting)
+		}
+		if n := st.whole[ri.ID]; n < tc.minReads || n > tc.maxReads {
+			t.Errorf("IdleRuns %d: the log was read whole %d times, want %d to %d", tc.idle, n, tc.minReads, tc.maxReads)
+		}
+		h.Close(ctx)
+		bolt.Close()
 	}
 }
