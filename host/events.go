@@ -149,6 +149,9 @@ func decodeEvData(e store.Event) (*evData, error) {
 
 // decodeEvDataInto decodes an event's data into a zero evData.
 func decodeEvDataInto(e store.Event, d *evData) error {
+	if decodeHot(e.Data, d) {
+		return nil
+	}
 	if err := gojson.Unmarshal(e.Data, d); err != nil {
 		return fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
 	}

@@ -1,0 +1,267 @@
+package host
+
+import "math"
+
+// decodeHot decodes the event data of the kinds a long log is made of
+// (run_resumed, step_started, step_completed: a flat object of op,
+// attempt, activation, name, kind, input and result) into a zero evData
+// without reflection. It reports false, having set nothing the caller
+// keeps, for anything else: another key, an escape in a name, a number
+// that is not a plain non-negative integer, JSON it does not accept. The
+// caller then decodes with the general decoder, which also judges what is
+// malformed, so both paths agree on every input (TestDecodeHot).
+func decodeHot(b []byte, d *evData) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	var hot evData
+	for {
+		key, j, ok := plainString(b, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		switch key {
+		case "op":
+			n, j, ok := plainUint(b, i, math.MaxUint32)
+			if !ok {
+				return false
+			}
+			hot.Op, i = uint32(n), j
+		case "attempt", "activation":
+			n, j, ok := plainUint(b, i, math.MaxInt32)
+			if !ok {
+				return false
+			}
+			if key == "attempt" {
+				hot.Attempt = int(n)
+			} else {
+				hot.Activation = int(n)
+			}
+			i = j
+		case "name", "kind":
+			s, j, ok := plainString(b, i)
+			if !ok {
+				return false
+			}
+			if key == "name" {
+				hot.Name = s
+			} else {
+				hot.Kind = s
+			}
+			i = j
+		case "input", "result":
+			j, ok := skipValue(b, i, 0)
+			if !ok {
+				return false
+			}
+			if key == "input" {
+				hot.Input = b[i:j:j]
+			} else {
+				hot.Result = b[i:j:j]
+			}
+			i = j
+		default:
+			return false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '}' {
+			if skipSpace(b, i+1) != len(b) {
+				return false
+			}
+			*d = hot
+			return true
+		}
+		if b[i] != ',' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads a string at b[i] without escapes or control
+// characters, returning it and the index after it.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", 0, false // escapes and non-ASCII: the general decoder
+		}
+	}
+	return "", 0, false
+}
+
+// plainUint reads a non-negative integer without sign, fraction or
+// exponent, at most limit.
+func plainUint(b []byte, i int, limit uint64) (uint64, int, bool) {
+	j := i
+	var n uint64
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		n = n*10 + uint64(b[j]-'0')
+		if n > limit {
+			return 0, 0, false
+		}
+		j++
+	}
+	if j == i || (b[i] == '0' && j > i+1) {
+		return 0, 0, false
+	}
+	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
+		return 0, 0, false
+	}
+	return n, j, true
+}
+
+// skipValue returns the index after the JSON value at b[i], checking it
+// strictly.
+func skipValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) || depth > 1000 {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case c == '{' || c == '[':
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == closing {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				j, ok := skipString(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = skipSpace(b, j)
+				if i >= len(b) || b[i] != ':' {
+					return 0, false
+				}
+				i = skipSpace(b, i+1)
+			}
+			j, ok := skipValue(b, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipSpace(b, j)
+			if i >= len(b) {
+				return 0, false
+			}
+			if b[i] == closing {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipSpace(b, i+1)
+		}
+	case c == '"':
+		return skipString(b, i)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(b, i)
+	}
+	for _, lit := range []string{"true", "false", "null"} {
+		if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+			return i + len(lit), true
+		}
+	}
+	return 0, false
+}
+
+func skipString(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			j++
+			if j >= len(b) {
+				return 0, false
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(b) {
+					return 0, false
+				}
+				for _, h := range b[j+1 : j+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return 0, false
+					}
+				}
+				j += 4
+			default:
+				return 0, false
+			}
+		case c >= 0x80:
+			return 0, false // non-ASCII: the general decoder checks UTF-8
+		}
+	}
+	return 0, false
+}
+
+// skipNumber skips a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func skipNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	digits := func() bool {
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return 0, false
+		}
+	}
+	return i, true
+}

@@ -1,0 +1,87 @@
+package host
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// hotSeeds are event data of the hot kinds as the host writes them, and
+// near misses the fast path must leave to the general decoder.
+var hotSeeds = []string{
+	`{}`,
+	`{"activation":1}`,
+	`{"input":[1,"two",{"3":null}],"op":2,"name":"inc","attempt":1}`,
+	`{"op":2,"attempt":1,"result":{"a":[true,false,null,-1.5e-3,"x\u00e9\n"]}}`,
+	`{"op":4294967295,"attempt":2147483647}`,
+	` { "op" : 1 , "name" : "a b" } `,
+	`{"op":1,"op":2}`,
+	`{"input":null}`,
+	`{"result":"\ud83d\ude00"}`,
+	// left to the general decoder
+	`{"op":4294967296}`, `{"op":-1}`, `{"op":1.0}`, `{"op":1e2}`, `{"op":01}`, `{"op":null}`,
+	`{"name":"\u0041"}`, `{"name":"é"}`, `{"OP":1}`, `{"op":1,}`, `{"op":1}x`, `{"input":}`,
+	`{"input":[1,]}`, `{"input":{"a"}}`, `{"input":"\x"}`, `{"input":"é"}`, `{"retry":{"maxAttempts":3}}`,
+	`{"input":tru}`, `{"input":--1}`, `{"input":1.}`, `{"input":.5}`, `[]`, `null`, ``, `{`,
+}
+
+// checkHot decodes data both ways: when the fast path takes it, the
+// general decoder must accept it too and give the same evData.
+func checkHot(t *testing.T, data []byte) {
+	t.Helper()
+	var fast, general evData
+	ok := decodeHot(data, &fast)
+	err := gojson.Unmarshal(data, &general)
+	if !ok {
+		if fast.Op != 0 || fast.Input != nil || fast.Name != "" {
+			t.Fatalf("%q: refused, but set %+v", data, fast)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("%q: taken by the fast path, refused by the general decoder: %v", data, err)
+	}
+	if !reflect.DeepEqual(fast, general) {
+		t.Fatalf("%q:\nfast    %+v\ngeneral %+v", data, fast, general)
+	}
+}
+
+// TestDecodeHot: the fast path agrees with the general decoder on the
+// seeds, on their truncations and on random byte changes of them.
+func TestDecodeHot(t *testing.T) {
+	taken := 0
+	for _, s := range hotSeeds {
+		var d evData
+		if decodeHot([]byte(s), &d) {
+			taken++
+		}
+		checkHot(t, []byte(s))
+		for n := range len(s) {
+			checkHot(t, []byte(s[:n]))
+		}
+	}
+	if taken != 9 {
+		t.Errorf("the fast path took %d seeds, want the first 9", taken)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte(`{}[]":,0123456789-+.eE \tnulltruefalse\\u"aé` + "\x00")
+	for range 20000 {
+		b := []byte(hotSeeds[r.IntN(len(hotSeeds))])
+		for range 1 + r.IntN(3) {
+			if len(b) == 0 {
+				break
+			}
+			b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
+		}
+		checkHot(t, b)
+	}
+}
+
+func FuzzDecodeHot(f *testing.F) {
+	for _, s := range hotSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkHot(t, data) })
+}
