@@ -206,10 +206,6 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if err := tx.Bucket(bucketSnapshots).Delete([]byte(runID)); err != nil {
 			return err
 		}
-	} else if b.Snapshot != nil {
-		if err := putSnapshot(tx, runID, *b.Snapshot); err != nil {
-			return err
-		}
 	}
 	timers := tx.Bucket(bucketTimers)
 	for _, t := range b.PutTimers {

@@ -82,9 +82,9 @@ type Store interface {
 
 	// PutSnapshot keeps a snapshot of a run's suspended instance, replacing
 	// an older one (a smaller Seq). It keeps nothing for a run that has
-	// ended, and nothing when the snapshot kept has Seq >= snap.Seq. A
-	// snapshot is a cache: losing it costs a replay, so a caller need not
-	// wait for it to be synced.
+	// ended, and nothing when the snapshot kept has Seq >= snap.Seq; a
+	// batch that ends a run drops its snapshot. A snapshot is a cache:
+	// losing it costs a replay.
 	PutSnapshot(ctx context.Context, runID string, snap Snapshot) error
 	// Snapshot returns a run's snapshot, or ErrSnapshotNotFound.
 	Snapshot(ctx context.Context, runID string) (Snapshot, error)
@@ -165,9 +165,6 @@ type Batch struct {
 	// ClaimHooks gives tokens to this run's hooks. A token another run holds
 	// fails the whole batch with ErrHookTaken.
 	ClaimHooks []Hook
-	// Snapshot, when set, is kept as PutSnapshot would, in the same
-	// commit. A batch that ends the run drops the run's snapshot.
-	Snapshot *Snapshot
 }
 
 // Snapshot is the host's opaque image of a run's suspended instance, taken

@@ -787,8 +787,12 @@ func TestSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(2, "two") // an older one does not replace it
-	b := Batch{Events: []Event{{Seq: 3, Time: time.Unix(1, 0), Kind: "e", Data: []byte(`{}`)}}, Snapshot: &Snapshot{Seq: 3, Data: []byte("three")}}
+	b := Batch{Events: []Event{{Seq: 3, Time: time.Unix(1, 0), Kind: "e", Data: []byte(`{}`)}}}
 	if err := ts.S.Append(ctxBG, "r", 2, b); err != nil {
+		t.Fatal(err)
+	}
+	want(2, "two") // the log moving on leaves it
+	if err := ts.S.PutSnapshot(ctxBG, "r", Snapshot{Seq: 3, Data: []byte("three")}); err != nil {
 		t.Fatal(err)
 	}
 	want(3, "three")
@@ -799,7 +803,7 @@ func TestSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Status, r.LastSeq = StatusCompleted, 4
-	end := Batch{Events: []Event{{Seq: 4, Time: time.Unix(2, 0), Kind: "done", Data: []byte(`{}`)}}, Run: &r, Snapshot: &Snapshot{Seq: 4, Data: []byte("four")}}
+	end := Batch{Events: []Event{{Seq: 4, Time: time.Unix(2, 0), Kind: "done", Data: []byte(`{}`)}}, Run: &r}
 	if err := ts.S.Append(ctxBG, "r", 3, end); err != nil {
 		t.Fatal(err)
 	}
