@@ -115,6 +115,8 @@ type observation struct {
 	Crypto   string
 	MapOrder []string
 	Select   []int
+	Bodies   int
+	Addr     uint64
 }
 
 // Time, math/rand, crypto/rand, map order and select inside a guest are
@@ -129,24 +131,44 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 			restart   bool
 			preInit   int
 			snapshots int // Options.Snapshots; -1 (replay) unless set
+			// reuse: runs complete first, so that the pool holds
+			// instances reset after use, which the run then starts on.
+			reuse bool
 		}{
-			{"warm", 64, false, 0, -1},
-			{"fresh-instance", -1, false, 0, -1},
-			{"after-restart", 64, true, 0, -1},
+			{"warm", 64, false, 0, -1, false},
+			{"fresh-instance", -1, false, 0, -1, false},
+			{"after-restart", 64, true, 0, -1, false},
 			// Pre-initialised instances: a resume by replay on one sees
 			// what the first activation saw.
-			{"preinit-warm", 64, false, 2, -1},
-			{"preinit-fresh-instance", -1, false, 2, -1},
-			{"preinit-after-restart", -1, true, 2, -1},
+			{"preinit-warm", 64, false, 2, -1, false},
+			{"preinit-fresh-instance", -1, false, 2, -1, false},
+			{"preinit-after-restart", -1, true, 2, -1, false},
 			// Snapshots: taken when the run suspends unparked, or when
 			// the host closes with it parked; restored on resume.
-			{"snapshot", -1, false, 0, 1},
-			{"snapshot-after-restart", -1, true, 0, 1},
-			{"snapshot-of-parked-after-restart", 64, true, 0, 1},
-			{"snapshot-preinit-after-restart", -1, true, 2, 1},
+			{"snapshot", -1, false, 0, 1, false},
+			{"snapshot-after-restart", -1, true, 0, 1, false},
+			{"snapshot-of-parked-after-restart", 64, true, 0, 1, false},
+			{"snapshot-preinit-after-restart", -1, true, 2, 1, false},
+			// Reused instances: the run starts on one, and resumes on
+			// one (its own, reset) or, after a restart, on a new one.
+			{"reused", -1, false, 2, -1, true},
+			{"reused-after-restart", -1, true, 2, -1, true},
+			{"reused-warm", 64, false, 2, -1, true},
+			{"reused-snapshot", -1, false, 2, 1, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				k := newKitchen(t, &host.Options{MaxWarm: tc.maxWarm, PreInit: tc.preInit, Snapshots: tc.snapshots})
+				wantReuse := tc.reuse && strings.HasPrefix(engineFor(t).Name(), "wazero")
+				if tc.reuse {
+					for range 3 {
+						if ri := k.run(`{"mode":"steps","n":2}`); ri.Status != store.StatusCompleted {
+							t.Fatalf("warm-up run: %+v", ri)
+						}
+					}
+					if st := k.h.InstanceStats(); (st.Reused > 0) != wantReuse {
+						t.Fatalf("instances %+v after three runs; want reuse: %v", st, wantReuse)
+					}
+				}
 				ri := k.run(`{"mode":"determinism","ms":300}`)
 				if ri.Status != store.StatusWaiting {
 					t.Fatalf("status %s", ri.Status)
@@ -177,6 +199,9 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 				}
 				if before.Rand == after.Rand || before.Crypto == after.Crypto {
 					t.Errorf("random values repeat within a run: %+v %+v", before, after)
+				}
+				if first.Bodies != 1 {
+					t.Errorf("the run's first activation was body %d of its instance, want 1", first.Bodies)
 				}
 				// Another run gets other random values.
 				other := k.run(`{"mode":"determinism","ms":1}`)

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -39,13 +38,14 @@ type binding struct {
 }
 
 func newBinding() *binding {
-	c := &logicalClock{}
-	c.advance(initEpoch)
-	return &binding{clock: c, random: rand.NewChaCha8([32]byte{}), stdout: io.Discard, errw: io.Discard, ops: refuseOps{}}
+	b := &binding{}
+	b.unbind()
+	return b
 }
 
 // bind hands the instance to its run.
 func (b *binding) bind(w *wfInstance) {
+	w.bind = b
 	b.clock, b.random, b.ops = &w.clock, w.rng, w
 	b.stdout, b.errw = outWriter{w, "stdout"}, outWriter{w, "stderr"}
 }
@@ -84,12 +84,13 @@ type freshInstance struct {
 }
 
 // instantiate makes and initialises a workflow instance of the plugin.
-func instantiate(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
+func (h *Host) instantiate(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
 	b := newBinding()
 	inst, err := lp.cm.Instantiate(ctx, b.config(lp))
 	if err != nil {
 		return freshInstance{}, err
 	}
+	h.insts.made.Add(1)
 	if err := checkVersion(ctx, inst); err != nil {
 		inst.Close(ctx)
 		return freshInstance{}, err
@@ -110,7 +111,7 @@ func (*wzModule) preInitialisable() {}
 // (activate), so the refill does not compete with the resume.
 func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
 	if _, ok := lp.cm.(preInitialisable); !ok || h.preInit() == 0 {
-		return instantiate(ctx, lp)
+		return h.instantiate(ctx, lp)
 	}
 	lp.mu.Lock()
 	var f freshInstance
@@ -121,7 +122,7 @@ func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, 
 	if f.inst != nil {
 		return f, nil
 	}
-	return instantiate(ctx, lp)
+	return h.instantiate(ctx, lp)
 }
 
 // refill tops the plugin's pool up to the host's PreInit, on one goroutine
@@ -156,7 +157,7 @@ func (h *Host) refill(lp *loadedPlugin) {
 				return
 			}
 			lp.mu.Unlock()
-			f, err := instantiate(h.life, lp)
+			f, err := h.instantiate(h.life, lp)
 			lp.mu.Lock()
 			if err != nil || lp.closed {
 				lp.filling = false

@@ -185,8 +185,7 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		// Its run resumes from the snapshot instead of replaying. Only
 		// the instance's own fields are read: its run may be moving on,
 		// and the store keeps the newest snapshot.
-		h.snapshotAfter(ctx, e, e.parkedSeq, int(e.cursor))
-		e.close(ctx)
+		h.recycle(ctx, e, h.snapshotAfter(ctx, e, e.parkedSeq, int(e.cursor)))
 	}
 }
 
@@ -428,8 +427,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		case h.opts.MaxWarm < 0:
 			// Not parked: the next resume restores this instead of
 			// replaying.
-			h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops))
-			w.close(ctx)
+			h.recycle(ctx, w, h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops)))
 		default:
 			h.park(ctx, rh, w)
 		}
@@ -438,6 +436,9 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		err := w.flushOutput()
 		if err == nil {
 			err = h.commit(ctx, rh, b, nil)
+		}
+		if err == nil {
+			h.recycle(ctx, w, nil)
 		}
 		w.close(ctx)
 		return err

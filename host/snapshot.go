@@ -50,6 +50,9 @@ type snapshotter interface {
 	growMemory(size uint64) error
 	globals() []uint64
 	setGlobals(g []uint64) error
+	// outsideChanged: the instance holds state its memory and globals do
+	// not (or is closed), so it can be neither snapshotted nor reset.
+	outsideChanged() bool
 }
 
 // snapChunk is the granularity of a snapshot's memory diff.
@@ -81,10 +84,11 @@ type snapImage struct {
 // baseImage is a plugin's memory just after initialisation on the shared
 // sources, the reference snapshots are diffs against.
 type baseImage struct {
-	once sync.Once
-	mem  []byte
-	crc  uint32
-	err  error
+	once    sync.Once
+	mem     []byte
+	globals []uint64
+	crc     uint32
+	err     error
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -96,7 +100,7 @@ func (h *Host) base(ctx context.Context, lp *loadedPlugin) (*baseImage, error) {
 	b := &lp.base
 	b.once.Do(func() {
 		ctx := context.WithoutCancel(ctx)
-		f, err := instantiate(ctx, lp)
+		f, err := h.instantiate(ctx, lp)
 		if err != nil {
 			b.err = err
 			return
@@ -107,7 +111,7 @@ func (h *Host) base(ctx context.Context, lp *loadedPlugin) (*baseImage, error) {
 			b.err = fmt.Errorf("%w: engine cannot snapshot", errSnapshot)
 			return
 		}
-		b.mem = bytes.Clone(s.memory())
+		b.mem, b.globals = bytes.Clone(s.memory()), s.globals()
 		b.crc = crc32.Checksum(b.mem, castagnoli)
 	})
 	return b, b.err
@@ -147,18 +151,24 @@ const DefaultSnapshotOps = 64
 //
 // ops is how many ops the run's history holds: the caller's count, since
 // the run may be moving on when an evicted instance is snapshotted.
-func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64, ops int) {
+//
+// It returns the chunks of memory that differ from the base image when it
+// took a snapshot (recycle resets those), and nil when it did not.
+func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64, ops int) []uint32 {
 	if h.opts.Snapshots < 0 || ops < h.opts.Snapshots {
-		return
+		return nil
 	}
 	img, err := h.snapshot(ctx, w)
 	if err != nil || img == nil {
-		return
+		return nil
+	}
+	if img.chunks == nil {
+		img.chunks = []uint32{} // not nil: none differ
 	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return
+		return img.chunks
 	}
 	h.drivers.Add(1)
 	h.snapWG.Add(1)
@@ -173,6 +183,7 @@ func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64, ops
 			h.snaps.taken.Add(1)
 		}
 	}()
+	return img.chunks
 }
 
 // WaitSnapshots waits until the snapshots being compressed and stored in
@@ -199,7 +210,7 @@ func (h *Host) saveSnapshot(ctx context.Context, w *wfInstance) {
 // the engine cannot snapshot.
 func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) {
 	s, ok := w.inst.(snapshotter)
-	if !ok || !canSnapshot(w.plugin) {
+	if !ok || !canSnapshot(w.plugin) || s.outsideChanged() {
 		return nil, nil
 	}
 	base, err := h.base(ctx, w.plugin)

@@ -44,7 +44,7 @@ func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error
 		cfg = cfg.WithCompilationCache(cache)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, fdListeners{}), rt); err != nil {
 		rt.Close(ctx)
 		return nil, err
 	}
@@ -120,7 +120,37 @@ type wzInstance struct {
 	closed bool
 	meter  cpuMeter
 	globs  []api.MutableGlobal // see mutableGlobals
+	// fdsChanged: the guest closed or renumbered a file descriptor, state
+	// that lives in wazero, outside memory and globals (fdListeners).
+	fdsChanged bool
 }
+
+// fdListeners notes, on the calling instance, the WASI calls that change
+// its file descriptor table: the only state a guest can change outside its
+// memory and globals on this host (no preopened directories, no sockets;
+// setting a standard stream's flags changes nothing here). An instance
+// whose table changed is neither snapshotted nor reused, since restoring
+// memory and globals would not give back the table. Only the WASI
+// module's two functions are listened to, so other calls cost nothing.
+type fdListeners struct{}
+
+func (fdListeners) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	switch def.Name() {
+	case "fd_close", "fd_renumber":
+		return fdChange{}
+	}
+	return nil
+}
+
+type fdChange struct{}
+
+func (fdChange) Before(ctx context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, _ experimental.StackIterator) {
+	if i, ok := ctx.Value(instKey{}).(*wzInstance); ok {
+		i.fdsChanged = true
+	}
+}
+func (fdChange) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
+func (fdChange) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
 
 func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Instance, err error) {
 	inst := &wzInstance{ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{}}
@@ -138,7 +168,7 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		WithOsyield(func() {}).
 		WithRandSource(cfg.Random)
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		return newLimitedMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
+		return newGuestMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 	}))
 	ictx = context.WithValue(ictx, instKey{}, inst)
 	// A start function runs during instantiation, under the budget too.
@@ -397,6 +427,10 @@ func wzTick(ctx context.Context, mod api.Module, _ []uint64) {
 	}
 }
 
+// guestMemory is a guest's linear memory: mapped (memory_linux.go) or
+// Go-allocated (limitedMemory).
+type guestMemory = experimental.LinearMemory
+
 // limitedMemory backs a linear memory and refuses to grow past a limit,
 // noting that it did so the failure can be reported as the memory limit
 // rather than as whatever the guest does when memory.grow fails.
@@ -494,6 +528,11 @@ func (i *wzInstance) globals() []uint64 {
 	}
 	return v
 }
+
+// outsideChanged reports whether the instance can no longer be restored
+// from memory and globals alone: it is closed, or its guest changed its
+// file descriptors.
+func (i *wzInstance) outsideChanged() bool { return i.closed || i.fdsChanged }
 
 func (i *wzInstance) setGlobals(v []uint64) error {
 	gs := i.mutableGlobals()

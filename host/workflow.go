@@ -37,6 +37,7 @@ type wfInstance struct {
 	rs     *runState
 	plugin *loadedPlugin
 	inst   Instance
+	bind   *binding // the pooled instance's sources, bound to this run; nil when made for it
 	limits Limits
 
 	act    int    // the activation the guest is in (its view of the log)
@@ -96,6 +97,7 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 	if err != nil {
 		return nil, err
 	}
+	h.insts.made.Add(1)
 	w.inst = inst
 	if err := checkVersion(ctx, inst); err != nil {
 		inst.Close(ctx)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unsafe"
 
 	sandflow "github.com/sandflow/sandflow/guest-sdk"
 )
@@ -34,7 +35,14 @@ type observation struct {
 	Crypto   string   `json:"crypto"`
 	MapOrder []string `json:"mapOrder"`
 	Select   []int    `json:"select"`
+	// Bodies counts the workflow bodies this instance has begun, this
+	// one included, and Addr is where a new object lands on the heap: an
+	// instance reused without being reset would show its earlier runs.
+	Bodies int    `json:"bodies"`
+	Addr   uint64 `json:"addr"`
 }
+
+var bodies int
 
 func observe() observation {
 	m := map[string]int{}
@@ -63,7 +71,9 @@ func observe() observation {
 			sel = append(sel, v)
 		}
 	}
-	return observation{Now: time.Now().UTC().Format(time.RFC3339Nano), Rand: rand.Int63(), Crypto: hex.EncodeToString(b), MapOrder: order, Select: sel}
+	obj := new([64]byte)
+	return observation{Now: time.Now().UTC().Format(time.RFC3339Nano), Rand: rand.Int63(), Crypto: hex.EncodeToString(b), MapOrder: order, Select: sel,
+		Bodies: bodies, Addr: uint64(uintptr(unsafe.Pointer(obj)))}
 }
 
 // count calls the host's "count" capability, which tallies calls by key.
@@ -138,6 +148,7 @@ var stepLoop = sandflow.DefineStep("stepLoop", func(sc *sandflow.StepContext, _ 
 
 func init() {
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (any, error) {
+		bodies++
 		switch in.Mode {
 		case "determinism":
 			before := observe()
@@ -354,6 +365,17 @@ func init() {
 			}
 			fmt.Println("after sleep")
 			return "printed", nil
+
+		case "close-stdout":
+			// Changes the instance's file descriptors, which live
+			// outside its memory: it must not be reused or snapshotted.
+			fmt.Println("before close")
+			closeErr := ""
+			if err := os.Stdout.Close(); err != nil {
+				closeErr = err.Error() // wasmtime does not close stdout
+			}
+			_, err := fmt.Println("after close")
+			return map[string]any{"closeErr": closeErr, "writeFailed": err != nil}, nil
 
 		case "fetch":
 			return fetchStep.Run(ctx, in.Text)
