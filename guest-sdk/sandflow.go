@@ -96,6 +96,8 @@ func Execute[In, Out any](fn func(ctx *Context, in In) (Out, error)) { register(
 func Task[In, Out any](fn func(ctx *Context, in In) (Out, error)) { register("task", wrap(fn)) }
 
 func wrap[In, Out any](fn func(ctx *Context, in In) (Out, error)) func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
+	warmCodec[In]()
+	warmCodec[Out]()
 	return func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
 		var in In
 		r := doOp(abi.OpInput, "", nil)
@@ -121,7 +123,7 @@ func run() int32 {
 			complete(nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "the tool defines no entry point: call sandflow.Execute or sandflow.Task from an init function"})
 			return abi.RunDone
 		}
-		go body()
+		startCh <- struct{}{} // the body's goroutine waits (warm.go)
 	} else {
 		resumeCh <- struct{}{}
 	}

@@ -43,6 +43,8 @@ func DefineStep[In, Out any](name string, fn func(sc *StepContext, in In) (Out, 
 	if _, dup := steps[name]; dup {
 		panic(fmt.Sprintf("sandflow: step %q is defined twice", name))
 	}
+	warmCodec[In]()
+	warmCodec[Out]()
 	steps[name] = func(sc *StepContext, input []byte) (json.RawMessage, *abi.ErrorObject) {
 		var in In
 		if err := json.Unmarshal(input, &in); err != nil {

@@ -1,0 +1,80 @@
+package sandflow
+
+import (
+	"encoding/json"
+	"runtime"
+	"runtime/debug"
+)
+
+// What the guest does while it initialises so that runs start fast. The
+// host starts every run on an instance in the state _initialize left (a
+// new one, or a finished run's instance reset to that state: see
+// host/recycle.go), so anything a run would otherwise build for itself
+// on its first use (free heap, a grown goroutine stack, encoding/json's
+// per-type caches) is built once here and is there at the start of every
+// run.
+
+// heapReserve is how much free heap the initialised image holds. A Go
+// guest's linear memory grows as its heap does, and memory never shrinks;
+// the host reuses an instance only if its memory is still the size it had
+// after initialisation. With this much heap allocated and collected here,
+// a run that allocates less before its first collection does not grow its
+// memory. The pages stay untouched until the heap uses them.
+const heapReserve = 2 << 20
+
+// bodyStack is about how much stack the workflow body's goroutine has
+// grown to before a run begins: decoding JSON by reflection needs tens of
+// KiB, and growing a goroutine's stack copies it.
+const bodyStack = 100 << 10
+
+// startCh starts the workflow body on its goroutine, made and grown here.
+var startCh = make(chan struct{})
+
+func init() {
+	runtime.KeepAlive(make([]byte, heapReserve))
+	// Collected now, and its pages scavenged, so that no run does it.
+	debug.FreeOSMemory()
+
+	// The body's goroutine is made now and its stack grown after the
+	// collection (which would shrink an idle one's stack).
+	ready := make(chan struct{})
+	go func() {
+		growStack(bodyStack / 1024)
+		ready <- struct{}{}
+		<-startCh
+		body()
+	}()
+	<-ready
+}
+
+var stackSink byte
+
+// growStack uses about depth KiB of stack.
+//
+//go:noinline
+func growStack(depth int) {
+	var pad [1000]byte
+	pad[depth%len(pad)] = byte(depth)
+	if depth > 1 {
+		growStack(depth - 1)
+	}
+	stackSink += pad[(depth*7)%len(pad)]
+}
+
+// warmCodec runs encoding/json over a zero T, encoding it and decoding the
+// result, so that the package's per-type caches (field lists, encoders)
+// are built while the guest initialises instead of on every run's first
+// value of the type. The SDK warms the types of the entry point and of the
+// steps it is given; a tool warms any others it encodes (values returned
+// as any, say) in its own init. A type whose methods fail or panic on its
+// zero value is left to build its caches when used.
+func warmCodec[T any]() {
+	defer func() { _ = recover() }()
+	var v T
+	b, err := json.Marshal(&v)
+	if err != nil {
+		return
+	}
+	var w T
+	_ = json.Unmarshal(b, &w)
+}
