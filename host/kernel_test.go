@@ -165,6 +165,9 @@ func TestDeterminismAcrossReplay(t *testing.T) {
 							t.Fatalf("warm-up run: %+v", ri)
 						}
 					}
+					if err := k.h.WaitPreInit(context.Background()); err != nil { // resets finish in the background
+						t.Fatal(err)
+					}
 					if st := k.h.InstanceStats(); (st.Reused > 0) != wantReuse {
 						t.Fatalf("instances %+v after three runs; want reuse: %v", st, wantReuse)
 					}

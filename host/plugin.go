@@ -403,7 +403,9 @@ type loadedPlugin struct {
 	// a goroutine is making more; closed: the version is gone.
 	fresh   []freshInstance
 	filling bool
-	closed  bool
+	// resetting: finished instances being reset for fresh (recycle.go).
+	resetting int
+	closed    bool
 	// base is the memory snapshots are diffs against (snapshot.go).
 	base baseImage
 }

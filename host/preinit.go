@@ -131,7 +131,7 @@ func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, 
 func (h *Host) refill(lp *loadedPlugin) {
 	want := h.preInit()
 	lp.mu.Lock()
-	if lp.filling || len(lp.fresh) >= want || h.life.Err() != nil {
+	if lp.filling || len(lp.fresh)+lp.resetting >= want || h.life.Err() != nil {
 		lp.mu.Unlock()
 		return
 	}
@@ -151,7 +151,7 @@ func (h *Host) refill(lp *loadedPlugin) {
 		defer h.drivers.Done()
 		for {
 			lp.mu.Lock()
-			if len(lp.fresh) >= want || lp.closed || h.life.Err() != nil {
+			if len(lp.fresh)+lp.resetting >= want || lp.closed || h.life.Err() != nil {
 				lp.filling = false
 				lp.mu.Unlock()
 				return
@@ -178,7 +178,7 @@ func (h *Host) preInit() int { return max(h.opts.PreInit, 0) }
 func (lp *loadedPlugin) isFilling() bool {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	return lp.filling
+	return lp.filling || lp.resetting > 0
 }
 
 // sharedInit reports whether a new run of the plugin initialises its
@@ -200,7 +200,8 @@ func (lp *loadedPlugin) closeFresh(ctx context.Context) {
 }
 
 // WaitPreInit waits until no plugin's pool of pre-initialised instances is
-// being filled: for benchmarks and tests that time a resume served from a
+// being filled, by new instances or by finished ones being reset
+// (recycle.go): for benchmarks and tests that time a resume served from a
 // full pool, and for a host warming up before it takes traffic.
 func (h *Host) WaitPreInit(ctx context.Context) error {
 	for {

@@ -44,51 +44,62 @@ func (h *Host) InstanceStats() InstanceStats {
 }
 
 // recycle returns a workflow instance its run is done with to its
-// plugin's pool, reset, or closes it when it cannot be reused or the pool
-// is full. dirty lists the memory chunks known to differ from the base
-// image (a snapshot just compared them); nil means compare them all.
+// plugin's pool, or closes it when it cannot be reused or the pool is
+// full. The reset happens in the background, off the path of the call or
+// resume that finished with the instance; refill counts the instances
+// being reset as pooled, so it does not make new ones meanwhile. dirty
+// lists the memory chunks known to differ from the base image (a snapshot
+// just compared them); nil means compare them all.
 func (h *Host) recycle(ctx context.Context, w *wfInstance, dirty []uint32) {
 	inst, b, lp := w.inst, w.bind, w.plugin
 	w.inst, w.bind = nil, nil
 	if inst == nil {
 		return
 	}
-	if b == nil || w.checkOnly || !h.poolHasRoom(lp) || !canSnapshot(lp) {
-		inst.Close(ctx)
-		return
-	}
 	s, ok := inst.(snapshotter)
-	if !ok || s.outsideChanged() {
+	if !ok || b == nil || w.checkOnly || !canSnapshot(lp) || s.outsideChanged() || !h.reserveReset(lp) {
 		inst.Close(ctx)
 		return
 	}
-	base, err := h.base(ctx, lp)
-	if err == nil {
-		err = resetToBase(s, base, dirty)
-	}
-	if err != nil {
-		inst.Close(ctx)
-		return
-	}
-	b.unbind()
-	lp.mu.Lock()
-	if lp.closed || len(lp.fresh) >= h.poolCap() {
+	go func() {
+		defer h.drivers.Done()
+		base, err := h.base(h.life, lp)
+		if err == nil {
+			err = resetToBase(s, base, dirty)
+		}
+		lp.mu.Lock()
+		lp.resetting--
+		if err != nil || lp.closed || len(lp.fresh) >= h.poolCap() {
+			lp.mu.Unlock()
+			inst.Close(context.Background())
+			return
+		}
+		b.unbind()
+		lp.fresh = append(lp.fresh, freshInstance{inst, b})
 		lp.mu.Unlock()
-		inst.Close(ctx)
-		return
-	}
-	lp.fresh = append(lp.fresh, freshInstance{inst, b})
-	lp.mu.Unlock()
-	h.insts.reused.Add(1)
+		h.insts.reused.Add(1)
+	}()
 }
 
-func (h *Host) poolHasRoom(lp *loadedPlugin) bool {
+// reserveReset counts an instance as being reset for the plugin's pool,
+// if the pool has room for it and the host is open.
+func (h *Host) reserveReset(lp *loadedPlugin) bool {
 	if _, ok := lp.cm.(preInitialisable); !ok {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
 		return false
 	}
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	return !lp.closed && len(lp.fresh) < h.poolCap()
+	if lp.closed || len(lp.fresh)+lp.resetting >= h.poolCap() {
+		return false
+	}
+	lp.resetting++
+	h.drivers.Add(1)
+	return true
 }
 
 // poolCap is how many instances a plugin's pool holds with the reused

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -29,7 +30,13 @@ func TestInstanceReuse(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		reuses := strings.HasPrefix(engineFor(t).Name(), "wazero")
 		k := newKitchen(t, &host.Options{PreInit: 2, MaxWarm: -1})
-		reused := func() int64 { return k.h.InstanceStats().Reused }
+		reused := func() int64 {
+			// Instances are reset in the background: wait for them.
+			if err := k.h.WaitPreInit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return k.h.InstanceStats().Reused
+		}
 
 		for i := range 3 {
 			before := reused()
