@@ -401,42 +401,93 @@ type CallOptions struct {
 // it ends or waits on something outside it (a question, a timer, a hook, a
 // step retry). The returned RunInfo says which.
 //
+// The run is stored with its first commit, together with what its first
+// activation recorded: a call that completes in one activation is one
+// commit. Until then the run is not in the store (Run and Events do not
+// find it), and a process that dies before it loses only a call no one got
+// an answer to. What the guest does before that commit has no effect
+// outside the run: ops are recorded, and steps, questions and timers begin
+// only once committed.
+//
 // Errors: ErrUnknownTool, ErrBadInput (or an *InputError), ErrRunExists;
 // nothing is stored when any of them is returned. A run that fails is not
 // an error: RunInfo.Status is failed and RunInfo.Error says why.
 func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
-	ri, err := h.Start(ctx, tool, input, opts)
+	p, err := h.newRun(ctx, tool, input, opts)
 	if err != nil {
-		return ri, err
+		return RunInfo{}, err
 	}
-	return h.Drive(ctx, ri.ID)
+	if opts != nil && opts.RunID != "" {
+		// Fail before running anything; the first commit checks again.
+		if _, err := h.store.Run(ctx, p.rec.ID); err == nil {
+			return RunInfo{}, fmt.Errorf("%w: %s", ErrRunExists, p.rec.ID)
+		} else if !errors.Is(err, store.ErrRunNotFound) {
+			return RunInfo{}, err
+		}
+	}
+	if h.isClosed() {
+		return RunInfo{}, ErrClosed
+	}
+	rh := h.handle(p.rec.ID)
+	defer h.release(rh)
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if rh.rs != nil || rh.pending != nil {
+		return RunInfo{}, fmt.Errorf("%w: %s", ErrRunExists, p.rec.ID)
+	}
+	rh.pending = p
+	if err := h.reload(ctx, rh, store.Run{}); err != nil {
+		rh.pending = nil
+		return RunInfo{}, err
+	}
+	err = h.drive(ctx, rh)
+	if errors.Is(err, store.ErrRunExists) {
+		rh.pending, rh.rs = nil, nil
+		return RunInfo{}, fmt.Errorf("%w: %s", ErrRunExists, p.rec.ID)
+	}
+	if rh.pending != nil {
+		// Nothing committed (the context ended first, say): store the run
+		// as Start would have, so that it can be driven later.
+		if cerr := h.commit(ctx, rh, newBatch(rh.rs), nil); cerr != nil {
+			rh.pending, rh.rs = nil, nil
+			if errors.Is(cerr, store.ErrRunExists) {
+				cerr = fmt.Errorf("%w: %s", ErrRunExists, p.rec.ID)
+			}
+			return RunInfo{}, errors.Join(err, cerr)
+		}
+	}
+	return h.info(rh.rs), err
 }
 
-// Start creates a run of a tool and returns at once, with the run in
-// status running and nothing of it executed; Drive runs it. It is Call for
-// a caller that wants the run id before the run does any work (a server
-// that answers within a deadline, say). Errors are Call's.
-func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
+// pendingRun is a run Call has made and not stored yet: its record and
+// its run_created event, which its first commit stores with it.
+type pendingRun struct {
+	rec     store.Run
+	created store.Event
+}
+
+// newRun checks a call and makes its run's record and first event.
+func (h *Host) newRun(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (*pendingRun, error) {
 	var o CallOptions
 	if opts != nil {
 		o = *opts
 	}
 	if h.isClosed() {
-		return RunInfo{}, ErrClosed
+		return nil, ErrClosed
 	}
 	lp, err := h.plugin(ctx, tool, o.Version)
 	if err != nil {
-		return RunInfo{}, err
+		return nil, err
 	}
 	in, err := lp.checkInput(input)
 	if err != nil {
-		return RunInfo{}, err
+		return nil, err
 	}
 	id := o.RunID
 	if id == "" {
 		id = newID("run_", 10)
 	} else if err := store.ValidRunID(id); err != nil {
-		return RunInfo{}, fmt.Errorf("%w: %v", ErrBadInput, err)
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	seed := make([]byte, 32)
 	copy(seed, newSeed())
@@ -452,7 +503,20 @@ func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, op
 	ev.Seq = 1
 	rec := store.Run{ID: id, Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash,
 		Status: store.StatusRunning, CreatedAt: now, UpdatedAt: now, LastSeq: 1}
-	if err := h.store.CreateRun(ctx, rec, store.Batch{Events: []store.Event{ev}}); err != nil {
+	return &pendingRun{rec: rec, created: ev}, nil
+}
+
+// Start creates a run of a tool and returns at once, with the run in
+// status running and nothing of it executed; Drive runs it. It is Call for
+// a caller that wants the run id before the run does any work (a server
+// that answers within a deadline, say). Errors are Call's.
+func (h *Host) Start(ctx context.Context, tool string, input json.RawMessage, opts *CallOptions) (RunInfo, error) {
+	p, err := h.newRun(ctx, tool, input, opts)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	id := p.rec.ID
+	if err := h.store.CreateRun(ctx, p.rec, store.Batch{Events: []store.Event{p.created}}); err != nil {
 		if errors.Is(err, store.ErrRunExists) {
 			return RunInfo{}, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}

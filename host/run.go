@@ -30,6 +30,10 @@ type runHandle struct {
 	idle    *list.Element
 	idleOps int
 
+	// pending: Call made the run and it is not stored yet; its first
+	// commit stores it. Guarded by mu.
+	pending *pendingRun
+
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
 	cancelling atomic.Int32
@@ -234,15 +238,21 @@ func (h *Host) refresh(ctx context.Context, rh *runHandle) error {
 func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	h.dropWarm(ctx, rh)
 	rh.rs = nil
-	if rec.ID == "" {
+	var evs []store.Event
+	if p := rh.pending; p != nil {
+		// Not stored yet: what Call made is the whole of it.
+		rec, evs = p.rec, []store.Event{p.created}
+	} else {
+		if rec.ID == "" {
+			var err error
+			if rec, err = h.store.Run(ctx, rh.id); err != nil {
+				return err
+			}
+		}
 		var err error
-		if rec, err = h.store.Run(ctx, rh.id); err != nil {
+		if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
 			return err
 		}
-	}
-	evs, err := h.store.Events(ctx, rh.id, 0, 0)
-	if err != nil {
-		return err
 	}
 	rs := newRunState(rec)
 	rs.reserve(len(evs), func(i int) string { return evs[i].Kind })
@@ -293,7 +303,16 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = mustJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
-	if err := h.store.Append(ctx, rs.id, b.base, sb); err != nil {
+	var err error
+	if p := rh.pending; p != nil {
+		sb.Events = append([]store.Event{p.created}, sb.Events...)
+		if err = h.store.CreateRun(ctx, rec, sb); err == nil {
+			rh.pending = nil
+		}
+	} else {
+		err = h.store.Append(ctx, rs.id, b.base, sb)
+	}
+	if err != nil {
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
