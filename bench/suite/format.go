@@ -35,6 +35,8 @@ var benchFuncs = map[string]string{
 	workload.GroupSuspendedMemory:   "SuspendedMemory",
 	workload.GroupParkedMemory:      "ParkedMemory",
 	workload.GroupUpload:            "UploadToFirstCall",
+	workload.GroupToolCall:          "ToolCall",
+	workload.GroupToolCallNoSync:    "ToolCallNoSync",
 	workload.GroupLive + "-steps":   "LiveSteps",
 	workload.GroupLive + "-fanout":  "LiveFanout",
 	workload.GroupLive + "-askstep": "LiveAskStep",

@@ -20,12 +20,13 @@ const (
 	Extism workload.Runtime = "extism"
 )
 
-// Groups that only peers have figures in.
 const (
-	// GroupToolCall is one call of a trivial tool on an instance that
-	// exists already (Extism's Plugin.Call).
-	GroupToolCall = "tool-call"
-	// GroupToolCallCold is a call of a trivial tool on a new instance.
+	// GroupToolCall is one call of a trivial tool: sandflow's Host.Call
+	// (bench/workload's ToolCall) and Extism's Plugin.Call on an instance
+	// that exists already.
+	GroupToolCall = workload.GroupToolCall
+	// GroupToolCallCold is a call of a trivial tool on a new instance,
+	// which only Extism's figures time.
 	GroupToolCallCold = "tool-call-cold"
 )
 

@@ -149,8 +149,6 @@ const (
 	smallN = 10
 	midN   = 1000
 	largeN = 10_000
-	liveN1 = 10
-	liveN2 = 100
 )
 
 // checkDefs are the goals the suite is judged by.
@@ -164,9 +162,6 @@ func checkDefs() []checkDef {
 	snap := func(n int) string { return figureKey(workload.GroupSnapshot, workload.GoWazero, n) }
 	snapNoSync := func(n int) string { return figureKey(workload.GroupSnapshotNoSync, workload.GoWazero, n) }
 	snapReload := func(n int) string { return figureKey(workload.GroupSnapshotReload, workload.GoWazero, n) }
-	live := func(n int) string {
-		return figureKey(workload.GroupLive+"-"+string(workload.Steps), workload.GoWazero, n)
-	}
 	extismCall := figureKey(GroupToolCall, Extism, 0)
 	return []checkDef{
 		{
@@ -261,30 +256,17 @@ func checkDefs() []checkDef {
 			note:  "as the first resume after a restart: the run's state is not in the snapshot, so its whole log is read",
 		},
 		{
-			name: "trivial tool per-call overhead (estimated) / Extism call",
-			value: func(fs *figures) (float64, error) {
-				a, err := fs.median(live(liveN1), "ns/op")
-				if err != nil {
-					return 0, err
-				}
-				b, err := fs.median(live(liveN2), "ns/op")
-				if err != nil {
-					return 0, err
-				}
-				e, err := fs.median(extismCall, "ns/op")
-				if err != nil {
-					return 0, err
-				}
-				perStep := (b - a) / (liveN2 - liveN1)
-				call := a - liveN1*perStep
-				if call <= 0 || e <= 0 {
-					return 0, fmt.Errorf("the estimate is not positive (%.0f ns)", call)
-				}
-				return call / e, nil
-			},
-			note: "not like for like: no sandflow figure times a bare call of a trivial tool. The value is the cost of a run " +
-				"with no steps, extrapolated from live-steps/wazero at n=10 and n=100 (so it includes recording the run in the " +
-				"store, fsync off, which an Extism call has no counterpart for), over one Plugin.Call on a warm Extism instance",
+			name:  "trivial tool call, no fsync (Go guest, wazero) / Extism call",
+			value: quotient(figureKey(workload.GroupToolCallNoSync, workload.GoWazero, 0), "ns/op", extismCall, "ns/op"),
+			goal:  &goal{"<=", 1},
+			note: "one Host.Call of a trivial tool (its JSON input decoded and a greeting encoded by the guest), the run " +
+				"recorded in one commit on a store that does not fsync, over one Plugin.Call of the same guest work on a " +
+				"warm Extism instance, which records nothing",
+		},
+		{
+			name:  "trivial tool call, fsync (Go guest, wazero) / Extism call",
+			value: quotient(figureKey(workload.GroupToolCall, workload.GoWazero, 0), "ns/op", extismCall, "ns/op"),
+			note:  "the same with the store's real policy: the run is durable when the call returns",
 		},
 		{
 			name:  "memory per suspended run (Go guest, wazero)",

@@ -21,6 +21,8 @@ func BenchmarkStepCommits(b *testing.B)          { Run(b, GroupStepCommits) }
 func BenchmarkSuspendedMemory(b *testing.B)      { Run(b, GroupSuspendedMemory) }
 func BenchmarkParkedMemory(b *testing.B)         { Run(b, GroupParkedMemory) }
 func BenchmarkUploadToFirstCall(b *testing.B)    { Run(b, GroupUpload) }
+func BenchmarkToolCall(b *testing.B)             { Run(b, GroupToolCall) }
+func BenchmarkToolCallNoSync(b *testing.B)       { Run(b, GroupToolCallNoSync) }
 func BenchmarkLiveSteps(b *testing.B)            { Run(b, GroupLive+"-steps") }
 func BenchmarkLiveFanout(b *testing.B)           { Run(b, GroupLive+"-fanout") }
 func BenchmarkLiveAskStep(b *testing.B)          { Run(b, GroupLive+"-askstep") }

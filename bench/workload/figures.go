@@ -852,3 +852,49 @@ func Live(rt Runtime, w Workload, n int) func(*testing.B) {
 		}
 	}
 }
+
+// ToolCall times one call of a trivial tool, the greet workload, from
+// Host.Call to its result: the input checked against the tool's schema,
+// the run recorded, an instance taken from the pool (the host keeps
+// PreInit 2 and, on wazero, reuses the instances of finished runs), the
+// guest's JSON decode and encode, and the run's completion recorded, with
+// the store's real policy (fsync on). PlainGo is PlainGreet, the floor.
+// Extism's Plugin.Call of the same guest work (bench/peers) is in the same
+// group.
+func ToolCall(rt Runtime) func(*testing.B) { return toolCall(rt, true) }
+
+// ToolCallNoSync is ToolCall on a store that does not fsync: the host's
+// and the runtime's part of a call.
+func ToolCallNoSync(rt Runtime) func(*testing.B) { return toolCall(rt, false) }
+
+func toolCall(rt Runtime, sync bool) func(*testing.B) {
+	return func(b *testing.B) {
+		input := Input{Mode: Greet, Name: GreetName}.json()
+		if rt == PlainGo {
+			for b.Loop() {
+				if out, err := PlainGreet(input); err != nil || string(out) != GreetResult {
+					b.Fatal(string(out), err)
+				}
+			}
+			return
+		}
+		s := openTB(b, hostConfig{runtimes: []Runtime{rt}, sync: sync, preInit: 2})
+		v := registerTB(b, s, rt)
+		ctx := context.Background()
+		call := func() error {
+			ri, err := s.h.Call(ctx, ToolName, input, &host.CallOptions{Version: v})
+			if err != nil {
+				return err
+			}
+			if ri.Status != store.StatusCompleted || string(ri.Result) != GreetResult {
+				return fmt.Errorf("greet: run %s %s, result %s, want %s (%v)", ri.ID, ri.Status, ri.Result, GreetResult, ri.Error)
+			}
+			return nil
+		}
+		need(b, call())
+		need(b, s.h.WaitPreInit(ctx))
+		for b.Loop() {
+			need(b, call())
+		}
+	}
+}

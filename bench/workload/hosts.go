@@ -24,7 +24,8 @@ var jsSource string
 const inputSchema = `{"type": "object", "properties": {
   "mode": {"type": "string"},
   "n": {"type": "integer", "minimum": 0},
-  "asks": {"type": "integer", "minimum": 0}
+  "asks": {"type": "integer", "minimum": 0},
+  "name": {"type": "string"}
 }, "required": ["mode"]}`
 
 func manifest(engine string) host.Manifest {

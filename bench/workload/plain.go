@@ -189,3 +189,15 @@ func ReplayOps(hist *host.History) (Input, Ops, error) {
 		},
 	}, nil
 }
+
+// PlainGreet is the greet workload as an ordinary Go function: the input
+// decoded with encoding/json, the greeting encoded.
+func PlainGreet(input []byte) ([]byte, error) {
+	var in Input
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		Greeting string `json:"greeting"`
+	}{"hello " + in.Name})
+}

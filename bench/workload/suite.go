@@ -21,6 +21,8 @@ const (
 	GroupSuspendedMemory = "memory-suspended"
 	GroupParkedMemory    = "memory-parked"
 	GroupUpload          = "upload-to-first-call"
+	GroupToolCall        = "tool-call"
+	GroupToolCallNoSync  = "tool-call-nosync"
 	GroupLive            = "live" // followed by "-" and the workload
 )
 
@@ -90,6 +92,10 @@ func Suite() []Figure {
 	add(GroupSuspendedMemory, []int{suspendedRuns}, SuspendedMemory, nil)
 	add(GroupParkedMemory, []int{parkedRuns}, ParkedMemory, nil)
 	add(GroupUpload, []int{0}, one(UploadToFirstCall), func(rt Runtime, _ int) bool { return rt == PlainGo })
+	// The C guest has no greet mode (it would need JSON strings).
+	noGreet := func(rt Runtime, _ int) bool { return rt == CWazero || rt == CWasmtime }
+	add(GroupToolCall, []int{0}, one(ToolCall), noGreet)
+	add(GroupToolCallNoSync, []int{0}, one(ToolCallNoSync), func(rt Runtime, n int) bool { return noGreet(rt, n) || rt == PlainGo })
 	for _, w := range Workloads() {
 		add(GroupLive+"-"+string(w), liveSizes, func(rt Runtime, n int) func(*testing.B) { return Live(rt, w, n) }, nil)
 	}

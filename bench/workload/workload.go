@@ -104,6 +104,16 @@ const (
 	// StepsAsk is n steps and then Input.Asks questions: the run behind
 	// the resume and memory figures.
 	StepsAsk Workload = "stepsask"
+	// Greet is the trivial tool of the tool-call figures: no ops; the
+	// input {"mode":"greet","name":N} gives {"greeting":"hello N"}, the
+	// guest work of bench/peers' Extism plugin.
+	Greet Workload = "greet"
+)
+
+// GreetName and GreetResult are the greet call of the tool-call figures.
+const (
+	GreetName   = "world"
+	GreetResult = `{"greeting":"hello world"}`
 )
 
 // Workloads lists the three workloads of the suite.
@@ -114,6 +124,7 @@ type Input struct {
 	Mode Workload `json:"mode"`
 	N    int      `json:"n"`
 	Asks int      `json:"asks,omitempty"`
+	Name string   `json:"name,omitempty"` // greet's
 }
 
 func (in Input) json() json.RawMessage {

@@ -8,6 +8,7 @@
 //             together; the result is how many completed
 //   askstep   n times a question, then a step inc; the result is n
 //   stepsask  n steps inc, then `asks` questions; the result is n
+//   greet     no ops; the result is {greeting: "hello " + name}
 defineWorkflowTool({
   description: "sandflow benchmark workloads",
   inputSchema: {
@@ -16,10 +17,11 @@ defineWorkflowTool({
       mode: { type: "string" },
       n: { type: "integer", minimum: 0 },
       asks: { type: "integer", minimum: 0 },
+      name: { type: "string" },
     },
     required: ["mode"],
   },
-  async execute({ mode, n = 0, asks = 0 }, ctx) {
+  async execute({ mode, n = 0, asks = 0, name = "" }, ctx) {
     "use workflow";
     const question = { prompt: "Go on?", options: [{ id: "ok", label: "OK" }] };
     const ask = async () => {
@@ -28,6 +30,8 @@ defineWorkflowTool({
     };
     let v = 0;
     switch (mode) {
+      case "greet":
+        return { greeting: "hello " + name };
       case "steps":
         for (let i = 0; i < n; i++) v = await inc(v);
         return v;

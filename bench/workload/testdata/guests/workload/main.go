@@ -10,11 +10,14 @@
 //   - askstep: n times, a question, then a step "inc"; the result is n.
 //   - stepsask: n steps "inc", then asks questions one after another; the
 //     result is n.
+//   - greet: no ops; the result is {"greeting":"hello "+name}, the work of a
+//     trivial tool (bench/peers' Extism plugin does the same).
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o workload.wasm .
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -25,6 +28,11 @@ type input struct {
 	Mode string `json:"mode"`
 	N    int    `json:"n"`
 	Asks int    `json:"asks"`
+	Name string `json:"name"`
+}
+
+type greeting struct {
+	Greeting string `json:"greeting"`
 }
 
 var inc = sandflow.DefineStep("inc", func(sc *sandflow.StepContext, v int) (int, error) { return v + 1, nil })
@@ -46,8 +54,17 @@ func ask(ctx *sandflow.Context) error {
 }
 
 func init() {
-	sandflow.Execute(func(ctx *sandflow.Context, in input) (int, error) {
+	// greet returns its greeting as any, a type the SDK cannot see to
+	// warm: encode one now, as a tool does for such types (the SDK's
+	// warm.go says why).
+	if _, err := json.Marshal(greeting{}); err != nil {
+		panic(err)
+	}
+	sandflow.Execute(func(ctx *sandflow.Context, in input) (any, error) {
 		switch in.Mode {
+		case "greet":
+			return greeting{Greeting: "hello " + in.Name}, nil
+
 		case "steps":
 			v := 0
 			for range in.N {
