@@ -141,15 +141,16 @@ func mkEvent(kind string, t time.Time, d *evData) store.Event {
 
 func decodeEvData(e store.Event) (*evData, error) {
 	d := new(evData)
-	if err := decodeEvDataInto(e, d); err != nil {
+	if err := decodeEvDataInto(e, d, nil); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-// decodeEvDataInto decodes an event's data into a zero evData.
-func decodeEvDataInto(e store.Event, d *evData) error {
-	if decodeHot(e.Data, d) {
+// decodeEvDataInto decodes an event's data into a zero evData, interning
+// names in strs (decodeHot).
+func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) error {
+	if decodeHot(e.Data, d, strs) {
 		return nil
 	}
 	if err := gojson.Unmarshal(e.Data, d); err != nil {

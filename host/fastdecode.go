@@ -10,7 +10,11 @@ import "math"
 // that is not a plain non-negative integer, JSON it does not accept. The
 // caller then decodes with the general decoder, which also judges what is
 // malformed, so both paths agree on every input (TestDecodeHot).
-func decodeHot(b []byte, d *evData) bool {
+//
+// Names and kinds are taken from strs when it holds them, and added to it
+// while it is small: a long log repeats a few step names, and a string
+// per event was most of what decoding it allocated. strs may be nil.
+func decodeHot(b []byte, d *evData, strs map[string]string) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -21,7 +25,7 @@ func decodeHot(b []byte, d *evData) bool {
 	}
 	var hot evData
 	for {
-		key, j, ok := plainString(b, i)
+		key, j, ok := plainBytes(b, i)
 		if !ok {
 			return false
 		}
@@ -30,7 +34,7 @@ func decodeHot(b []byte, d *evData) bool {
 			return false
 		}
 		i = skipSpace(b, i+1)
-		switch key {
+		switch string(key) { // compared without a copy
 		case "op":
 			n, j, ok := plainUint(b, i, math.MaxUint32)
 			if !ok {
@@ -42,18 +46,19 @@ func decodeHot(b []byte, d *evData) bool {
 			if !ok {
 				return false
 			}
-			if key == "attempt" {
+			if string(key) == "attempt" {
 				hot.Attempt = int(n)
 			} else {
 				hot.Activation = int(n)
 			}
 			i = j
 		case "name", "kind":
-			s, j, ok := plainString(b, i)
+			v, j, ok := plainBytes(b, i)
 			if !ok {
 				return false
 			}
-			if key == "name" {
+			s := intern(strs, v)
+			if string(key) == "name" {
 				hot.Name = s
 			} else {
 				hot.Kind = s
@@ -64,7 +69,7 @@ func decodeHot(b []byte, d *evData) bool {
 			if !ok {
 				return false
 			}
-			if key == "input" {
+			if string(key) == "input" {
 				hot.Input = b[i:j:j]
 			} else {
 				hot.Result = b[i:j:j]
@@ -98,21 +103,37 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// plainString reads a string at b[i] without escapes or control
-// characters, returning it and the index after it.
-func plainString(b []byte, i int) (string, int, bool) {
+// plainBytes reads a string at b[i] without escapes or control
+// characters, returning its bytes (aliasing b) and the index after it.
+func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
+			return b[i+1 : j], j + 1, true
 		case c == '\\' || c < 0x20 || c >= 0x80:
-			return "", 0, false // escapes and non-ASCII: the general decoder
+			return nil, 0, false // escapes and non-ASCII: the general decoder
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
+}
+
+// maxInterned bounds an intern table: a log's names are few, and one
+// with many need not grow it without end.
+const maxInterned = 256
+
+// intern returns v as a string, the one in strs if it is there.
+func intern(strs map[string]string, v []byte) string {
+	if s, ok := strs[string(v)]; ok { // looked up without a copy
+		return s
+	}
+	s := string(v)
+	if strs != nil && len(strs) < maxInterned {
+		strs[s] = s
+	}
+	return s
 }
 
 // plainUint reads a non-negative integer without sign, fraction or

@@ -32,7 +32,7 @@ var hotSeeds = []string{
 func checkHot(t *testing.T, data []byte) {
 	t.Helper()
 	var fast, general evData
-	ok := decodeHot(data, &fast)
+	ok := decodeHot(data, &fast, map[string]string{})
 	err := gojson.Unmarshal(data, &general)
 	if !ok {
 		if fast.Op != 0 || fast.Input != nil || fast.Name != "" {
@@ -54,7 +54,7 @@ func TestDecodeHot(t *testing.T) {
 	taken := 0
 	for _, s := range hotSeeds {
 		var d evData
-		if decodeHot([]byte(s), &d) {
+		if decodeHot([]byte(s), &d, nil) {
 			taken++
 		}
 		checkHot(t, []byte(s))

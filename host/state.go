@@ -47,8 +47,9 @@ type runState struct {
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
 
-	scratch *evData // apply's decoding buffer
-	slab    []opRec // ops are taken from it while it lasts (reserve)
+	scratch *evData           // apply's decoding buffer
+	strs    map[string]string // the names apply has decoded, interned
+	slab    []opRec           // ops are taken from it while it lasts (reserve)
 
 	lastProgress json.RawMessage
 	status       store.RunStatus
@@ -261,11 +262,11 @@ func (rs *runState) apply(e store.Event) error {
 	}
 	// One evData, reused: apply keeps values of its fields, never it.
 	if rs.scratch == nil {
-		rs.scratch = new(evData)
+		rs.scratch, rs.strs = new(evData), map[string]string{}
 	}
 	d := rs.scratch
 	*d = evData{}
-	if err := decodeEvDataInto(e, d); err != nil {
+	if err := decodeEvDataInto(e, d, rs.strs); err != nil {
 		return err
 	}
 	if rs.created == nil && e.Kind != EvRunCreated {

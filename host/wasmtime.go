@@ -413,7 +413,7 @@ func (i *wtInstance) checkCPU() bool {
 		i.fail(err)
 		return true
 	}
-	if m.pausedAt.IsZero() && time.Now().After(m.deadline) {
+	if m.spent() {
 		i.fail(&LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"})
 		return true
 	}

@@ -319,14 +319,28 @@ func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
 // the host every meter.Interval loop iterations (wzTick), and the call ends
 // there once the budget is spent or its context is done. Only the guest's
 // goroutine touches it.
+//
+// Times are kept as durations since a fixed epoch, so that each reading
+// is one monotonic clock read (time.Since) rather than time.Now's wall and
+// monotonic pair: a replay restarts the budget at every recorded
+// activation, thousands of times for a long history.
 type cpuMeter struct {
-	deadline time.Time
-	pausedAt time.Time
+	epoch    time.Time
+	deadline time.Duration // since epoch
+	pausedAt time.Duration // since epoch, while paused
+	paused   bool
 	ctx      context.Context
 }
 
+func (m *cpuMeter) now() time.Duration {
+	if m.epoch.IsZero() {
+		m.epoch = time.Now()
+	}
+	return time.Since(m.epoch)
+}
+
 func (m *cpuMeter) start(ctx context.Context, budget time.Duration) {
-	m.ctx, m.deadline, m.pausedAt = ctx, time.Now().Add(budget), time.Time{}
+	m.ctx, m.deadline, m.paused = ctx, m.now()+budget, false
 }
 
 // check returns why the call must end, or nil.
@@ -334,21 +348,24 @@ func (m *cpuMeter) check(i *wzInstance) error {
 	if err := m.ctx.Err(); err != nil {
 		return err
 	}
-	if m.pausedAt.IsZero() && time.Now().After(m.deadline) {
+	if m.spent() {
 		return &LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"}
 	}
 	return nil
 }
 
+// spent reports whether the budget is used up.
+func (m *cpuMeter) spent() bool { return !m.paused && m.now() > m.deadline }
+
 // pause stops the budget's clock and returns the function that restarts it.
 func (m *cpuMeter) pause() func() {
-	if !m.pausedAt.IsZero() {
+	if m.paused {
 		return func() {}
 	}
-	m.pausedAt = time.Now()
+	m.paused, m.pausedAt = true, m.now()
 	return func() {
-		m.deadline = m.deadline.Add(time.Since(m.pausedAt))
-		m.pausedAt = time.Time{}
+		m.deadline += m.now() - m.pausedAt
+		m.paused = false
 	}
 }
 
