@@ -48,6 +48,27 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
+// appendTyped is appendValue for a value whose type is known where it is
+// called: scalars are appended without first being put in an interface,
+// which for most values is an allocation (one per step of a long run).
+func appendTyped[T any](dst []byte, v T) ([]byte, error) {
+	switch p := any(&v).(type) {
+	case *int:
+		return strconv.AppendInt(dst, int64(*p), 10), nil
+	case *int64:
+		return strconv.AppendInt(dst, *p, 10), nil
+	case *bool:
+		return strconv.AppendBool(dst, *p), nil
+	case *string:
+		if plain(*p) {
+			dst = append(dst, '"')
+			dst = append(dst, *p...)
+			return append(dst, '"'), nil
+		}
+	}
+	return appendValue(dst, v)
+}
+
 // plain reports whether a string encodes without escapes.
 func plain(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -62,40 +83,63 @@ func plain(s string) bool {
 // reflection, which is slow in a WebAssembly guest; everything else goes
 // through json.Unmarshal, with the same results.
 func decodeValue(raw []byte, v any) error {
+	if decodeScalar(raw, v) {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// decodeTyped is decodeValue into a *T: dst is not made to escape to the
+// heap (only the fallback to json.Unmarshal decodes into a copy there), so
+// a caller can decode into a local.
+func decodeTyped[T any](raw []byte, dst *T) error {
+	if decodeScalar(raw, dst) {
+		return nil
+	}
+	tmp := new(T)
+	*tmp = *dst
+	if err := json.Unmarshal(raw, tmp); err != nil {
+		return err
+	}
+	*dst = *tmp
+	return nil
+}
+
+// decodeScalar decodes the scalars decodeValue decodes itself, reporting
+// whether v was one of them and raw its plain encoding.
+func decodeScalar(raw []byte, v any) bool {
 	switch p := v.(type) {
 	case *struct{}:
-		if string(raw) == "null" {
-			return nil
-		}
+		return string(raw) == "null"
 	case *json.RawMessage:
 		*p = append((*p)[:0], raw...)
-		return nil
+		return true
 	case *int:
 		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 0); err == nil {
 			*p = int(n)
-			return nil
+			return true
 		}
 	case *int64:
 		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 64); err == nil {
 			*p = n
-			return nil
+			return true
 		}
 	case *bool:
 		switch string(raw) {
 		case "true":
 			*p = true
-			return nil
+			return true
 		case "false":
 			*p = false
-			return nil
+			return true
 		}
 	case *string:
 		if s, ok := simpleString(raw); ok {
 			*p = s
-			return nil
+			return true
 		}
 	}
-	return json.Unmarshal(raw, v)
+	return false
 }
 
 // simpleString returns a JSON string without escapes as a Go string.

@@ -233,13 +233,28 @@ func (f *Future[T]) settle(st abi.FutureState, v []byte) {
 		f.err = decodeError(v)
 		return
 	}
-	if err := decodeValue(v, &f.val); err != nil {
-		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", f.val, err)}
-		return
+	f.err = settleInto(v, &f.val)
+}
+
+// settleInto decodes a fulfilled future's value into dst and notes a
+// ServeCall received. dst does not escape: a step run at once decodes into
+// a local (Step.Run).
+func settleInto[T any](v []byte, dst *T) error {
+	if err := decodeTyped(v, dst); err != nil {
+		return &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("decoding a %T: %v", *dst, err)}
 	}
-	if c, ok := any(&f.val).(receivedCall); ok {
-		c.noteReceived()
+	switch any(dst).(type) {
+	case *int, *int64, *bool, *string, *float64, *json.RawMessage:
+		// Not a ServeCall: spares the interface check, a lookup on every
+		// settle of a scalar.
+	default:
+		if _, ok := any(dst).(receivedCall); ok {
+			c := new(T) // a copy: a call through the interface would move dst to the heap
+			*c = *dst
+			any(c).(receivedCall).noteReceived()
+		}
 	}
+	return nil
 }
 
 // Done reports whether the future has settled, as far as the body knows.
@@ -310,22 +325,27 @@ func (f *Future[T]) rejection() error { return f.err }
 
 // awaitOne is awaitFutures for a single future, without the slice.
 func awaitOne(f settleable) {
-	if f.futureID() == 0 {
+	f.settle(awaitSettled(f.futureID()))
+}
+
+// awaitSettled waits for one future and returns how it settled and its
+// value, which aliases the response buffer until the next op.
+func awaitSettled(id uint32) (abi.FutureState, []byte) {
+	if id == 0 {
 		panic("sandflow: awaiting a future the host never made")
 	}
 	payload := binary.LittleEndian.AppendUint32(awaitBuf[:0], uint32(abi.AwaitAll))
-	payload = binary.LittleEndian.AppendUint32(payload, f.futureID())
+	payload = binary.LittleEndian.AppendUint32(payload, id)
 	awaitBuf = payload
 	for {
 		r := doOp(abi.OpAwait, "", payload)
 		switch r.status {
 		case abi.StatusOK:
 			b := r.payload
-			if len(b) < 12 || binary.LittleEndian.Uint32(b) != f.futureID() || uint64(len(b)-12) < uint64(binary.LittleEndian.Uint32(b[8:])) {
+			if len(b) < 12 || binary.LittleEndian.Uint32(b) != id || uint64(len(b)-12) < uint64(binary.LittleEndian.Uint32(b[8:])) {
 				panic("sandflow: malformed await response")
 			}
-			f.settle(abi.FutureState(binary.LittleEndian.Uint32(b[4:])), b[12:12+binary.LittleEndian.Uint32(b[8:])])
-			return
+			return abi.FutureState(binary.LittleEndian.Uint32(b[4:])), b[12 : 12+binary.LittleEndian.Uint32(b[8:])]
 		case abi.StatusSuspend:
 			suspend()
 		default:

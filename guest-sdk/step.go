@@ -83,13 +83,20 @@ func (s *Step[In, Out]) Start(ctx *Context, in In) *Future[Out] {
 // start issues the step op; with abi.OpFlagAwait the host also waits for
 // it, saving the separate await.
 func (s *Step[In, Out]) start(in In, flags abi.OpKind) *Future[Out] {
+	r, encErr := s.issue(in, flags)
+	return s.futureOf(r, encErr)
+}
+
+// issue sends the step op, returning the host's response and the input's
+// encoding error, if any.
+func (s *Step[In, Out]) issue(in In, flags abi.OpKind) (response, error) {
 	// The input is encoded on replay too, though the host answers from the
 	// log without reading it: encoding can draw from the Go runtime's
 	// hidden random generator (map iteration, first use of a type), and
 	// the body's own map order and math/rand must not depend on whether
 	// this is a replay. The payload is built in a buffer the next op reuses.
 	payload := append(stepBuf[:0], `{"input":`...)
-	payload, encErr := appendValue(payload, in)
+	payload, encErr := appendTyped(payload, in)
 	if encErr != nil {
 		// Still issue the op, with a payload the host refuses, so it takes
 		// its position as it will on replay.
@@ -102,7 +109,11 @@ func (s *Step[In, Out]) start(in In, flags abi.OpKind) *Future[Out] {
 		payload = append(payload, '}')
 	}
 	stepBuf = payload
-	f := newFuture[Out](doOp(abi.OpStep|flags, s.name, payload))
+	return doOp(abi.OpStep|flags, s.name, payload), encErr
+}
+
+func (s *Step[In, Out]) futureOf(r response, encErr error) *Future[Out] {
+	f := newFuture[Out](r)
 	if encErr != nil {
 		f.err = &Error{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding input: %v", s.name, encErr)}
 	}
@@ -113,8 +124,32 @@ func (s *Step[In, Out]) start(in In, flags abi.OpKind) *Future[Out] {
 var stepBuf []byte
 
 // Run runs the step and waits for its result.
+//
+// It does what Start and Await do, without making a future: the result is
+// decoded into a local whether the step settled at once (as on replay) or
+// after the run suspended (live), so a run allocates the same live and on
+// replay, which keeps the Go runtime's hidden state (heap sampling draws
+// from its generator) the same on both.
 func (s *Step[In, Out]) Run(ctx *Context, in In) (Out, error) {
-	return s.start(in, abi.OpFlagAwait).Await(ctx)
+	r, encErr := s.issue(in, abi.OpFlagAwait)
+	var out Out
+	switch {
+	case encErr != nil || r.status == abi.StatusPending:
+		return s.futureOf(r, encErr).Await(ctx)
+	case r.status == abi.StatusOK:
+		err := settleInto(r.payload, &out)
+		return out, err
+	case r.status == abi.StatusSuspend:
+		// The host waited and the run must suspend; then wait again.
+		suspend()
+		st, v := awaitSettled(r.future)
+		if st == abi.FutureRejected {
+			return out, decodeError(v)
+		}
+		err := settleInto(v, &out)
+		return out, err
+	}
+	return out, decodeError(r.payload) // rejected or refused
 }
 
 // StepContext is a step attempt's handle.

@@ -74,7 +74,7 @@ func TestCallCommitsOnce(t *testing.T) {
 		t.Fatalf("stored log: %d events, %v", len(evs), err)
 	}
 
-	ri, err = h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"determinism","ms":60000}`), nil)
+	ri, err = h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"two-asks"}`), nil)
 	if err != nil || ri.Status != store.StatusWaiting {
 		t.Fatalf("%+v %v", ri, err)
 	}
@@ -82,7 +82,7 @@ func TestCallCommitsOnce(t *testing.T) {
 		t.Errorf("a call that suspended made %d creates and %d appends, want 1 and 0", cr, ap)
 	}
 	stored, err := h.Run(ctx, ri.ID)
-	if err != nil || stored.Status != store.StatusWaiting || len(stored.Waiting) != 1 {
+	if err != nil || stored.Status != store.StatusWaiting || len(stored.Waiting) != 2 {
 		t.Fatalf("stored run: %+v %v", stored, err)
 	}
 

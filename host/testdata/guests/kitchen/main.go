@@ -14,7 +14,6 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unsafe"
 
 	sandflow "github.com/sandflow/sandflow/guest-sdk"
 )
@@ -36,10 +35,9 @@ type observation struct {
 	MapOrder []string `json:"mapOrder"`
 	Select   []int    `json:"select"`
 	// Bodies counts the workflow bodies this instance has begun, this
-	// one included, and Addr is where a new object lands on the heap: an
-	// instance reused without being reset would show its earlier runs.
-	Bodies int    `json:"bodies"`
-	Addr   uint64 `json:"addr"`
+	// one included: an instance reused without being reset would count
+	// its earlier runs.
+	Bodies int `json:"bodies"`
 }
 
 var bodies int
@@ -71,9 +69,10 @@ func observe() observation {
 			sel = append(sel, v)
 		}
 	}
-	obj := new([64]byte)
+	// Where new objects of a few size classes land: any allocation that
+	// differs before this moves one of them.
 	return observation{Now: time.Now().UTC().Format(time.RFC3339Nano), Rand: rand.Int63(), Crypto: hex.EncodeToString(b), MapOrder: order, Select: sel,
-		Bodies: bodies, Addr: uint64(uintptr(unsafe.Pointer(obj)))}
+		Bodies: bodies}
 }
 
 // count calls the host's "count" capability, which tallies calls by key.
@@ -150,7 +149,15 @@ func init() {
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (any, error) {
 		bodies++
 		switch in.Mode {
-		case "determinism":
+		case "determinism", "determinism-after-step":
+			if in.Mode == "determinism-after-step" {
+				// Live, the run suspends and resumes at the step; on
+				// replay the step settles at once. What is observed after
+				// it must not tell the two apart.
+				if _, err := echo.Run(ctx, 1); err != nil {
+					return nil, err
+				}
+			}
 			before := observe()
 			if err := sandflow.Progress(ctx, before); err != nil {
 				return nil, err
