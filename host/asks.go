@@ -108,11 +108,18 @@ func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskR
 			return err
 		}
 		b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, ask.Position))
-		if err := h.commit(ctx, rh, b, nil); err != nil {
+		// The answer is stored with the activation it wakes, in one
+		// commit; whatever ends the drive first, it is stored before the
+		// run is let go, or the call fails and nothing is.
+		if err := h.carryForward(ctx, rh, b); err != nil {
 			return err
 		}
+		err = h.drive(ctx, rh)
+		if cerr := h.settleCarry(ctx, rh); cerr != nil {
+			return errors.Join(err, cerr)
+		}
 		settled = true
-		return h.drive(ctx, rh)
+		return err
 	})
 	if err != nil && !settled {
 		return RunInfo{}, err

@@ -121,3 +121,91 @@ func TestCallCommitsOnce(t *testing.T) {
 		t.Errorf("the race's step ran %d times, want 1", n)
 	}
 }
+
+// An answer is stored in one commit with the activation it wakes, and
+// whatever that activation does, the answer is in the log and its
+// question closed: when the run completes, when its guest fails, and when
+// the caller's context ends before the activation.
+func TestAnswerStoredWithActivation(t *testing.T) {
+	ctx := context.Background()
+	bolt, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	st := &commits{Bolt: bolt, creates: map[string]int{}, appends: map[string]int{}}
+	h, err := host.Open(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	if _, err := h.AddPlugin(ctx, guest(t, kitchenDir), manifest(t, kitchenDir)); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() (host.RunInfo, string) {
+		t.Helper()
+		ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"ask-then"}`), nil)
+		if err != nil || ri.Status != store.StatusWaiting || len(ri.Waiting) != 1 {
+			t.Fatalf("%+v %v", ri, err)
+		}
+		return ri, ri.Waiting[0].AskID
+	}
+	// settledBefore checks the log: the answer is there, before the
+	// event that ends the run when it ended, and its question is closed.
+	settledBefore := func(id, askID, end string) {
+		t.Helper()
+		evs, err := h.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, endAt := -1, -1
+		for i, e := range evs {
+			switch e.Kind {
+			case host.EvAskSettled:
+				at = i
+			case end:
+				endAt = i
+			}
+		}
+		if at < 0 || (end != "" && endAt < at) {
+			t.Errorf("run %s: ask_settled at %d, %s at %d", id, at, end, endAt)
+		}
+		if q, err := h.Question(ctx, askID); err != nil || q.Open {
+			t.Errorf("question %s: %+v %v, want it closed", askID, q, err)
+		}
+	}
+
+	ri, askID := ask()
+	ri, err = h.AnswerAsk(ctx, askID, host.Answer{Text: "done"})
+	if err != nil || ri.Status != store.StatusCompleted || string(ri.Result) != `"done"` {
+		t.Fatalf("answered: %+v %v", ri, err)
+	}
+	if _, ap := st.count(ri.ID); ap != 1 {
+		t.Errorf("an answer that completed its run made %d appends, want 1", ap)
+	}
+	settledBefore(ri.ID, askID, host.EvRunCompleted)
+
+	ri, askID = ask()
+	ri, err = h.AnswerAsk(ctx, askID, host.Answer{Text: "exit"})
+	if err != nil || ri.Status != store.StatusFailed {
+		t.Fatalf("answered exit: %+v %v", ri, err)
+	}
+	if _, ap := st.count(ri.ID); ap != 1 {
+		t.Errorf("an answer whose activation failed made %d appends, want 1", ap)
+	}
+	settledBefore(ri.ID, askID, host.EvRunFailed)
+
+	ri, askID = ask()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := h.AnswerAsk(cctx, askID, host.Answer{Text: "later"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("answer with a cancelled context: %v", err)
+	}
+	settledBefore(ri.ID, askID, "")
+	if _, err := h.AnswerAsk(ctx, askID, host.Answer{Text: "again"}); !errors.Is(err, host.ErrAskClosed) {
+		t.Errorf("a second answer: %v, want ErrAskClosed", err)
+	}
+	if ri, err = h.Drive(ctx, ri.ID); err != nil || string(ri.Result) != `"later"` {
+		t.Fatalf("driven after the cancelled answer: %+v %v", ri, err)
+	}
+}

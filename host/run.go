@@ -33,6 +33,11 @@ type runHandle struct {
 	// pending: Call made the run and it is not stored yet; its first
 	// commit stores it. Guarded by mu.
 	pending *pendingRun
+	// carry: events applied to the state and not stored yet (an answer,
+	// applied before the activation it wakes), which the next commit
+	// stores first and a reload applies again. It never outlives a hold
+	// of mu. Guarded by mu.
+	carry *carried
 
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
@@ -53,6 +58,43 @@ type runHandle struct {
 	// aborts is the run's aborts as of the last commit or load, for step
 	// attempts, which run without mu (OpStepAborted).
 	aborts atomic.Pointer[abortsSeen]
+}
+
+// carried is what a runHandle's carry holds: the batch's store part
+// (events, questions, timers; no run record, no hook tokens) and the event
+// it follows.
+type carried struct {
+	base uint64
+	b    store.Batch
+}
+
+// carryForward applies b to the state without storing it: the next commit
+// stores it, before its own batch. A batch that moves hook tokens is
+// committed at once instead.
+func (h *Host) carryForward(ctx context.Context, rh *runHandle, b *batch) error {
+	if len(b.tokens) > 0 || rh.carry != nil || rh.pending != nil {
+		return h.commit(ctx, rh, b, nil)
+	}
+	sb := b.storeBatch()
+	rh.carry = &carried{base: b.base, b: sb}
+	return nil
+}
+
+// settleCarry commits what the run carries, if anything: for a caller
+// about to let go of the run. On failure the carry is dropped and the
+// state reloaded without it.
+func (h *Host) settleCarry(ctx context.Context, rh *runHandle) error {
+	if rh.carry == nil {
+		return nil
+	}
+	err := h.commit(ctx, rh, newBatch(rh.rs), nil)
+	if err != nil && rh.carry != nil {
+		rh.carry = nil
+		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
 }
 
 // abortsSeen is how many aborts a run has recorded, and the last one's
@@ -264,6 +306,22 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	if rs.lastSeq != rec.LastSeq {
 		return fmt.Errorf("%w: run %s record says seq %d, log ends at %d", ErrBadHistory, rh.id, rec.LastSeq, rs.lastSeq)
 	}
+	if c := rh.carry; c != nil {
+		// Not stored yet: applied again on top of what is.
+		err := error(nil)
+		if c.base != rs.lastSeq {
+			err = fmt.Errorf("host: run %s carries events after %d, the log ends at %d", rh.id, c.base, rs.lastSeq)
+		}
+		for _, e := range c.b.Events {
+			if err == nil {
+				err = rs.apply(e)
+			}
+		}
+		if err != nil {
+			rh.carry = nil
+			return err
+		}
+	}
 	rh.rs = rs
 	rh.publishAborts()
 	return nil
@@ -303,6 +361,17 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = mustJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
+	base := b.base
+	if c := rh.carry; c != nil {
+		if b.base != c.base+uint64(len(c.b.Events)) {
+			return fmt.Errorf("host: run %s: a batch after event %d, the carried events end at %d", rs.id, b.base, c.base+uint64(len(c.b.Events)))
+		}
+		base = c.base
+		sb.Events = append(append([]store.Event(nil), c.b.Events...), sb.Events...)
+		sb.PutAsks = append(append([]store.Ask(nil), c.b.PutAsks...), sb.PutAsks...)
+		sb.PutTimers = append(append([]store.Timer(nil), c.b.PutTimers...), sb.PutTimers...)
+		sb.DeleteTimers = append(append([]store.Timer(nil), c.b.DeleteTimers...), sb.DeleteTimers...)
+	}
 	var err error
 	if p := rh.pending; p != nil {
 		sb.Events = append([]store.Event{p.created}, sb.Events...)
@@ -310,7 +379,10 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 			rh.pending = nil
 		}
 	} else {
-		err = h.store.Append(ctx, rs.id, b.base, sb)
+		err = h.store.Append(ctx, rs.id, base, sb)
+	}
+	if err == nil {
+		rh.carry = nil
 	}
 	if err != nil {
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
@@ -345,6 +417,10 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			return nil // a Cancel is waiting; it ends the run
 		}
 		if steps, agents := rh.notInFlight(rs.runnableSteps()), rh.notInFlight(rs.pendingAgents()); len(steps)+len(agents) > 0 {
+			// The work runs without the lock: nothing is carried then.
+			if err := h.settleCarry(ctx, rh); err != nil {
+				return err
+			}
 			if err := h.runWork(ctx, rh, steps, agents); err != nil {
 				return err
 			}

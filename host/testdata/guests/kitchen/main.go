@@ -314,6 +314,18 @@ func init() {
 			a, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "Name?", Display: sandflow.DisplayText}).Await(ctx)
 			return a, err
 
+		case "ask-then":
+			// What the answer says happens next: "exit" ends the guest
+			// (proc_exit), anything else is the result.
+			a, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "Then?", Display: sandflow.DisplayText}).Await(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if a.Text == "exit" {
+				os.Exit(3)
+			}
+			return a.Text, nil
+
 		case "two-asks":
 			a1 := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "first?", Options: []sandflow.AskOption{{ID: "a", Label: "A"}}})
 			a2 := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "second?", Options: []sandflow.AskOption{{ID: "b", Label: "B"}}})
