@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -228,16 +228,28 @@ func short(hash string) string {
 // and the seed cannot be aimed at): checking the same module again
 // neither hashes it with SHA-256 nor makes its instances afresh.
 func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name string) (*loadedPlugin, error) {
-	key := adHocKey{engine: eng.Name(), name: name, sum: maphash.Bytes(adHocSeed, wasm), n: len(wasm)}
+	key := adHocKey{engine: eng.Name(), name: name}
 	h.mu.Lock()
-	for i, e := range h.adHoc {
-		if e.key == key {
-			h.adHoc = append(append(h.adHoc[:i:i], h.adHoc[i+1:]...), e) // most recent last
-			h.mu.Unlock()
-			return e.lp, nil
-		}
-	}
+	kept := slices.Clone(h.adHoc)
 	h.mu.Unlock()
+	for _, e := range kept {
+		// The module is compared with the kept copy, not hashed, and
+		// outside the host's lock: a compare runs at memory speed and stops
+		// at the first difference, where hashing a Go guest's 3.5 MB was a
+		// third of a 1,000-step check.
+		if e.key != key || !bytes.Equal(e.module, wasm) {
+			continue
+		}
+		h.mu.Lock()
+		for i, c := range h.adHoc {
+			if c.lp == e.lp {
+				h.adHoc = append(append(h.adHoc[:i:i], h.adHoc[i+1:]...), c) // most recent last
+				break
+			}
+		}
+		h.mu.Unlock()
+		return e.lp, nil
+	}
 	if _, isSource := eng.(SourceEngine); !isSource {
 		if err := checkModuleLimits(wasm, h.limits); err != nil {
 			return nil, err
@@ -255,7 +267,7 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 		h.mu.Unlock()
 		return lp, nil
 	}
-	h.adHoc = append(h.adHoc, adHocEntry{key: key, lp: lp})
+	h.adHoc = append(h.adHoc, adHocEntry{key: key, module: bytes.Clone(wasm), lp: lp})
 	var old *loadedPlugin
 	if len(h.adHoc) > maxAdHoc {
 		old = h.adHoc[0].lp
@@ -271,17 +283,12 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 // maxAdHoc is how many modules checked ad hoc a host keeps.
 const maxAdHoc = 4
 
-var adHocSeed = maphash.MakeSeed()
-
-type adHocKey struct {
-	engine, name string
-	sum          uint64
-	n            int
-}
+type adHocKey struct{ engine, name string }
 
 type adHocEntry struct {
-	key adHocKey
-	lp  *loadedPlugin
+	key    adHocKey
+	module []byte // a copy of the module checked
+	lp     *loadedPlugin
 }
 
 func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) (*ReplayReport, error) {
@@ -297,7 +304,7 @@ func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) 
 	if err != nil {
 		return rep, err
 	}
-	defer w.close(ctx)
+	defer h.recycle(ctx, w, nil) // reset for the next check, unless the check stopped it
 	w.begin(nil)
 	res, err := w.inst.Call(ctx, abi.RunExport)
 	rep.Ops = int(w.cursor)

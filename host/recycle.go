@@ -57,7 +57,7 @@ func (h *Host) recycle(ctx context.Context, w *wfInstance, dirty []uint32) {
 		return
 	}
 	s, ok := inst.(snapshotter)
-	if !ok || b == nil || w.checkOnly || !canSnapshot(lp) || s.outsideChanged() || !h.reserveReset(lp) {
+	if !ok || b == nil || !canSnapshot(lp) || s.outsideChanged() || !h.reserveReset(lp) {
 		inst.Close(ctx)
 		return
 	}
