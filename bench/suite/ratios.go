@@ -276,9 +276,10 @@ func checkDefs() []checkDef {
 		},
 		{
 			name:  "memory per parked run (Go guest, wazero)",
-			value: onlyMedian(workload.GroupParkedMemory, workload.GoWazero, "B/run"),
+			value: onlyMedian(workload.GroupParkedMemory, workload.GoWazero, "rss-B/run"),
 			kind:  kindBytes,
-			note:  "the same with the run's instance parked",
+			note: "resident memory per run waiting with its instance parked (rss-B/run): a guest's linear memory is " +
+				"mapped outside the Go heap, so B/run (Go heap and stacks) leaves it out",
 		},
 	}
 }

@@ -598,7 +598,10 @@ func plainCommits(b *testing.B, n int) {
 func SuspendedMemory(rt Runtime, runs int) func(*testing.B) { return memory(rt, runs, false) }
 
 // ParkedMemory is SuspendedMemory with every waiting run's instance
-// parked (MaxWarm above runs). jsprogram parks no worker.
+// parked (MaxWarm above runs). jsprogram parks no worker. On Linux a
+// wazero guest's linear memory is mapped outside the Go heap (only its
+// touched pages are resident), so for parked runs rss-B/run is the figure
+// that counts it; B/run does not.
 func ParkedMemory(rt Runtime, runs int) func(*testing.B) { return memory(rt, runs, true) }
 
 type memSample struct {
