@@ -107,6 +107,12 @@ func (h *Host) reserveReset(lp *loadedPlugin) bool {
 // instance has usually had it replaced by the time it returns it.
 func (h *Host) poolCap() int { return 2 * h.preInit() }
 
+// baseMapper is an instance whose memory can be made its plugin's base
+// image through the image's file (memory_linux.go), without comparing it.
+type baseMapper interface {
+	resetMapped(b *baseImage) bool
+}
+
 // resetToBase makes an instance's memory and globals the base image's
 // again. Its memory must be the base image's size.
 func resetToBase(s snapshotter, base *baseImage, dirty []uint32) error {
@@ -115,7 +121,9 @@ func resetToBase(s snapshotter, base *baseImage, dirty []uint32) error {
 	if len(mem) != len(base.mem) {
 		return fmt.Errorf("%w: memory of %d bytes, the base image has %d", errSnapshot, len(mem), len(base.mem))
 	}
-	if dirty == nil {
+	if m, ok := s.(baseMapper); ok && m.resetMapped(base) {
+		// Reset through the image's file (memory_linux.go).
+	} else if dirty == nil {
 		for off := 0; off < len(mem); off += snapChunk {
 			end := min(off+snapChunk, len(mem))
 			if !bytes.Equal(mem[off:end], base.mem[off:end]) {

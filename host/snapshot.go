@@ -86,6 +86,7 @@ type snapImage struct {
 type baseImage struct {
 	once    sync.Once
 	mem     []byte
+	file    *baseFile // mem in a memory file, where there is one
 	globals []uint64
 	crc     uint32
 	err     error
@@ -113,6 +114,7 @@ func (h *Host) base(ctx context.Context, lp *loadedPlugin) (*baseImage, error) {
 		}
 		b.mem, b.globals = bytes.Clone(s.memory()), s.globals()
 		b.crc = crc32.Checksum(b.mem, castagnoli)
+		b.file = newBaseFile(b.mem)
 	})
 	return b, b.err
 }
@@ -228,7 +230,8 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 		memSize: uint64(len(mem)), globals: s.globals(),
 	}
 	var zero [snapChunk]byte
-	for off := 0; off < len(mem); off += snapChunk {
+	diff := func(c int) {
+		off := c * snapChunk
 		end := min(off+snapChunk, len(mem))
 		ref := zero[:end-off]
 		if off < len(base.mem) {
@@ -238,11 +241,31 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 			}
 		}
 		if !bytes.Equal(mem[off:end], ref) {
-			img.chunks = append(img.chunks, uint32(off/snapChunk))
+			img.chunks = append(img.chunks, uint32(c))
 			img.data = append(img.data, mem[off:end]...)
 		}
 	}
+	// Where the kernel can say which chunks the instance has written since
+	// its memory was last the base image, only those are compared.
+	if l, ok := s.(chunkLister); ok {
+		if cs, ok := l.ownChunks(base); ok {
+			for _, c := range cs {
+				diff(int(c))
+			}
+			return &img, nil
+		}
+	}
+	for c := range (len(mem) + snapChunk - 1) / snapChunk {
+		diff(c)
+	}
 	return &img, nil
+}
+
+// chunkLister is an instance that can list the memory chunks that may
+// differ from its plugin's base image without comparing them all
+// (memory_linux.go): ok is false when it cannot.
+type chunkLister interface {
+	ownChunks(b *baseImage) (chunks []uint32, ok bool)
 }
 
 var (

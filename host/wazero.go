@@ -118,6 +118,7 @@ type wzInstance struct {
 	abort  error  // why an OpHandler ended the instance
 	fns    map[string]api.Function
 	closed bool
+	gmem   guestMemory // the linear memory, as the allocator made it
 	meter  cpuMeter
 	globs  []api.MutableGlobal // see mutableGlobals
 	// fdsChanged: the guest closed or renumbered a file descriptor, state
@@ -168,7 +169,8 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		WithOsyield(func() {}).
 		WithRandSource(cfg.Random)
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		return newGuestMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
+		inst.gmem = newGuestMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
+		return inst.gmem
 	}))
 	ictx = context.WithValue(ictx, instKey{}, inst)
 	// A start function runs during instantiation, under the budget too.
@@ -550,6 +552,12 @@ func (i *wzInstance) globals() []uint64 {
 // from memory and globals alone: it is closed, or its guest changed its
 // file descriptors.
 func (i *wzInstance) outsideChanged() bool { return i.closed || i.fdsChanged }
+
+// ownChunks implements chunkLister.
+func (i *wzInstance) ownChunks(b *baseImage) ([]uint32, bool) { return ownChunks(i.gmem, b.file) }
+
+// resetMapped implements baseMapper.
+func (i *wzInstance) resetMapped(b *baseImage) bool { return resetMapped(i.gmem, b.file, b.mem) }
 
 func (i *wzInstance) setGlobals(v []uint64) error {
 	gs := i.mutableGlobals()
