@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -159,4 +160,26 @@ func BenchmarkResumeByReplay100(b *testing.B) {
 		}
 		w.close(ctx)
 	}
+}
+
+// BenchmarkHistoryState is the log-reading part of a replay check: a
+// 10,000-step history's events decoded into a run state.
+func BenchmarkHistoryState(b *testing.B) {
+	h, _ := benchHost(b, nil)
+	rs := stepsHistory(b, h, 10000)
+	var buf bytes.Buffer
+	if err := h.ExportHistory(context.Background(), rs.id, &buf); err != nil {
+		b.Fatal(err)
+	}
+	hist, err := ReadHistory(&buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := hist.state(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(hist.Events)), "ns/event")
 }

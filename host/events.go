@@ -141,20 +141,21 @@ func mkEvent(kind string, t time.Time, d *evData) store.Event {
 
 func decodeEvData(e store.Event) (*evData, error) {
 	d := new(evData)
-	if err := decodeEvDataInto(e, d, nil); err != nil {
+	if _, err := decodeEvDataInto(e, d, nil); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
 // decodeEvDataInto decodes an event's data into a zero evData, interning
-// names in strs (decodeHot).
-func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) error {
+// names in strs (decodeHot). hot says the fast path decoded it, so only
+// the fields clearHot clears are set.
+func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) (hot bool, err error) {
 	if decodeHot(e.Data, d, strs) {
-		return nil
+		return true, nil
 	}
 	if err := gojson.Unmarshal(e.Data, d); err != nil {
-		return fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
+		return false, fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
 	}
-	return nil
+	return false, nil
 }

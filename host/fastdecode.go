@@ -15,6 +15,25 @@ import "math"
 // while it is small: a long log repeats a few step names, and a string
 // per event was most of what decoding it allocated. strs may be nil.
 func decodeHot(b []byte, d *evData, strs map[string]string) bool {
+	if decodeHotFields(b, d, strs) {
+		return true
+	}
+	d.clearHot()
+	return false
+}
+
+// clearHot zeroes the fields decodeHot sets: evData is 600 bytes, and
+// copying or clearing all of it for every event of a long log was a good
+// part of decoding it.
+func (d *evData) clearHot() {
+	d.Op, d.Attempt, d.Activation = 0, 0, 0
+	d.Name, d.Kind = "", ""
+	d.Input, d.Result = nil, nil
+}
+
+// decodeHotFields is decodeHot writing straight into d's fields, which it
+// may leave half set when it fails.
+func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -23,7 +42,7 @@ func decodeHot(b []byte, d *evData, strs map[string]string) bool {
 	if i < len(b) && b[i] == '}' {
 		return skipSpace(b, i+1) == len(b)
 	}
-	var hot evData
+	hot := d
 	for {
 		key, j, ok := plainBytes(b, i)
 		if !ok {
@@ -86,7 +105,6 @@ func decodeHot(b []byte, d *evData, strs map[string]string) bool {
 			if skipSpace(b, i+1) != len(b) {
 				return false
 			}
-			*d = hot
 			return true
 		}
 		if b[i] != ',' {

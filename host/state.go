@@ -50,6 +50,9 @@ type runState struct {
 	scratch *evData           // apply's decoding buffer
 	strs    map[string]string // the names apply has decoded, interned
 	slab    []opRec           // ops are taken from it while it lasts (reserve)
+	// scratchFull: the last event decoded into scratch took the slow path,
+	// which may have set any field (else only clearHot's are set).
+	scratchFull bool
 
 	lastProgress json.RawMessage
 	status       store.RunStatus
@@ -265,8 +268,14 @@ func (rs *runState) apply(e store.Event) error {
 		rs.scratch, rs.strs = new(evData), map[string]string{}
 	}
 	d := rs.scratch
-	*d = evData{}
-	if err := decodeEvDataInto(e, d, rs.strs); err != nil {
+	if rs.scratchFull {
+		*d = evData{}
+	} else {
+		d.clearHot()
+	}
+	hot, err := decodeEvDataInto(e, d, rs.strs)
+	rs.scratchFull = !hot
+	if err != nil {
 		return err
 	}
 	if rs.created == nil && e.Kind != EvRunCreated {
