@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
-	"unsafe"
 )
 
 // unencodable is the payload sent for a value that could not be encoded:
@@ -115,12 +114,12 @@ func decodeScalar(raw []byte, v any) bool {
 		*p = append((*p)[:0], raw...)
 		return true
 	case *int:
-		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 0); err == nil {
+		if n, ok := plainInt(raw); ok {
 			*p = int(n)
 			return true
 		}
 	case *int64:
-		if n, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(raw), len(raw)), 10, 64); err == nil {
+		if n, ok := plainInt(raw); ok {
 			*p = n
 			return true
 		}
@@ -140,6 +139,33 @@ func decodeScalar(raw []byte, v any) bool {
 		}
 	}
 	return false
+}
+
+// plainInt decodes a JSON integer of at most 18 digits (so it cannot
+// overflow; int is 64 bits in a wasip1 guest): a step's counter or index
+// on every replayed op, where strconv's general parsing was a good part of
+// the guest's time. Anything else (longer, a fraction, an exponent, a
+// leading zero or plus sign) goes to json.Unmarshal, which decides.
+func plainInt(raw []byte) (int64, bool) {
+	neg := len(raw) > 0 && raw[0] == '-'
+	d := raw
+	if neg {
+		d = raw[1:]
+	}
+	if len(d) == 0 || len(d) > 18 || (d[0] == '0' && len(d) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // simpleString returns a JSON string without escapes as a Go string.
