@@ -40,18 +40,25 @@ func (s *commits) count(id string) (creates, appends int) {
 	return s.creates[id], s.appends[id]
 }
 
+// openCommits opens a store, closed when the test ends, that counts its
+// commits.
+func openCommits(t *testing.T) *commits {
+	t.Helper()
+	bolt, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	return &commits{Bolt: bolt, creates: map[string]int{}, appends: map[string]int{}}
+}
+
 // Call stores a run with its first commit: a call that completes in one
 // activation is one transaction, and one that suspends is stored, whole,
 // by the time Call returns. A taken run id fails with ErrRunExists before
 // anything runs, and of two calls racing for one id, one wins.
 func TestCallCommitsOnce(t *testing.T) {
 	ctx := context.Background()
-	bolt, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
-	st := &commits{Bolt: bolt, creates: map[string]int{}, appends: map[string]int{}}
+	st := openCommits(t)
 	c := &counter{n: map[string]int{}}
 	h, err := host.Open(ctx, st, &host.Options{Capabilities: map[string]host.Capability{"count": c.capability()}})
 	if err != nil {
@@ -128,12 +135,7 @@ func TestCallCommitsOnce(t *testing.T) {
 // the caller's context ends before the activation.
 func TestAnswerStoredWithActivation(t *testing.T) {
 	ctx := context.Background()
-	bolt, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
-	st := &commits{Bolt: bolt, creates: map[string]int{}, appends: map[string]int{}}
+	st := openCommits(t)
 	h, err := host.Open(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
