@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/sandflow/sandflow/abi"
 )
 
 // unencodable is the payload sent for a value that could not be encoded:
@@ -137,6 +139,8 @@ func decodeScalar(raw []byte, v any) bool {
 			*p = s
 			return true
 		}
+	case *abi.AskAnswer:
+		return decodeAnswer(raw, p)
 	}
 	return false
 }

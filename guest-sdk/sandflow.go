@@ -438,13 +438,18 @@ const (
 	Unavailable         = abi.AnswerUnavailable
 )
 
+// askBuf holds Ask's payloads: the host reads them during the op.
+var askBuf []byte
+
 // Ask opens a question for a person and returns a future for the answer.
 // The question stays open until someone answers it or the run ends; a run
 // that cannot ask anyone gets Status "unavailable" at once.
 func Ask(ctx *Context, req AskRequest) *Future[Answer] {
-	b, err := json.Marshal(req) // on replay too: see Step.Start
+	b, err := appendAskRequest(askBuf[:0], req) // on replay too: see Step.Start
 	if err != nil {
 		b = unencodable
+	} else {
+		askBuf = b
 	}
 	f := newFuture[Answer](doOp(abi.OpAsk, "", b))
 	if err != nil {

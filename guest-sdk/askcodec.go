@@ -1,0 +1,133 @@
+package sandflow
+
+import (
+	"encoding/json"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// The SDK's own question and answer, encoded and decoded without
+// encoding/json's reflection, which costs tens of microseconds a value in
+// a WebAssembly guest: a run that asks pays it on every question and
+// answer, live and on replay. Only values whose strings are plain (ASCII
+// without anything JSON or encoding/json's HTML escaping would escape)
+// take this path, and its output is then byte for byte encoding/json's;
+// anything else goes to encoding/json.
+
+// appendAskRequest appends req's JSON encoding, as json.Marshal makes it.
+func appendAskRequest(dst []byte, req AskRequest) ([]byte, error) {
+	if !plainAsk(req) {
+		b, err := json.Marshal(req)
+		return append(dst, b...), err
+	}
+	dst = appendField(dst, '{', "prompt", req.Prompt)
+	if req.Title != "" {
+		dst = appendField(dst, ',', "title", req.Title)
+	}
+	if req.Display != "" {
+		dst = appendField(dst, ',', "display", req.Display)
+	}
+	if len(req.Options) > 0 {
+		dst = append(dst, `,"options":`...)
+		for i, o := range req.Options {
+			sep := byte(',')
+			if i == 0 {
+				sep = '['
+			}
+			dst = append(dst, sep)
+			dst = appendField(dst, '{', "id", o.ID)
+			dst = appendField(dst, ',', "label", o.Label)
+			if o.Description != "" {
+				dst = appendField(dst, ',', "description", o.Description)
+			}
+			if o.Style != "" {
+				dst = appendField(dst, ',', "style", o.Style)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if req.AllowFreeform {
+		dst = append(dst, `,"allowFreeform":true`...)
+	}
+	return append(dst, '}'), nil
+}
+
+func plainAsk(req AskRequest) bool {
+	if !plain(req.Prompt) || !plain(req.Title) || !plain(req.Display) {
+		return false
+	}
+	for _, o := range req.Options {
+		if !plain(o.ID) || !plain(o.Label) || !plain(o.Description) || !plain(o.Style) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendField appends sep, then "key":"v" for a plain v.
+func appendField(dst []byte, sep byte, key, v string) []byte {
+	dst = append(dst, sep, '"')
+	dst = append(dst, key...)
+	dst = append(dst, `":"`...)
+	dst = append(dst, v...)
+	return append(dst, '"')
+}
+
+// decodeAnswer decodes an answer the host wrote: an object of the three
+// keys, spelt exactly, with plain string values and no spaces. It reports
+// false for anything else, which json.Unmarshal then decodes (it also
+// matches keys case-insensitively, unescapes, and so on).
+func decodeAnswer(raw []byte, a *abi.AskAnswer) bool {
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return false
+	}
+	out := *a // as json.Unmarshal, keys not given leave fields as they are
+	body := raw[1 : len(raw)-1]
+	for len(body) > 0 {
+		key, rest, ok := plainStringAt(body)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return false
+		}
+		val, rest, ok := plainStringAt(rest[1:])
+		if !ok {
+			return false
+		}
+		switch key {
+		case "status":
+			out.Status = val
+		case "optionId":
+			out.OptionID = val
+		case "text":
+			out.Text = val
+		default:
+			return false
+		}
+		if len(rest) > 0 {
+			if rest[0] != ',' || len(rest) == 1 {
+				return false
+			}
+			rest = rest[1:]
+		}
+		body = rest
+	}
+	*a = out
+	return true
+}
+
+// plainStringAt reads a JSON string without escapes or non-ASCII bytes at
+// the start of b.
+func plainStringAt(b []byte) (s string, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != '"' {
+		return "", nil, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return string(b[1:i]), b[i+1:], true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", nil, false
+		}
+	}
+	return "", nil, false
+}
