@@ -1,12 +1,14 @@
 package sandflow
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/sandflow/sandflow/abi"
 )
 
-// The SDK's own question and answer, encoded and decoded without
+// The SDK's own question and answer, and a step attempt's input, encoded
+// and decoded without
 // encoding/json's reflection, which costs tens of microseconds a value in
 // a WebAssembly guest: a run that asks pays it on every question and
 // answer, live and on replay. Only values whose strings are plain (ASCII
@@ -131,3 +133,55 @@ func plainStringAt(b []byte) (s string, rest []byte, ok bool) {
 	}
 	return "", nil, false
 }
+
+// decodeStepInput decodes a step attempt's input as the host writes it
+// (json.Marshal of abi.StepInput: these keys, in this order, no spaces)
+// when its strings are plain; it reports false for anything else, which
+// json.Unmarshal then decodes. The step's own input is any JSON value: it
+// is found as what lies between "input": and the last ,"stepId":" (a
+// string holding that sequence would have its quotes escaped, and the
+// plain strings after it cannot hold a quote), and checked with
+// json.Valid.
+func decodeStepInput(raw []byte, in *abi.StepInput) bool {
+	const (
+		head    = `{"name":`
+		input   = `,"input":`
+		stepID  = `,"stepId":`
+		attempt = `,"attempt":`
+		runID   = `,"runId":`
+	)
+	if !bytes.HasPrefix(raw, []byte(head)) {
+		return false
+	}
+	name, rest, ok := plainStringAt(raw[len(head):])
+	if !ok || !bytes.HasPrefix(rest, []byte(input)) {
+		return false
+	}
+	rest = rest[len(input):]
+	i := bytes.LastIndex(rest, []byte(stepID+`"`))
+	if i < 0 {
+		return false
+	}
+	value, tail := rest[:i], rest[i+len(stepID):]
+	id, tail, ok := plainStringAt(tail)
+	if !ok || !bytes.HasPrefix(tail, []byte(attempt)) {
+		return false
+	}
+	tail = tail[len(attempt):]
+	j := bytes.IndexByte(tail, ',')
+	if j < 0 {
+		return false
+	}
+	n, ok := plainInt(tail[:j])
+	if !ok || !bytes.HasPrefix(tail[j:], []byte(runID)) {
+		return false
+	}
+	run, tail, ok := plainStringAt(tail[j+len(runID):])
+	if !ok || string(tail) != "}" || len(value) == 0 || space(value[0]) || space(value[len(value)-1]) || !json.Valid(value) {
+		return false // json.Valid allows the spaces around a value that a RawMessage leaves out
+	}
+	*in = abi.StepInput{Name: name, Input: bytes.Clone(value), StepID: id, Attempt: int(n), RunID: run}
+	return true
+}
+
+func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -3,6 +3,8 @@ package sandflow
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/sandflow/sandflow/abi"
 )
 
 // The SDK's own decoding of integers agrees with encoding/json on every
@@ -70,3 +72,49 @@ func TestAskCodecsLikeJSON(t *testing.T) {
 		}
 	}
 }
+
+// A step attempt's input decodes as json.Unmarshal decodes it, whatever
+// the step's own input holds; what the fast path does not take, it leaves.
+func TestStepInputLikeJSON(t *testing.T) {
+	var raws []string
+	written := map[string]bool{} // as the host writes them
+	for _, input := range []string{`5`, `null`, `"s"`, `{"a":[1,2,{"b":null}]}`, `{"x":1,"stepId":"fake","attempt":9}`,
+		`",\"stepId\":\""`, `[]`, `-0.5e3`, `"café"`, `true`} {
+		in := abi.StepInput{Name: "inc", Input: json.RawMessage(input), StepID: "run_x/3", Attempt: 2, RunID: "run_x"}
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, string(b))
+		written[string(b)] = true
+	}
+	for _, name := range []string{"a\"b", "<b>", "é"} {
+		b, _ := json.Marshal(abi.StepInput{Name: name, Input: json.RawMessage(`1`), StepID: "s", Attempt: 1, RunID: "r"})
+		raws = append(raws, string(b))
+	}
+	raws = append(raws,
+		`{"name":"inc","input":5,"stepId":"s","attempt":1,"runId":"r"} `,
+		`{"name":"inc","input":5 ,"stepId":"s","attempt":1,"runId":"r"}`,
+		`{"name":"inc","input":{,"stepId":"s","attempt":1,"runId":"r"}`,
+		`{"name":"inc","input":,"stepId":"s","attempt":1,"runId":"r"}`,
+		`{"name":"inc","input":5,"stepId":"s","attempt":01,"runId":"r"}`,
+		`{"name":"inc","input":5,"stepId":"s","attempt":1.5,"runId":"r"}`,
+		`{"name":"inc","input":5,"stepId":"s","attempt":1,"runId":"r","x":1}`,
+		`{"name":"inc","input":5,"stepId":"s","runId":"r"}`,
+		`{"name":"inc","input":5,"stepId":"s","attempt":1,"runId":"r"`,
+	)
+	for _, raw := range raws {
+		var fast, slow abi.StepInput
+		ok := decodeStepInput([]byte(raw), &fast)
+		errSlow := json.Unmarshal([]byte(raw), &slow)
+		if ok && (errSlow != nil || fast.Name != slow.Name || string(fast.Input) != string(slow.Input) ||
+			fast.StepID != slow.StepID || fast.Attempt != slow.Attempt || fast.RunID != slow.RunID) {
+			t.Errorf("%s: fast %+v (input %s); encoding/json %+v (input %s), %v", raw, fast, fast.Input, slow, slow.Input, errSlow)
+		}
+		if !ok && written[raw] && plainFields(slow) {
+			t.Errorf("%s: the fast path refused an input the host writes", raw)
+		}
+	}
+}
+
+func plainFields(in abi.StepInput) bool { return plain(in.Name) && plain(in.StepID) && plain(in.RunID) }

@@ -47,14 +47,14 @@ func DefineStep[In, Out any](name string, fn func(sc *StepContext, in In) (Out, 
 	warmCodec[Out]()
 	steps[name] = func(sc *StepContext, input []byte) (json.RawMessage, *abi.ErrorObject) {
 		var in In
-		if err := json.Unmarshal(input, &in); err != nil {
+		if err := decodeTyped(input, &in); err != nil {
 			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: decoding input: %v", name, err)}
 		}
 		out, err := fn(sc, in)
 		if err != nil {
 			return nil, errorObject(err)
 		}
-		b, err := json.Marshal(out)
+		b, err := appendTyped(nil, out)
 		if err != nil {
 			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: fmt.Sprintf("step %s: encoding result: %v", name, err)}
 		}
@@ -209,8 +209,10 @@ func Call[Out any](sc *StepContext, capability string, in any) (Out, error) {
 
 func runStep() int32 {
 	var in abi.StepInput
-	if err := json.Unmarshal(doOp(abi.OpStepInput, "", nil).payload, &in); err != nil {
-		panic("sandflow: bad step input from host: " + err.Error())
+	if raw := doOp(abi.OpStepInput, "", nil).payload; !decodeStepInput(raw, &in) {
+		if err := json.Unmarshal(raw, &in); err != nil {
+			panic("sandflow: bad step input from host: " + err.Error())
+		}
 	}
 	var res json.RawMessage
 	var eo *abi.ErrorObject
