@@ -174,13 +174,6 @@ func plainInt(raw []byte) (int64, bool) {
 
 // simpleString returns a JSON string without escapes as a Go string.
 func simpleString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	for _, c := range raw[1 : len(raw)-1] {
-		if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
-			return "", false
-		}
-	}
-	return string(raw[1 : len(raw)-1]), true
+	s, rest, ok := plainStringAt(raw)
+	return s, ok && len(rest) == 0
 }

@@ -118,3 +118,15 @@ func TestStepInputLikeJSON(t *testing.T) {
 }
 
 func plainFields(in abi.StepInput) bool { return plain(in.Name) && plain(in.StepID) && plain(in.RunID) }
+
+// Strings decode as encoding/json decodes them.
+func TestDecodeStringLikeJSON(t *testing.T) {
+	for _, in := range []string{`"plain"`, `""`, `"a\"b"`, `"a\nb"`, `"café"`, `"a"b"`, `"a`, `a"`, `"a" `, `null`, `5`, `"\u0041"`} {
+		fast, slow := "old", "old"
+		errFast := decodeValue([]byte(in), &fast)
+		errSlow := json.Unmarshal([]byte(in), &slow)
+		if (errFast == nil) != (errSlow == nil) || fast != slow {
+			t.Errorf("%s: SDK %q, %v; encoding/json %q, %v", in, fast, errFast, slow, errSlow)
+		}
+	}
+}
