@@ -42,7 +42,6 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 	if i < len(b) && b[i] == '}' {
 		return skipSpace(b, i+1) == len(b)
 	}
-	hot := d
 	for {
 		key, j, ok := plainBytes(b, i)
 		if !ok {
@@ -59,16 +58,16 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 			if !ok {
 				return false
 			}
-			hot.Op, i = uint32(n), j
+			d.Op, i = uint32(n), j
 		case "attempt", "activation":
 			n, j, ok := plainUint(b, i, math.MaxInt32)
 			if !ok {
 				return false
 			}
 			if string(key) == "attempt" {
-				hot.Attempt = int(n)
+				d.Attempt = int(n)
 			} else {
-				hot.Activation = int(n)
+				d.Activation = int(n)
 			}
 			i = j
 		case "name", "kind":
@@ -78,9 +77,9 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 			}
 			s := intern(strs, v)
 			if string(key) == "name" {
-				hot.Name = s
+				d.Name = s
 			} else {
-				hot.Kind = s
+				d.Kind = s
 			}
 			i = j
 		case "input", "result":
@@ -89,9 +88,9 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 				return false
 			}
 			if string(key) == "input" {
-				hot.Input = b[i:j:j]
+				d.Input = b[i:j:j]
 			} else {
-				hot.Result = b[i:j:j]
+				d.Result = b[i:j:j]
 			}
 			i = j
 		default:

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -163,17 +162,15 @@ func resetMapped(gm guestMemory, f *baseFile, image []byte) bool {
 // ownChunks returns the snapshot chunks of the memory gm that may differ
 // from the base image in f: its own pages, when gm is mapped over f since
 // its last reset (past the image, a page the guest has not touched is
-// still zero). ok is false when that is not known.
+// still zero), valid until the next reset or ownChunks. ok is false when
+// that is not known.
 func ownChunks(gm guestMemory, f *baseFile) (chunks []uint32, ok bool) {
 	m, isMapped := gm.(*mappedMemory)
 	if !isMapped || f == nil || m.based != f || m.region == nil || m.size() < f.size || unix.Getpagesize() != snapChunk {
 		return nil, false
 	}
 	pages, err := m.ownPages()
-	if err != nil {
-		return nil, false
-	}
-	return slices.Clone(pages), true
+	return pages, err == nil
 }
 
 // The bits of a /proc/self/pagemap entry read here (the kernel's

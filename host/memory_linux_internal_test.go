@@ -4,6 +4,8 @@ package host
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -75,5 +77,50 @@ func TestResetThroughBaseFile(t *testing.T) {
 	m.Reallocate(uint64(len(image) + ps))
 	if resetMapped(gm, f, image) {
 		t.Fatal("reset of a memory grown past the image")
+	}
+}
+
+// A host reuses a Go guest's instances through the plugin's base image
+// file: once a finished instance has been reset, the pooled instance's
+// memory is the file's mapping, and a snapshot of it compares only its
+// own pages.
+func TestReuseMapsBaseFile(t *testing.T) {
+	h, lp := benchHost(t, &Options{PreInit: 2})
+	ctx := context.Background()
+	for range 6 {
+		if _, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":0}`), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.WaitPreInit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.InstanceStats(); st.Reused == 0 {
+		t.Fatalf("no instance reused: %+v", st)
+	}
+	base, err := h.base(ctx, lp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.file == nil {
+		t.Fatal("the base image has no memory file")
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	mapped := 0
+	for _, f := range lp.fresh {
+		wz, ok := f.inst.(*wzInstance)
+		if !ok {
+			t.Fatalf("pooled instance is %T", f.inst)
+		}
+		if m, ok := wz.gmem.(*mappedMemory); ok && m.based == base.file {
+			mapped++
+			if _, ok := wz.ownChunks(base); !ok {
+				t.Error("a mapped instance cannot list its own pages")
+			}
+		}
+	}
+	if mapped == 0 {
+		t.Fatalf("none of %d pooled instances is mapped over the base image file", len(lp.fresh))
 	}
 }

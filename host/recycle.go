@@ -107,10 +107,14 @@ func (h *Host) reserveReset(lp *loadedPlugin) bool {
 // instance has usually had it replaced by the time it returns it.
 func (h *Host) poolCap() int { return 2 * h.preInit() }
 
-// baseMapper is an instance whose memory can be made its plugin's base
-// image through the image's file (memory_linux.go), without comparing it.
-type baseMapper interface {
+// baseMapped is an instance whose memory can be mapped over its plugin's
+// base image file (memory_linux.go). resetMapped makes the memory the
+// image again without comparing it; ownChunks lists the snapshot chunks
+// that may differ from the image (valid until the next call of either),
+// ok false when that is not known.
+type baseMapped interface {
 	resetMapped(b *baseImage) bool
+	ownChunks(b *baseImage) (chunks []uint32, ok bool)
 }
 
 // resetToBase makes an instance's memory and globals the base image's
@@ -121,7 +125,7 @@ func resetToBase(s snapshotter, base *baseImage, dirty []uint32) error {
 	if len(mem) != len(base.mem) {
 		return fmt.Errorf("%w: memory of %d bytes, the base image has %d", errSnapshot, len(mem), len(base.mem))
 	}
-	if m, ok := s.(baseMapper); ok && m.resetMapped(base) {
+	if m, ok := s.(baseMapped); ok && m.resetMapped(base) {
 		// Reset through the image's file (memory_linux.go).
 	} else if dirty == nil {
 		for off := 0; off < len(mem); off += snapChunk {

@@ -247,7 +247,7 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 	}
 	// Where the kernel can say which chunks the instance has written since
 	// its memory was last the base image, only those are compared.
-	if l, ok := s.(chunkLister); ok {
+	if l, ok := s.(baseMapped); ok {
 		if cs, ok := l.ownChunks(base); ok {
 			for _, c := range cs {
 				diff(int(c))
@@ -259,13 +259,6 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 		diff(c)
 	}
 	return &img, nil
-}
-
-// chunkLister is an instance that can list the memory chunks that may
-// differ from its plugin's base image without comparing them all
-// (memory_linux.go): ok is false when it cannot.
-type chunkLister interface {
-	ownChunks(b *baseImage) (chunks []uint32, ok bool)
 }
 
 var (

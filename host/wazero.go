@@ -553,10 +553,10 @@ func (i *wzInstance) globals() []uint64 {
 // file descriptors.
 func (i *wzInstance) outsideChanged() bool { return i.closed || i.fdsChanged }
 
-// ownChunks implements chunkLister.
+// ownChunks implements baseMapped.
 func (i *wzInstance) ownChunks(b *baseImage) ([]uint32, bool) { return ownChunks(i.gmem, b.file) }
 
-// resetMapped implements baseMapper.
+// resetMapped implements baseMapped.
 func (i *wzInstance) resetMapped(b *baseImage) bool { return resetMapped(i.gmem, b.file, b.mem) }
 
 func (i *wzInstance) setGlobals(v []uint64) error {
