@@ -193,7 +193,7 @@ func BenchmarkOpRoundTrip(b *testing.B) {
 	}
 }
 
-// BenchmarkReplay1000Steps times host.CheckReplayOn of the history of a
+// BenchmarkReplay1000Steps times a host.ReplayChecker's check of the history of a
 // completed 1,000-step run: workload.Replay with the Go guest on each
 // engine.
 func BenchmarkReplay1000Steps(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -212,6 +213,69 @@ func (h *Host) CheckReplayOn(ctx context.Context, hist *History, module []byte, 
 		return nil, err
 	}
 	return h.checkReplay(ctx, rs, lp)
+}
+
+// ReplayChecker checks histories against one module, found or compiled
+// once: a gate that checks a new build against many recorded runs, or a
+// benchmark, pays for identifying the module (comparing its bytes with a
+// kept copy, or hashing and compiling them) once instead of at every
+// check. It holds a copy of the module. Safe for concurrent use.
+type ReplayChecker struct {
+	h      *Host
+	eng    Engine
+	module []byte
+	mu     sync.Mutex
+	lp     *loadedPlugin
+}
+
+// NewReplayChecker makes a checker of histories against module on the
+// named engine ("" for the host's default): CheckReplayOn for many
+// histories. The module is compiled now, so one the engine refuses is
+// reported here.
+func (h *Host) NewReplayChecker(ctx context.Context, module []byte, engine string) (*ReplayChecker, error) {
+	eng := h.engine
+	if engine != "" {
+		var err error
+		if eng, err = h.engineFor(ctx, engine); err != nil {
+			return nil, fmt.Errorf("engine %s is not available on this host: %w", engine, err)
+		}
+	}
+	c := &ReplayChecker{h: h, eng: eng, module: bytes.Clone(module)}
+	if _, err := c.plugin(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Check replays hist against the checker's module, as CheckReplayOn does.
+func (c *ReplayChecker) Check(ctx context.Context, hist *History) (*ReplayReport, error) {
+	rs, err := hist.state()
+	if err != nil {
+		return nil, err
+	}
+	lp, err := c.plugin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.h.checkReplay(ctx, rs, lp)
+}
+
+// plugin returns the checker's loaded module. The host keeps a few modules
+// checked ad hoc, with their pools of instances; one it has let go of is
+// found, or compiled, again. The module is loaded under no plugin name: a
+// check runs no step, the only place a plugin's name shows.
+func (c *ReplayChecker) plugin(ctx context.Context) (*loadedPlugin, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lp != nil && !c.lp.isClosed() {
+		return c.lp, nil
+	}
+	lp, err := c.h.adHocPlugin(ctx, c.eng, c.module, "")
+	if err != nil {
+		return nil, err
+	}
+	c.lp = lp
+	return lp, nil
 }
 
 func short(hash string) string {

@@ -199,6 +199,14 @@ func (lp *loadedPlugin) closeFresh(ctx context.Context) {
 	}
 }
 
+// isClosed reports whether the plugin's pool was closed: the host let go
+// of the plugin.
+func (lp *loadedPlugin) isClosed() bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.closed
+}
+
 // WaitPreInit waits until no plugin's pool of pre-initialised instances is
 // being filled, by new instances or by finished ones being reset
 // (recycle.go): for benchmarks and tests that time a resume served from a

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,4 +292,75 @@ func writeGoldens(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A ReplayChecker checks many histories against one module as CheckReplay
+// does each: the good golden histories replay to their end, the damaged
+// ones are caught with the same divergence. It keeps working after the
+// host lets go of the module it found (the host keeps only a few modules
+// checked ad hoc), and a module the engine refuses is refused when the
+// checker is made.
+func TestReplayChecker(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	dir := filepath.Join("testdata", "histories")
+	checkers := map[string]*host.ReplayChecker{}
+	check := func(t *testing.T) {
+		for _, g := range goldens {
+			raw, err := os.ReadFile(filepath.Join(dir, g.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hist, err := host.ReadHistory(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := checkers[g.guest]
+			if c == nil {
+				if c, err = f.h.NewReplayChecker(ctx, guest(t, g.guest), ""); err != nil {
+					t.Fatal(err)
+				}
+				checkers[g.guest] = c
+			}
+			rep, err := c.Check(ctx, hist)
+			want, wantErr := f.h.CheckReplay(ctx, hist, guest(t, g.guest))
+			var nd *host.NonDeterminismError
+			switch {
+			case g.bad && !errors.As(err, &nd):
+				t.Fatalf("%s: want a *NonDeterminismError, got %v (%+v)", g.file, err, rep)
+			case g.bad && (wantErr == nil || err.Error() != wantErr.Error()):
+				t.Errorf("%s: checker says %v, CheckReplay %v", g.file, err, wantErr)
+			case !g.bad && (err != nil || rep.Ops != rep.RecordedOps || rep.Ops == 0):
+				t.Fatalf("%s: %+v %v", g.file, rep, err)
+			case *rep != *want:
+				t.Errorf("%s: checker reports %+v, CheckReplay %+v", g.file, rep, want)
+			}
+		}
+	}
+	check(t)
+	// More modules checked ad hoc push the checkers' modules out of the
+	// host's few; the checkers find theirs again.
+	for i := range 6 {
+		if _, err := f.h.NewReplayChecker(ctx, append(guest(t, "examples/remind"), customSection(i)...), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t)
+
+	_, err := f.h.NewReplayChecker(ctx, []byte("not a module"), "")
+	var pe *host.PluginError
+	if !errors.As(err, &pe) || pe.Reason != "not_wasm" || !errors.Is(err, host.ErrBadPlugin) {
+		t.Fatalf("a checker of bytes that are no module: %v", err)
+	}
+	if _, err := f.h.NewReplayChecker(ctx, guest(t, "examples/remind"), "no-such-engine"); err == nil {
+		t.Fatal("a checker on an engine the host lacks was made")
+	}
+}
+
+// customSection is a WebAssembly custom section named after i: appended to
+// a module, it makes another module that runs the same.
+func customSection(i int) []byte {
+	name := fmt.Sprintf("sandflow-test-%d", i)
+	body := append(append([]byte{byte(len(name))}, name...), "x"...) // content: wazero refuses an empty last section
+	return append([]byte{0, byte(len(body))}, body...)
 }

@@ -13,7 +13,7 @@ import (
 // (so every activation replays); that each live run's history replays to
 // its end with every recorded op asked for again (host.CheckReplay); and
 // that the Go guest's history of the same input replays on the runtime's
-// module (host.CheckReplayOn), which is what the replay figures time.
+// module (a host.ReplayChecker), which is what the replay figures time.
 // PlainGo checks Plain, live and fed from the Go guest's history. An error
 // wrapping ErrUnavailable means this build or machine lacks the runtime.
 func Check(rt Runtime, w Workload, n int) error {
@@ -80,7 +80,10 @@ func Check(rt Runtime, w Workload, n int) error {
 			if err != nil {
 				return err
 			}
-			rep, err = s.h.CheckReplayOn(ctx, rec.hist, mod, rt.engine())
+			chk, err := s.h.NewReplayChecker(ctx, mod, rt.engine())
+			if err == nil {
+				rep, err = chk.Check(ctx, rec.hist)
+			}
 			if err == nil && (rep.End != "completed" || rep.Ops != rep.RecordedOps || rep.Ops == 0) {
 				err = fmt.Errorf("%+v", rep)
 			}
