@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/guestbuild"
@@ -182,4 +183,28 @@ func BenchmarkHistoryState(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(hist.Events)), "ns/event")
+}
+
+// BenchmarkReplayStepsHost is the host's share of replaying a run of
+// sequential steps, without a guest: each step op sent with the await
+// flag, as the Go SDK's Step.Run sends it, answered from the log after
+// moving to the activation where its result became visible.
+func BenchmarkReplayStepsHost(b *testing.B) {
+	h, lp := benchHost(b, nil)
+	const n = 1000
+	rs := stepsHistory(b, h, n)
+	name := []byte("echo")
+	payload := []byte(`{"input":1}`)
+	ctx := context.WithValue(context.Background(), instKey{}, &wzInstance{cpu: time.Minute})
+	b.ReportAllocs()
+	for b.Loop() {
+		w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: true}
+		for p := uint32(1); p <= n; p++ {
+			body, err := w.Op(ctx, abi.OpStep|abi.OpFlagAwait, name, payload)
+			if err != nil || len(body) < 8 || abi.Status(body[0]) != abi.StatusOK {
+				b.Fatalf("op %d: %q %v", p, body, err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/step")
 }

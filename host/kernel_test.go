@@ -516,6 +516,37 @@ func TestStepsInParallelAndSequence(t *testing.T) {
 	})
 }
 
+// The Go SDK sends a step whose input is an integer first without its
+// input, asking for the recorded result (the if-recorded flag), and again
+// with it when the step is new: each step's input is recorded all the
+// same, whether the run's instance stays parked or every activation
+// replays.
+func TestScalarStepInputsRecorded(t *testing.T) {
+	for _, maxWarm := range []int{64, -1} {
+		t.Run(fmt.Sprintf("maxWarm=%d", maxWarm), func(t *testing.T) {
+			k := newKitchen(t, &host.Options{MaxWarm: maxWarm})
+			ri := k.run(`{"mode":"steps","n":4}`)
+			if got := result[int](t, ri); got != 6 {
+				t.Fatalf("steps: %d", got)
+			}
+			var inputs []string
+			for _, e := range exportHistory(t, k.fixture, ri.ID).Events {
+				if e.Kind != host.EvStepStarted {
+					continue
+				}
+				var d struct{ Input json.RawMessage }
+				if err := json.Unmarshal(e.Data, &d); err != nil {
+					t.Fatal(err)
+				}
+				inputs = append(inputs, string(d.Input))
+			}
+			if got := strings.Join(inputs, " "); got != "0 1 2 3" {
+				t.Errorf("recorded step inputs %q, want 0 1 2 3", got)
+			}
+		})
+	}
+}
+
 func TestCapabilities(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		k := newKitchen(t, nil)
