@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -84,4 +85,27 @@ func FuzzDecodeHot(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkHot(t, data) })
+}
+
+// BenchmarkDecodeHot decodes the event data of a long run of steps: a
+// step_started, a step_completed and a run_resumed per step.
+func BenchmarkDecodeHot(b *testing.B) {
+	var evs [][]byte
+	for i := range 1000 {
+		evs = append(evs,
+			fmt.Appendf(nil, `{"input":%d,"op":%d,"name":"echo","attempt":1}`, i, i+1),
+			fmt.Appendf(nil, `{"op":%d,"attempt":1,"result":%d}`, i+1, i),
+			fmt.Appendf(nil, `{"activation":%d}`, i+1))
+	}
+	var d evData
+	strs := map[string]string{}
+	for b.Loop() {
+		for _, e := range evs {
+			d.clearHot()
+			if !decodeHot(e, &d, strs) {
+				b.Fatalf("%s: not taken", e)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 }
