@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -269,9 +270,13 @@ func (h *Host) refresh(ctx context.Context, rh *runHandle) error {
 		return err
 	}
 	if rh.rs != nil && rh.rs.lastSeq == rec.LastSeq {
+		if !bytes.Equal(rec.Detail, rh.rs.rec.Detail) {
+			// Changed without new events: the summary is read again. The
+			// same bytes are the summary the state holds (commit wrote it).
+			rh.rs.detail = runDetail{}
+			_ = json.Unmarshal(rec.Detail, &rh.rs.detail)
+		}
 		rh.rs.rec = rec
-		rh.rs.detail = runDetail{}
-		_ = json.Unmarshal(rec.Detail, &rh.rs.detail)
 		return nil
 	}
 	return h.reload(ctx, rh, rec)

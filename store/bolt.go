@@ -195,7 +195,7 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 	}
 	r := *b.Run
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	rv, err := json.Marshal(r)
+	rv, err := encodeRun(r)
 	if err != nil {
 		return fmt.Errorf("%w: run record: %v", ErrBadBatch, err)
 	}
@@ -303,7 +303,7 @@ func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
 		if v == nil {
 			return fmt.Errorf("%w: %s", ErrRunNotFound, id)
 		}
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeRun(v, &r); err != nil {
 			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, id, err)
 		}
 		return nil
@@ -317,7 +317,7 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
 			var r Run
-			if err := json.Unmarshal(v, &r); err != nil {
+			if err := decodeRun(v, &r); err != nil {
 				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
 			}
 			if (f.Status == "" || r.Status == f.Status) && (f.Tool == "" || r.Tool == f.Tool) {
@@ -737,7 +737,7 @@ func runRecord(tx *bolt.Tx, runID string) (Run, error) {
 	if v == nil {
 		return cur, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 	}
-	if err := json.Unmarshal(v, &cur); err != nil {
+	if err := decodeRun(v, &cur); err != nil {
 		return cur, fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
 	}
 	return cur, nil
