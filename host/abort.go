@@ -111,7 +111,7 @@ func cancelAgentTurns(rs *runState, b *batch, now time.Time) error {
 	for more := true; more; {
 		more = false
 		for _, p := range rs.pendingAgents() {
-			if o := rs.op(p); o.agent.CancelOnAbort {
+			if o := rs.op(p); o.agent != nil && o.agent.CancelOnAbort {
 				res := abi.AgentResult{Status: abi.AgentCancelled}
 				if _, err := b.pushAt(EvAgentSettled, now, &evData{Op: p, Agent: &res}); err != nil {
 					return err

@@ -98,10 +98,19 @@ type opRec struct {
 	// hook_next
 	hook  uint32
 	index int
-	// agent: the message (with its session key)
-	agent abi.AgentRequest
+	// agent: the message (with its session key); a pointer, since most
+	// ops are not agent turns and a long run's state holds every op
+	agent *abi.AgentRequest
 	// refused is the status of an op the host refused; value holds the error.
 	refused abi.Status
+}
+
+// session is the key of the agent session an agent op sends to, if any.
+func (o *opRec) session() string {
+	if o.agent == nil {
+		return ""
+	}
+	return o.agent.Session
 }
 
 // callRec is one call of a serve run. A reply answers the calls received
@@ -474,9 +483,10 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.input, o.request = d.Input, d.Request
 		if d.AgentRequest != nil {
-			o.agent = *d.AgentRequest
+			a := *d.AgentRequest
+			o.agent = &a
 		}
-		if key := o.agent.Session; key != "" {
+		if key := o.session(); key != "" {
 			if rs.sessions == nil {
 				rs.sessions = map[string]*childSession{}
 			}
@@ -502,9 +512,9 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		v := mustJSON(d.Agent)
 		o.settle(e.Seq, abi.FutureFulfilled, v, 0)
-		if cs := rs.sessions[o.agent.Session]; o.agent.Session != "" && cs != nil {
+		if cs := rs.sessions[o.session()]; o.session() != "" && cs != nil {
 			if cs.running != d.Op {
-				return fmt.Errorf("%w: event %d ends a turn of session %q that is not running", ErrBadHistory, e.Seq, o.agent.Session)
+				return fmt.Errorf("%w: event %d ends a turn of session %q that is not running", ErrBadHistory, e.Seq, o.session())
 			}
 			// The messages that went with the turn end with it; those
 			// sent meanwhile are the next turn.
@@ -689,7 +699,7 @@ func (rs *runState) pendingAgents() []uint32 {
 		}
 		// A session's turn runs once, for its first message; the others
 		// wait for it, or for the turn before it to end.
-		if key := o.agent.Session; key != "" && rs.sessions[key] != nil && rs.sessions[key].running != p {
+		if key := o.session(); key != "" && rs.sessions[key] != nil && rs.sessions[key].running != p {
 			continue
 		}
 		out = append(out, p)
@@ -703,7 +713,7 @@ func (rs *runState) agentTurn(p uint32) AgentTurn {
 	req := rs.agentRequest(p)
 	t := AgentTurn{RunID: rs.id, TurnID: stepID(rs.id, p), Agent: o.name, Message: req.Message, Parts: req.Parts,
 		OutputSchema: o.request, Model: req.Model}
-	key := o.agent.Session
+	key := o.session()
 	cs := rs.sessions[key]
 	if key == "" || cs == nil {
 		return t
@@ -739,7 +749,10 @@ func firstOf(cs *childSession, p uint32) uint32 {
 // agentRequest is what the agent op at p sent.
 func (rs *runState) agentRequest(p uint32) abi.AgentRequest {
 	o := rs.op(p)
-	req := o.agent
+	var req abi.AgentRequest
+	if o.agent != nil {
+		req = *o.agent
+	}
 	if req.Message == "" && len(req.Parts) == 0 {
 		_ = json.Unmarshal(o.input, &req.Message)
 	}
