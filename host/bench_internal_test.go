@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -201,7 +202,7 @@ func BenchmarkReplayStepsHost(b *testing.B) {
 		w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: true}
 		for p := uint32(1); p <= n; p++ {
 			body, err := w.Op(ctx, abi.OpStep|abi.OpFlagAwait, name, payload)
-			if err != nil || len(body) < 8 || abi.Status(body[0]) != abi.StatusOK {
+			if err != nil || len(body) < abi.BodyHeaderSize || abi.Status(binary.LittleEndian.Uint32(body)) != abi.StatusOK {
 				b.Fatalf("op %d: %q %v", p, body, err)
 			}
 		}

@@ -188,7 +188,7 @@ func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*Re
 			return nil, err
 		}
 	} else {
-		lp, err = h.adHocPlugin(ctx, h.engine, wasm, hist.Run.Plugin)
+		lp, _, err = h.adHocPlugin(ctx, h.engine, wasm, hist.Run.Plugin)
 		if err != nil {
 			return nil, err
 		}
@@ -197,50 +197,60 @@ func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*Re
 }
 
 // CheckReplayOn is CheckReplay against a module for the named engine (one
-// of Options.Engines, or wazero or wasmtime): a JavaScript tool's script,
-// say, against the history of a WebAssembly guest's run.
+// of Options.Engines, or wazero or wasmtime; "" for the host's own): a
+// JavaScript tool's script, say, against the history of a WebAssembly
+// guest's run.
 func (h *Host) CheckReplayOn(ctx context.Context, hist *History, module []byte, engine string) (*ReplayReport, error) {
 	rs, err := hist.state()
 	if err != nil {
 		return nil, err
 	}
-	eng, err := h.engineFor(ctx, engine)
+	eng, err := h.checkEngine(ctx, engine)
 	if err != nil {
-		return nil, fmt.Errorf("engine %s is not available on this host: %w", engine, err)
+		return nil, err
 	}
-	lp, err := h.adHocPlugin(ctx, eng, module, hist.Run.Plugin)
+	lp, _, err := h.adHocPlugin(ctx, eng, module, hist.Run.Plugin)
 	if err != nil {
 		return nil, err
 	}
 	return h.checkReplay(ctx, rs, lp)
 }
 
+// checkEngine is the engine a replay check names: "" for the host's own.
+func (h *Host) checkEngine(ctx context.Context, engine string) (Engine, error) {
+	if engine == "" {
+		return h.engine, nil
+	}
+	eng, err := h.engineFor(ctx, engine)
+	if err != nil {
+		return nil, fmt.Errorf("engine %s is not available on this host: %w", engine, err)
+	}
+	return eng, nil
+}
+
 // ReplayChecker checks histories against one module, found or compiled
 // once: a gate that checks a new build against many recorded runs, or a
 // benchmark, pays for identifying the module (comparing its bytes with a
 // kept copy, or hashing and compiling them) once instead of at every
-// check. It holds a copy of the module. Safe for concurrent use.
+// check. It shares the host's copy of the module. Safe for concurrent use.
 type ReplayChecker struct {
 	h      *Host
 	eng    Engine
-	module []byte
 	mu     sync.Mutex
+	module []byte // the host's copy, which no one writes
 	lp     *loadedPlugin
 }
 
 // NewReplayChecker makes a checker of histories against module on the
 // named engine ("" for the host's default): CheckReplayOn for many
 // histories. The module is compiled now, so one the engine refuses is
-// reported here.
+// reported here; the caller's bytes are not kept.
 func (h *Host) NewReplayChecker(ctx context.Context, module []byte, engine string) (*ReplayChecker, error) {
-	eng := h.engine
-	if engine != "" {
-		var err error
-		if eng, err = h.engineFor(ctx, engine); err != nil {
-			return nil, fmt.Errorf("engine %s is not available on this host: %w", engine, err)
-		}
+	eng, err := h.checkEngine(ctx, engine)
+	if err != nil {
+		return nil, err
 	}
-	c := &ReplayChecker{h: h, eng: eng, module: bytes.Clone(module)}
+	c := &ReplayChecker{h: h, eng: eng, module: module}
 	if _, err := c.plugin(ctx); err != nil {
 		return nil, err
 	}
@@ -270,11 +280,11 @@ func (c *ReplayChecker) plugin(ctx context.Context) (*loadedPlugin, error) {
 	if c.lp != nil && !c.lp.isClosed() {
 		return c.lp, nil
 	}
-	lp, err := c.h.adHocPlugin(ctx, c.eng, c.module, "")
+	lp, kept, err := c.h.adHocPlugin(ctx, c.eng, c.module, "")
 	if err != nil {
 		return nil, err
 	}
-	c.lp = lp
+	c.lp, c.module = lp, kept
 	return lp, nil
 }
 
@@ -286,12 +296,12 @@ func short(hash string) string {
 }
 
 // adHocPlugin compiles a module for a replay check without registering it.
-// The last few such modules are kept with their pools of pre-initialised
-// instances, found again by their length and a 64-bit hash with a seed
-// drawn per process (two modules that differ collide with odds of 2^-64,
-// and the seed cannot be aimed at): checking the same module again
-// neither hashes it with SHA-256 nor makes its instances afresh.
-func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name string) (*loadedPlugin, error) {
+// The last few such modules are kept, with a copy of their bytes and their
+// pools of pre-initialised instances, and found again by comparing the
+// bytes: checking the same module again neither hashes it with SHA-256 nor
+// makes its instances afresh. It returns the host's copy of the module,
+// which no one writes.
+func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name string) (*loadedPlugin, []byte, error) {
 	key := adHocKey{engine: eng.Name(), name: name}
 	h.mu.Lock()
 	kept := slices.Clone(h.adHoc)
@@ -312,26 +322,27 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 			}
 		}
 		h.mu.Unlock()
-		return e.lp, nil
+		return e.lp, e.module, nil
 	}
 	if _, isSource := eng.(SourceEngine); !isSource {
 		if err := checkModuleLimits(wasm, h.limits); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
 	cm, err := h.compile(ctx, eng, hash, wasm)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lp := &loadedPlugin{p: store.Plugin{Name: name, ModuleHash: hash}, limits: h.limits, cm: cm, caps: map[string]bool{}}
+	module := bytes.Clone(wasm)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return lp, nil
+		return lp, module, nil
 	}
-	h.adHoc = append(h.adHoc, adHocEntry{key: key, module: bytes.Clone(wasm), lp: lp})
+	h.adHoc = append(h.adHoc, adHocEntry{key: key, module: module, lp: lp})
 	var old *loadedPlugin
 	if len(h.adHoc) > maxAdHoc {
 		old = h.adHoc[0].lp
@@ -341,7 +352,7 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 	if old != nil {
 		old.closeFresh(ctx)
 	}
-	return lp, nil
+	return lp, module, nil
 }
 
 // maxAdHoc is how many modules checked ad hoc a host keeps.
