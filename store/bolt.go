@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -49,12 +50,27 @@ var (
 // schemaVersion is written on first open and checked on every open.
 const schemaVersion = 1
 
-// Bolt is the embedded store: one bbolt file.
+// Bolt is the embedded store: one bbolt file, and its journal while open
+// (see journal.go).
 type Bolt struct {
 	db        *bolt.DB
 	threshold int
-	mu        sync.RWMutex
+	mu        sync.RWMutex // held to read closed; Close takes it to write
 	closed    bool
+
+	// wmu guards the write transaction and the journal. tx, when not nil,
+	// holds every record in pending, which are in the journal and not yet
+	// in the main file; when nil with records pending (a checkpoint
+	// failed), the next use applies them to a new one.
+	wmu     sync.Mutex
+	tx      *bolt.Tx
+	pending [][]byte
+	jbytes  int // bytes in pending
+	j       *journal
+	timer   *time.Timer // checkpoints delay after the first pending record
+	delay   time.Duration
+	armed   bool
+	broken  error
 }
 
 var _ Store = (*Bolt)(nil)
@@ -97,13 +113,28 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Bolt{db: db, threshold: o.CompressThreshold}, nil
+	j, recs, err := openJournal(path, !o.NoSync)
+	if err == nil {
+		if err = recoverJournal(db, j, recs); err != nil {
+			j.f.Close()
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Bolt{db: db, threshold: o.CompressThreshold, j: j, delay: journalMaxDelay}
+	s.timer = time.AfterFunc(time.Hour, s.checkpointLater)
+	s.timer.Stop()
+	return s, nil
 }
 
 // Path returns the file the store lives in.
 func (s *Bolt) Path() string { return s.db.Path() }
 
-// Close closes the file.
+// Close writes what the journal holds into the main file, removes the
+// journal and closes the file. If that checkpoint fails, the journal is
+// kept and the next Open applies it.
 func (s *Bolt) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,25 +142,163 @@ func (s *Bolt) Close() error {
 		return nil
 	}
 	s.closed = true
-	return s.db.Close()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.timer.Stop()
+	err := s.broken
+	if err == nil {
+		err = s.checkpoint()
+	}
+	if s.tx != nil {
+		s.tx.Rollback()
+		s.tx = nil
+	}
+	empty := err == nil && s.j.size == 0
+	if cerr := s.j.f.Close(); err == nil {
+		err = cerr
+	}
+	if empty {
+		os.Remove(s.j.path)
+	}
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
+// view runs fn on the open write transaction when there is one, so it
+// sees every write that returned, else in a read transaction.
 func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	return s.db.View(fn)
+	s.wmu.Lock()
+	if s.tx == nil && len(s.pending) == 0 {
+		s.wmu.Unlock()
+		return s.db.View(fn)
+	}
+	defer s.wmu.Unlock()
+	if err := s.begin(); err != nil {
+		return err
+	}
+	return fn(s.tx)
 }
 
-func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
+// update runs fn on the open write transaction and journals what it
+// wrote. When fn fails after writing, the transaction is rebuilt from the
+// journal's records, so nothing of fn's stays.
+func (s *Bolt) update(fn func(w *wtx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	return s.db.Update(fn)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	w := wtx{tx: s.tx, rec: make([]byte, journalHeader, 512)}
+	err := fn(&w)
+	if !w.changed() {
+		return err
+	}
+	if err == nil {
+		r := w.seal(s.j.next)
+		if err = s.j.append(r); err == nil {
+			s.pending = append(s.pending, r)
+			s.jbytes += len(r)
+			if len(s.pending) >= journalMaxRecords || s.jbytes >= journalMaxBytes {
+				// The write is durable in the journal: a failed checkpoint
+				// is tried again by the next write or by Close.
+				_ = s.checkpoint()
+			} else if !s.armed {
+				s.armed = true
+				s.timer.Reset(s.delay)
+			}
+			return nil
+		}
+		if errors.Is(err, ErrJournalBroken) {
+			s.broken = err
+		}
+	}
+	// Undo fn's writes: the transaction again, from the records before.
+	s.tx.Rollback()
+	s.tx = nil
+	if berr := s.begin(); berr != nil {
+		return errors.Join(err, berr)
+	}
+	return err
+}
+
+// begin makes sure the write transaction is open and holds every pending
+// record.
+func (s *Bolt) begin() error {
+	if s.tx != nil {
+		return nil
+	}
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	for _, r := range s.pending {
+		if err := applyRecord(tx, r[journalHeader:]); err != nil {
+			tx.Rollback()
+			s.broken = fmt.Errorf("%w: record %d again: %v", ErrJournalBroken, recordSeq(r), err)
+			return s.broken
+		}
+	}
+	s.tx = tx
+	return nil
+}
+
+// checkpoint commits the write transaction into the main file and
+// empties the journal. On failure the records stay pending.
+func (s *Bolt) checkpoint() error {
+	if len(s.pending) == 0 {
+		if s.tx != nil {
+			s.tx.Rollback() // reads only
+			s.tx = nil
+		}
+		return nil
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	tx := s.tx
+	s.tx = nil
+	last := recordSeq(s.pending[len(s.pending)-1])
+	if err := tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last)); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: checkpoint: %w", err)
+	}
+	s.pending, s.jbytes = nil, 0
+	s.j.reset()
+	return nil
+}
+
+// checkpointLater is the timer's: a checkpoint journalMaxDelay after the
+// first record since the last.
+func (s *Bolt) checkpointLater() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.armed = false
+	if s.broken == nil {
+		_ = s.checkpoint()
+	}
 }
 
 // CreateRun implements Store.
@@ -137,22 +306,22 @@ func (s *Bolt) CreateRun(ctx context.Context, run Run, b Batch) error {
 	if err := ValidRunID(run.ID); err != nil {
 		return err
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
+	return s.update(func(w *wtx) error {
+		if w.read(bRuns).Get([]byte(run.ID)) != nil {
 			return fmt.Errorf("%w: %s", ErrRunExists, run.ID)
 		}
 		if b.Run == nil {
 			r := run
 			b.Run = &r
 		}
-		return s.apply(tx, run.ID, 0, b)
+		return s.apply(w, run.ID, 0, b)
 	})
 }
 
 // Append implements Store.
 func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b Batch) error {
-	return s.update(func(tx *bolt.Tx) error {
-		cur, err := runRecord(tx, runID)
+	return s.update(func(w *wtx) error {
+		cur, err := runRecord(w.tx, runID)
 		if err != nil {
 			return err
 		}
@@ -165,12 +334,12 @@ func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b
 			}
 			b.Run = &cur
 		}
-		return s.apply(tx, runID, expectLastSeq, b)
+		return s.apply(w, runID, expectLastSeq, b)
 	})
 }
 
-func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
-	events := tx.Bucket(bucketEvents)
+func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
+	events := w.read(bEvents)
 	for i, e := range b.Events {
 		if e.Seq != last+uint64(i)+1 {
 			return fmt.Errorf("%w: event %d of run %s should have seq %d", ErrBadBatch, e.Seq, runID, last+uint64(i)+1)
@@ -185,7 +354,7 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if err != nil {
 			return err
 		}
-		if err := events.Put(key, v); err != nil {
+		if err := w.put(bEvents, key, v); err != nil {
 			return err
 		}
 	}
@@ -199,15 +368,14 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 	if err != nil {
 		return fmt.Errorf("%w: run record: %v", ErrBadBatch, err)
 	}
-	if err := tx.Bucket(bucketRuns).Put([]byte(runID), rv); err != nil {
+	if err := w.put(bRuns, []byte(runID), rv); err != nil {
 		return err
 	}
-	if r.Status.Terminal() {
-		if err := tx.Bucket(bucketSnapshots).Delete([]byte(runID)); err != nil {
+	if r.Status.Terminal() && w.read(bSnapshots).Get([]byte(runID)) != nil {
+		if err := w.del(bSnapshots, []byte(runID)); err != nil {
 			return err
 		}
 	}
-	timers := tx.Bucket(bucketTimers)
 	for _, t := range b.PutTimers {
 		if t.RunID != runID {
 			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
@@ -220,7 +388,7 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if err != nil {
 			return err
 		}
-		if err := timers.Put(timerKey(t), tv); err != nil {
+		if err := w.put(bTimers, timerKey(t), tv); err != nil {
 			return err
 		}
 	}
@@ -228,11 +396,11 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if t.RunID != runID {
 			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
 		}
-		if err := timers.Delete(timerKey(t)); err != nil {
+		if err := w.del(bTimers, timerKey(t)); err != nil {
 			return err
 		}
 	}
-	asks := tx.Bucket(bucketAsks)
+	asks := w.read(bAsks)
 	for _, a := range b.PutAsks {
 		if a.RunID != runID || a.ID == "" {
 			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
@@ -251,11 +419,11 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadBatch, a.ID, err)
 		}
-		if err := asks.Put([]byte(a.ID), av); err != nil {
+		if err := w.put(bAsks, []byte(a.ID), av); err != nil {
 			return err
 		}
 	}
-	hooks := tx.Bucket(bucketHooks)
+	hooks := w.read(bHooks)
 	for _, tok := range b.ReleaseHooks {
 		v := hooks.Get([]byte(tok))
 		if v == nil {
@@ -266,7 +434,7 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 			return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, tok, err)
 		}
 		if h.RunID == runID {
-			if err := hooks.Delete([]byte(tok)); err != nil {
+			if err := w.del(bHooks, []byte(tok)); err != nil {
 				return err
 			}
 		}
@@ -288,7 +456,7 @@ func (s *Bolt) apply(tx *bolt.Tx, runID string, last uint64, b Batch) error {
 		if err != nil {
 			return err
 		}
-		if err := hooks.Put([]byte(c.Token), v); err != nil {
+		if err := w.put(bHooks, []byte(c.Token), v); err != nil {
 			return err
 		}
 	}
@@ -468,9 +636,8 @@ func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32
 		return "", fmt.Errorf("%w: hook token and run id must not be empty", ErrBadBatch)
 	}
 	var holder string
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketHooks)
-		if v := b.Get([]byte(token)); v != nil {
+	err := s.update(func(w *wtx) error {
+		if v := w.read(bHooks).Get([]byte(token)); v != nil {
 			var h Hook
 			if err := json.Unmarshal(v, &h); err != nil {
 				return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, token, err)
@@ -484,7 +651,7 @@ func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32
 		if err != nil {
 			return err
 		}
-		return b.Put([]byte(token), v)
+		return w.put(bHooks, []byte(token), v)
 	})
 	return holder, err
 }
@@ -513,8 +680,8 @@ func (s *Bolt) PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, 
 	if p.ModuleHash == "" {
 		return Plugin{}, fmt.Errorf("%w: plugin %s has no module hash", ErrBadBatch, p.Name)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		plugins := tx.Bucket(bucketPlugins)
+	err := s.update(func(w *wtx) error {
+		plugins := w.read(bPlugins)
 		latest := 0
 		prefix := append([]byte(p.Name), 0)
 		c := plugins.Cursor()
@@ -530,12 +697,11 @@ func (s *Bolt) PutPlugin(ctx context.Context, p Plugin, module []byte) (Plugin, 
 		if err != nil {
 			return fmt.Errorf("%w: plugin %s: %v", ErrBadBatch, p.Name, err)
 		}
-		if err := plugins.Put(pluginKey(p.Name, p.Version), v); err != nil {
+		if err := w.put(bPlugins, pluginKey(p.Name, p.Version), v); err != nil {
 			return err
 		}
-		modules := tx.Bucket(bucketModules)
-		if modules.Get([]byte(p.ModuleHash)) == nil {
-			return modules.Put([]byte(p.ModuleHash), packValue(nil, module, s.threshold))
+		if w.read(bModules).Get([]byte(p.ModuleHash)) == nil {
+			return w.put(bModules, []byte(p.ModuleHash), packValue(nil, module, s.threshold))
 		}
 		return nil
 	})
@@ -600,8 +766,8 @@ func (s *Bolt) PutSession(ctx context.Context, id string, data []byte) error {
 	if id == "" {
 		return fmt.Errorf("%w: a session needs an id", ErrSessionNotFound)
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSessions).Put([]byte(id), packValue(nil, data, s.threshold))
+	return s.update(func(w *wtx) error {
+		return w.put(bSessions, []byte(id), packValue(nil, data, s.threshold))
 	})
 }
 
@@ -640,8 +806,8 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 	if version <= 0 || version > math.MaxUint32 {
 		return fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		plugins := tx.Bucket(bucketPlugins)
+	return s.update(func(w *wtx) error {
+		plugins := w.read(bPlugins)
 		key := pluginKey(name, version)
 		v := plugins.Get(key)
 		if v == nil {
@@ -652,7 +818,7 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 			return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, name, err)
 		}
 		var inUse []string
-		err := tx.Bucket(bucketRuns).ForEach(func(k, rv []byte) error {
+		err := w.read(bRuns).ForEach(func(k, rv []byte) error {
 			var r Run
 			if err := json.Unmarshal(rv, &r); err != nil {
 				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
@@ -668,7 +834,7 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 		if len(inUse) > 0 {
 			return fmt.Errorf("%w: %s version %d is used by %d run(s), such as %s", ErrPluginInUse, name, version, len(inUse), inUse[0])
 		}
-		if err := plugins.Delete(key); err != nil {
+		if err := w.del(bPlugins, key); err != nil {
 			return err
 		}
 		shared := false
@@ -682,7 +848,7 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 		if err != nil || shared {
 			return err
 		}
-		return tx.Bucket(bucketModules).Delete([]byte(p.ModuleHash))
+		return w.del(bModules, []byte(p.ModuleHash))
 	})
 }
 
@@ -721,12 +887,12 @@ func ValidRunID(id string) error {
 
 // PutSnapshot implements Store.
 func (s *Bolt) PutSnapshot(ctx context.Context, runID string, snap Snapshot) error {
-	return s.update(func(tx *bolt.Tx) error {
-		cur, err := runRecord(tx, runID)
+	return s.update(func(w *wtx) error {
+		cur, err := runRecord(w.tx, runID)
 		if err != nil || cur.Status.Terminal() {
 			return err
 		}
-		return putSnapshot(tx, runID, snap)
+		return putSnapshot(w, runID, snap)
 	})
 }
 
@@ -743,13 +909,12 @@ func runRecord(tx *bolt.Tx, runID string) (Run, error) {
 	return cur, nil
 }
 
-func putSnapshot(tx *bolt.Tx, runID string, snap Snapshot) error {
-	b := tx.Bucket(bucketSnapshots)
-	if v := b.Get([]byte(runID)); len(v) >= 8 && binary.BigEndian.Uint64(v) >= snap.Seq {
+func putSnapshot(w *wtx, runID string, snap Snapshot) error {
+	if v := w.read(bSnapshots).Get([]byte(runID)); len(v) >= 8 && binary.BigEndian.Uint64(v) >= snap.Seq {
 		return nil
 	}
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(snap.Data)), snap.Seq)
-	return b.Put([]byte(runID), append(v, snap.Data...))
+	return w.put(bSnapshots, []byte(runID), append(v, snap.Data...))
 }
 
 // Snapshot implements Store.

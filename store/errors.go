@@ -38,6 +38,10 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrLocked is returned by Open when another process has the file open.
 	ErrLocked = errors.New("store: database is in use by another process")
+	// ErrJournalBroken is returned by every write after the store could not
+	// append to its journal and leave it in a known state (a failed sync):
+	// the writes that returned before are safe; reopen the store.
+	ErrJournalBroken = errors.New("store: journal broken, reopen the store")
 	// ErrCorrupt is returned when a stored value cannot be decoded.
 	ErrCorrupt = errors.New("store: corrupt value")
 )

@@ -1,0 +1,308 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The journal makes a commit one appended record instead of a bbolt
+// commit, which writes every page it touched with its own syscall and
+// syncs twice.
+//
+// Every write (update) is applied to one bbolt write transaction that
+// stays open across writes, and the keys and values it put or deleted are
+// appended to the file's journal (the store's path + JournalSuffix) as one
+// record, synced unless NoSync; then the write returns. Reads see the open
+// transaction. The transaction is committed into the bbolt file, a
+// checkpoint, when journalMaxRecords records or journalMaxBytes bytes are
+// waiting, journalMaxDelay after the first of them, and on Close; the
+// journal is emptied after each. Open applies the records after the file's
+// last checkpoint again, so a write that returned survives a crash as it
+// would a bbolt commit.
+//
+// A record: its body's length (u32), a CRC-32C of the seq and the body
+// (u32), the seq (u64, consecutive), then the body, which is a list of
+// operations: opPut or opDelete, the bucket's index in bucketNames, the
+// key (uvarint length, bytes) and, for a put, the value (the same). A
+// record that does not check out ends the journal: it is the torn tail of
+// a write that never returned.
+
+// JournalSuffix is appended to the store's path to name its journal. The
+// journal exists while the store is open and is removed by Close once
+// everything in it is in the main file.
+const JournalSuffix = "-journal"
+
+const (
+	journalMaxRecords = 256
+	journalMaxBytes   = 8 << 20
+	journalMaxDelay   = 50 * time.Millisecond
+
+	journalHeader = 16
+	opPut         = 1
+	opDelete      = 2
+)
+
+// bucketID names a bucket in a journal record.
+type bucketID uint8
+
+const (
+	bRuns bucketID = iota
+	bEvents
+	bTimers
+	bAsks
+	bHooks
+	bPlugins
+	bModules
+	bMeta
+	bSessions
+	bSnapshots
+)
+
+// bucketNames is indexed by bucketID; the order is part of the journal's
+// format.
+var bucketNames = [...][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots}
+
+// metaJournal is the meta key holding the seq of the last journal record
+// in the main file (8 bytes, big-endian).
+var metaJournal = []byte("journal")
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// wtx is a write in progress: the open transaction, for reads, and the
+// journal record its puts and deletes are written into.
+type wtx struct {
+	tx  *bolt.Tx
+	rec []byte // header room, then the body
+}
+
+// read returns a bucket to read. Writes go through put and del, which
+// journal them.
+func (w *wtx) read(id bucketID) *bolt.Bucket { return w.tx.Bucket(bucketNames[id]) }
+
+func (w *wtx) put(id bucketID, k, v []byte) error {
+	if err := w.tx.Bucket(bucketNames[id]).Put(k, v); err != nil {
+		return err
+	}
+	w.rec = append(w.rec, opPut, byte(id))
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(k)))
+	w.rec = append(w.rec, k...)
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)))
+	w.rec = append(w.rec, v...)
+	return nil
+}
+
+func (w *wtx) del(id bucketID, k []byte) error {
+	if err := w.tx.Bucket(bucketNames[id]).Delete(k); err != nil {
+		return err
+	}
+	w.rec = append(w.rec, opDelete, byte(id))
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(k)))
+	w.rec = append(w.rec, k...)
+	return nil
+}
+
+// changed says whether the write put or deleted anything.
+func (w *wtx) changed() bool { return len(w.rec) > journalHeader }
+
+// seal fills in the record's header.
+func (w *wtx) seal(seq uint64) []byte {
+	r := w.rec
+	binary.BigEndian.PutUint32(r[0:], uint32(len(r)-journalHeader))
+	binary.BigEndian.PutUint64(r[8:], seq)
+	binary.BigEndian.PutUint32(r[4:], crc32.Checksum(r[8:], crcTable))
+	return r
+}
+
+// recordSeq returns a sealed record's seq.
+func recordSeq(r []byte) uint64 { return binary.BigEndian.Uint64(r[8:]) }
+
+// applyRecord applies a record's body to tx. The keys and values are the
+// body's bytes, which must stay unchanged until tx ends.
+func applyRecord(tx *bolt.Tx, body []byte) error {
+	for len(body) > 0 {
+		if len(body) < 2 || (body[0] != opPut && body[0] != opDelete) || int(body[1]) >= len(bucketNames) {
+			return errors.New("bad operation")
+		}
+		op, b := body[0], tx.Bucket(bucketNames[body[1]])
+		body = body[2:]
+		k, rest, ok := cutBytes(body)
+		if !ok || len(k) == 0 {
+			return errors.New("bad key")
+		}
+		body = rest
+		if op == opDelete {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			continue
+		}
+		v, rest, ok := cutBytes(body)
+		if !ok {
+			return errors.New("bad value")
+		}
+		body = rest
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutBytes splits a uvarint-prefixed byte string off b.
+func cutBytes(b []byte) (s, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	return b[w : w+int(n)], b[w+int(n):], true
+}
+
+// journal is the open journal file.
+type journal struct {
+	f    *os.File
+	path string
+	size int64 // where the next record goes
+	sync bool
+	next uint64 // the next record's seq
+}
+
+// openJournal opens (or creates) path's journal and returns the records
+// in it that check out, in order, up to the first that does not.
+func openJournal(path string, sync bool) (*journal, [][]byte, error) {
+	jp := path + JournalSuffix
+	_, statErr := os.Stat(jp)
+	f, err := os.OpenFile(jp, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: open journal: %w", err)
+	}
+	j := &journal{f: f, path: jp, sync: sync}
+	if errors.Is(statErr, os.ErrNotExist) && sync {
+		// The new name must survive a crash with the records written to it.
+		if err := syncDir(filepath.Dir(jp)); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("store: sync journal directory: %w", err)
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("store: read journal: %w", err)
+	}
+	var recs [][]byte
+	for len(data) >= journalHeader {
+		n := binary.BigEndian.Uint32(data)
+		if n == 0 || uint64(n) > uint64(len(data)-journalHeader) {
+			break
+		}
+		r := data[:journalHeader+int(n)]
+		if crc32.Checksum(r[8:], crcTable) != binary.BigEndian.Uint32(r[4:]) {
+			break
+		}
+		recs = append(recs, r)
+		data = data[len(r):]
+	}
+	return j, recs, nil
+}
+
+// append writes a sealed record at the journal's end and syncs it. On
+// failure the journal is cut back to where it was.
+func (j *journal) append(r []byte) error {
+	_, err := j.f.WriteAt(r, j.size)
+	if err == nil && j.sync {
+		if err = fdatasync(j.f); err != nil {
+			// What a failed sync left on disk is unknown: the store stops.
+			return fmt.Errorf("%w: sync: %v", ErrJournalBroken, err)
+		}
+	}
+	if err != nil {
+		if terr := j.f.Truncate(j.size); terr != nil {
+			return fmt.Errorf("%w: write: %v; cutting back: %v", ErrJournalBroken, err, terr)
+		}
+		return fmt.Errorf("store: journal write: %w", err)
+	}
+	j.size += int64(len(r))
+	j.next++
+	return nil
+}
+
+// reset empties the journal after a checkpoint. Records left behind by a
+// failed truncate are older than the checkpoint, which Open skips.
+func (j *journal) reset() {
+	if j.f.Truncate(0) == nil {
+		j.size = 0
+	}
+}
+
+// recoverJournal applies the records after the file's last checkpoint to
+// the main file, then empties the journal.
+func recoverJournal(db *bolt.DB, j *journal, recs [][]byte) error {
+	var last uint64
+	if err := db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(metaJournal); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: journal checkpoint is %d bytes", ErrCorrupt, len(v))
+			}
+			last = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	var redo [][]byte
+	for _, r := range recs {
+		seq := recordSeq(r)
+		if seq <= last && len(redo) == 0 {
+			continue // in the main file already
+		}
+		if seq != last+1 {
+			break // not the next: bytes left from before a checkpoint
+		}
+		redo = append(redo, r)
+		last = seq
+	}
+	if len(redo) > 0 {
+		err := db.Update(func(tx *bolt.Tx) error {
+			for _, r := range redo {
+				if err := applyRecord(tx, r[journalHeader:]); err != nil {
+					return fmt.Errorf("%w: journal record %d: %v", ErrCorrupt, recordSeq(r), err)
+				}
+			}
+			return tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last))
+		})
+		if err == nil {
+			err = db.Sync() // before the journal is emptied, even without fsync
+		}
+		if err != nil {
+			return fmt.Errorf("store: recover journal: %w", err)
+		}
+	}
+	j.next = last + 1
+	if len(recs) > 0 {
+		if err := j.f.Truncate(0); err != nil {
+			return fmt.Errorf("store: empty journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncDir syncs a directory, so a file created in it is found after a
+// crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,363 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// openJournalTest opens a store whose timer never checkpoints during the
+// test, so what is in the journal stays there until the test says.
+func openJournalTest(t *testing.T, path string, opts Options) *Bolt {
+	t.Helper()
+	s, err := Open(path, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.delay = time.Hour
+	return s
+}
+
+// appendCrashBatches creates the crash run (journal record 1) and appends
+// its batches from..to (record n+1 each).
+func appendCrashBatches(t *testing.T, s *Bolt, from, to uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if from == 1 {
+		if err := s.CreateRun(ctx, Run{ID: crashRun, Tool: "crash", Status: StatusRunning, CreatedAt: crashBase}, Batch{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := from; n <= to; n++ {
+		if err := s.Append(ctx, crashRun, 2*(n-1), crashBatch(n)); err != nil {
+			t.Fatalf("batch %d: %v", n, err)
+		}
+	}
+}
+
+// crashCopy copies the store's file and journal to dir as a crash would
+// leave them: between writes, with no checkpoint running.
+func crashCopy(t *testing.T, s *Bolt, dir string) (db, journal string) {
+	t.Helper()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	db = filepath.Join(dir, "copy.db")
+	journal = db + JournalSuffix
+	for from, to := range map[string]string{s.db.Path(): db, s.j.path: journal} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, journal
+}
+
+// mainFileSeq reads the crash run's LastSeq from the main file alone, as
+// bbolt has it, without the journal (0 when the run is not there).
+func mainFileSeq(t *testing.T, path string) uint64 {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var seq uint64
+	err = db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketRuns).Get([]byte(crashRun)); v != nil {
+			var r Run
+			if err := decodeRun(v, &r); err != nil {
+				return err
+			}
+			seq = r.LastSeq
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// reopenedSeq opens the store at path (applying its journal) and returns
+// the crash run's LastSeq after checking the log matches it batch for
+// batch.
+func reopenedSeq(t *testing.T, path string) uint64 {
+	t.Helper()
+	s, err := Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Run(context.Background(), crashRun)
+	if cerr := s.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if errors.Is(err, ErrRunNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, path)
+	checkCrashLog(t, path, r.LastSeq/2) // the log, timers and questions of exactly those batches
+	return r.LastSeq
+}
+
+// Writes that returned are in the journal, not yet in the main file, and a
+// crash then loses none of them.
+func TestJournalKeepsWritesUntilCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s := openJournalTest(t, filepath.Join(dir, "s.db"), Options{})
+	defer s.Close()
+	appendCrashBatches(t, s, 1, 10)
+	db, _ := crashCopy(t, s, t.TempDir())
+	if got := mainFileSeq(t, db); got != 0 {
+		t.Fatalf("main file has the run at seq %d before any checkpoint", got)
+	}
+	if got := reopenedSeq(t, db); got != 20 {
+		t.Fatalf("after the crash the run is at seq %d, want 20", got)
+	}
+	if _, err := os.Stat(db + JournalSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal after a clean close of the recovered copy: %v, want it removed", err)
+	}
+	if got := mainFileSeq(t, db); got != 20 {
+		t.Fatalf("after recovery and Close the main file has seq %d, want 20", got)
+	}
+}
+
+// A torn or damaged record ends the journal: what came before it is
+// recovered, nothing after.
+func TestJournalTornTail(t *testing.T) {
+	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
+	defer s.Close()
+	appendCrashBatches(t, s, 1, 6) // records 1 (create) .. 7 (batch 6)
+	db, journal := crashCopy(t, s, t.TempDir())
+	whole, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []int // record offsets
+	for off := 0; off < len(whole); off += journalHeader + int(binary.BigEndian.Uint32(whole[off:])) {
+		starts = append(starts, off)
+	}
+	if len(starts) != 7 {
+		t.Fatalf("journal holds %d records, want 7", len(starts))
+	}
+	last := starts[6]
+	cases := []struct {
+		name    string
+		damage  func(b []byte) []byte
+		wantSeq uint64
+	}{
+		{"whole", func(b []byte) []byte { return b }, 12},
+		{"last record cut short", func(b []byte) []byte { return b[:len(b)-1] }, 10},
+		{"last record's header only", func(b []byte) []byte { return b[:last+journalHeader] }, 10},
+		{"half a header", func(b []byte) []byte { return b[:last+5] }, 10},
+		{"a byte of the last record flipped", func(b []byte) []byte { b[len(b)-3] ^= 1; return b }, 10},
+		{"a byte of record 4 flipped", func(b []byte) []byte { b[starts[3]+journalHeader+2] ^= 0x40; return b }, 4},
+		{"record 3's length zeroed", func(b []byte) []byte { copy(b[starts[2]:], []byte{0, 0, 0, 0}); return b }, 2},
+		{"zeros after the end", func(b []byte) []byte { return append(b, make([]byte, 4096)...) }, 12},
+		{"empty", func(b []byte) []byte { return nil }, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := t.TempDir()
+			p := filepath.Join(d, "c.db")
+			raw, err := os.ReadFile(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j := c.damage(append([]byte(nil), whole...))
+			if err := os.WriteFile(p+JournalSuffix, j, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := reopenedSeq(t, p); got != c.wantSeq {
+				t.Fatalf("recovered seq %d, want %d", got, c.wantSeq)
+			}
+		})
+	}
+}
+
+// Records left in the journal from before a checkpoint (a truncate that
+// failed or did not reach the disk) are skipped wherever they are.
+func TestJournalStaleRecords(t *testing.T) {
+	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
+	defer s.Close()
+	appendCrashBatches(t, s, 1, 5) // records 1..6
+	_, j1 := crashCopy(t, s, t.TempDir())
+	s.wmu.Lock()
+	err := s.checkpoint()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendCrashBatches(t, s, 6, 8) // records 7..9
+	db2, j2 := crashCopy(t, s, t.TempDir())
+	if got := mainFileSeq(t, db2); got != 10 {
+		t.Fatalf("main file after the checkpoint at seq %d, want 10", got)
+	}
+	old, err := os.ReadFile(j1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recent, err := os.ReadFile(j2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, j := range map[string][]byte{
+		"old then recent": append(append([]byte(nil), old...), recent...),
+		"recent then old": append(append([]byte(nil), recent...), old...),
+		"old only":        old,
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.db")
+			raw, err := os.ReadFile(db2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p+JournalSuffix, j, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(16)
+			if name == "old only" {
+				want = 10
+			}
+			if got := reopenedSeq(t, p); got != want {
+				t.Fatalf("recovered seq %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// A write that fails after it has put keys leaves none of them, and the
+// writes journaled before it stay visible, before and after a reopen.
+func TestJournalFailedWriteLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	s := openJournalTest(t, path, Options{NoSync: true})
+	appendCrashBatches(t, s, 1, 3)
+	if err := s.CreateRun(ctx, Run{ID: "holder"}, Batch{ClaimHooks: []Hook{{Token: "tok", RunID: "holder", HookID: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.pending) != 5 {
+		t.Fatalf("%d records pending, want 5", len(s.pending))
+	}
+	b := crashBatch(4)
+	b.ClaimHooks = []Hook{{Token: "tok", RunID: crashRun, HookID: 2}}
+	if err := s.Append(ctx, crashRun, 6, b); !errors.Is(err, ErrHookTaken) {
+		t.Fatalf("Append claiming a held hook: %v, want ErrHookTaken", err)
+	}
+	check := func(when string) {
+		t.Helper()
+		evs, err := s.Events(ctx, crashRun, 0, 0)
+		if err != nil || len(evs) != 6 {
+			t.Fatalf("%s: %d events, %v; want the 6 of batches 1-3", when, len(evs), err)
+		}
+		if h, err := s.Hook(ctx, "tok"); err != nil || h.RunID != "holder" {
+			t.Fatalf("%s: hook %+v, %v", when, h, err)
+		}
+		open, err := s.Asks(ctx, true)
+		if err != nil || len(open) != 1 || open[0].ID != "q3" {
+			t.Fatalf("%s: open questions %+v, %v; want q3", when, open, err)
+		}
+		if r, err := s.Run(ctx, crashRun); err != nil || r.LastSeq != 6 {
+			t.Fatalf("%s: run %+v, %v", when, r, err)
+		}
+	}
+	check("after the refused write")
+	if err := s.Append(ctx, crashRun, 6, crashBatch(4)); err != nil {
+		t.Fatalf("the same batch without the claim: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := reopenedSeq(t, path); got != 8 {
+		t.Fatalf("after reopen seq %d, want 8", got)
+	}
+}
+
+// A journal that cannot be written stops the store's writes with
+// ErrJournalBroken; what was written before survives a reopen.
+func TestJournalBroken(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	s := openJournalTest(t, path, Options{NoSync: true})
+	appendCrashBatches(t, s, 1, 2)
+	s.j.f.Close() // every write and truncate now fails
+	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("Append with the journal closed: %v, want ErrJournalBroken", err)
+	}
+	if err := s.PutSession(ctx, "x", []byte("y")); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("a later write: %v, want ErrJournalBroken", err)
+	}
+	if r, err := s.Run(ctx, crashRun); err != nil || r.LastSeq != 4 {
+		t.Fatalf("reading after the break: %+v, %v; want seq 4", r, err)
+	}
+	if err := s.Close(); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("Close: %v, want ErrJournalBroken", err)
+	}
+	if _, err := os.Stat(path + JournalSuffix); err != nil {
+		t.Fatalf("the journal must be kept when its checkpoint did not happen: %v", err)
+	}
+	if got := reopenedSeq(t, path); got != 4 {
+		t.Fatalf("after reopen seq %d, want 4", got)
+	}
+}
+
+// Checkpoints come by count and by time, and Close leaves one file.
+func TestJournalCheckpoints(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(journalMaxRecords + 40)
+	s.delay = time.Hour
+	appendCrashBatches(t, s, 1, n)
+	s.wmu.Lock()
+	pending := len(s.pending)
+	s.wmu.Unlock()
+	if want := int(n+1) - journalMaxRecords; pending != want {
+		t.Fatalf("%d records pending after %d writes, want %d (a checkpoint at %d)", pending, n+1, want, journalMaxRecords)
+	}
+	s.wmu.Lock()
+	s.delay = 10 * time.Millisecond
+	s.wmu.Unlock()
+	s.timer.Reset(s.delay)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.wmu.Lock()
+		pending, size := len(s.pending), s.j.size
+		s.wmu.Unlock()
+		if pending == 0 && size == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint by time: %d records, %d bytes pending", pending, size)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + JournalSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal after Close: %v, want it removed", err)
+	}
+	if got := mainFileSeq(t, path); got != 2*n {
+		t.Fatalf("main file at seq %d after Close, want %d", got, 2*n)
+	}
+}
