@@ -407,7 +407,7 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 		}
 		if v := asks.Get([]byte(a.ID)); v != nil {
 			var prev Ask
-			if err := json.Unmarshal(v, &prev); err != nil {
+			if err := decodeAsk(v, &prev); err != nil {
 				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, a.ID, err)
 			}
 			if prev.RunID != runID {
@@ -415,7 +415,7 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 			}
 		}
 		a.CreatedAt = a.CreatedAt.UTC()
-		av, err := json.Marshal(a)
+		av, err := encodeAsk(a)
 		if err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadBatch, a.ID, err)
 		}
@@ -598,7 +598,7 @@ func (s *Bolt) Ask(ctx context.Context, id string) (Ask, error) {
 		if v == nil {
 			return fmt.Errorf("%w: %s", ErrAskNotFound, id)
 		}
-		if err := json.Unmarshal(v, &a); err != nil {
+		if err := decodeAsk(v, &a); err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrCorrupt, id, err)
 		}
 		return nil
@@ -612,7 +612,7 @@ func (s *Bolt) Asks(ctx context.Context, openOnly bool) ([]Ask, error) {
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAsks).ForEach(func(k, v []byte) error {
 			var a Ask
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := decodeAsk(v, &a); err != nil {
 				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, k, err)
 			}
 			if !openOnly || a.Open {

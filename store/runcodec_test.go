@@ -91,9 +91,15 @@ func TestDecodeRunLikeJSON(t *testing.T) {
 	} {
 		checkRunDecode(t, []byte(s))
 	}
+	damaged(seeds, func(b []byte) { checkRunDecode(t, b) })
+}
+
+// damaged calls check with every truncation of the seeds and with 20,000
+// random changes of them.
+func damaged(seeds [][]byte, check func([]byte)) {
 	for _, s := range seeds {
 		for n := range len(s) {
-			checkRunDecode(t, s[:n])
+			check(s[:n])
 		}
 	}
 	r := rand.New(rand.NewPCG(5, 6))
@@ -103,7 +109,7 @@ func TestDecodeRunLikeJSON(t *testing.T) {
 		for range 1 + r.IntN(3) {
 			b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
 		}
-		checkRunDecode(t, b)
+		check(b)
 	}
 }
 

@@ -1,0 +1,120 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// Question records are read and written at every answered question, as a
+// run record is (runcodec.go), so they have the same kind of hand codec:
+// json.Marshal's exact layout by hand when the values allow it, and
+// encoding/json for anything else. TestAskCodecLikeJSON compares them.
+
+// decodeAsk decodes a stored question record.
+func decodeAsk(v []byte, a *Ask) error {
+	if decodeAskFast(v, a) {
+		return nil
+	}
+	*a = Ask{}
+	return json.Unmarshal(v, a)
+}
+
+// askTail is what follows the request in the layout json.Marshal writes.
+const askTail = `,"createdAt":`
+
+func decodeAskFast(v []byte, a *Ask) bool {
+	p := runReader{b: v}
+	var pos uint64
+	ok := p.lit(`{"id":`) && p.str(&a.ID) &&
+		p.lit(`,"runId":`) && p.str(&a.RunID) &&
+		p.lit(`,"tool":`) && p.str(&a.Tool) &&
+		p.lit(`,"position":`) && p.uint(&pos) && pos <= 1<<32-1
+	if !ok {
+		return false
+	}
+	a.Position = uint32(pos)
+	switch {
+	case p.lit(`,"open":true`):
+		a.Open = true
+	case p.lit(`,"open":false`):
+		a.Open = false
+	default:
+		return false
+	}
+	if !p.lit(`,"request":`) {
+		return false
+	}
+	// The request runs to the last ,"createdAt": (the time after it holds
+	// no such text), and must be one JSON value without spaces around it.
+	end := bytes.LastIndex(p.b, []byte(askTail))
+	if end <= 0 {
+		return false
+	}
+	req := p.b[:end]
+	p.b = p.b[end+len(askTail):]
+	var created []byte
+	if !p.quoted(&created) || !p.lit(`}`) || len(p.b) != 0 {
+		return false
+	}
+	if isSpace(req[0]) || isSpace(req[len(req)-1]) || !json.Valid(req) {
+		return false
+	}
+	if a.CreatedAt.UnmarshalJSON(created) != nil {
+		return false
+	}
+	a.Request = bytes.Clone(req)
+	return true
+}
+
+// encodeAsk encodes a question record as json.Marshal does, byte for byte.
+func encodeAsk(a Ask) ([]byte, error) {
+	if b, ok := encodeAskFast(a); ok {
+		return b, nil
+	}
+	return json.Marshal(a)
+}
+
+func encodeAskFast(a Ask) ([]byte, bool) {
+	if !plainASCII(a.ID) || !plainASCII(a.RunID) || !plainASCII(a.Tool) {
+		return nil, false
+	}
+	if len(a.Request) == 0 || !compactRaw(a.Request) {
+		return nil, false
+	}
+	created, err := a.CreatedAt.MarshalJSON()
+	if err != nil {
+		return nil, false
+	}
+	b := make([]byte, 0, 100+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
+	b = append(append(append(b, `{"id":"`...), a.ID...), `","runId":"`...)
+	b = append(append(b, a.RunID...), `","tool":"`...)
+	b = append(append(b, a.Tool...), `","position":`...)
+	b = strconv.AppendUint(b, uint64(a.Position), 10)
+	if a.Open {
+		b = append(b, `,"open":true`...)
+	} else {
+		b = append(b, `,"open":false`...)
+	}
+	b = append(append(append(b, `,"request":`...), a.Request...), askTail...)
+	b = append(b, created...)
+	return append(b, '}'), true
+}
+
+// compactRaw: raw JSON json.Marshal copies as it is into a RawMessage's
+// place: valid, already compact, and only printable ASCII without <, >
+// and & (which it escapes). Unlike compactPlain, spaces inside strings
+// are allowed: a question's prompt has them.
+func compactRaw(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	if !json.Valid(b) {
+		return false
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(b))
+	return json.Compact(&buf, b) == nil && bytes.Equal(buf.Bytes(), b)
+}
