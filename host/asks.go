@@ -95,11 +95,11 @@ func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskR
 		if o.settled || rs.status.Terminal() {
 			return fmt.Errorf("%w: %s", ErrAskClosed, askID)
 		}
-		var req abi.AskRequest
-		if err := json.Unmarshal(o.request, &req); err != nil {
+		req, err := rs.askRequest(ask.Position, o)
+		if err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
 		}
-		ans, err := decide(req, h.limitsOf(ctx, rs))
+		ans, err := decide(*req, h.limitsOf(ctx, rs))
 		if err != nil {
 			return err
 		}

@@ -130,6 +130,9 @@ type evData struct {
 }
 
 func mkEvent(kind string, t time.Time, d *evData) store.Event {
+	if data, ok := encodeHot(d); ok {
+		return store.Event{Time: t.UTC(), Kind: kind, Data: data}
+	}
 	data, err := json.Marshal(d)
 	if err != nil {
 		// evData holds only marshalable fields; RawMessages are validated

@@ -133,8 +133,7 @@ func (h *Host) info(rs *runState) RunInfo {
 		switch o.kind {
 		case abi.OpAsk:
 			w.Kind, w.AskID = "ask", o.askID
-			var req abi.AskRequest
-			if json.Unmarshal(o.request, &req) == nil {
+			if req, err := rs.askRequest(p, o); err == nil {
 				w.Prompt = req.Prompt
 			}
 		case abi.OpSleep:

@@ -37,6 +37,10 @@ type runState struct {
 	// openAsks counts the questions not settled, so that a reply that
 	// withdraws none does not look through every op.
 	openAsks int
+	// askReqs holds the requests of the open questions this process made,
+	// decoded, by op position: a warm resume would otherwise decode its
+	// question from the log twice (to answer it, to list it).
+	askReqs map[uint32]*abi.AskRequest
 
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
@@ -216,6 +220,27 @@ func newRunState(rec store.Run) *runState {
 	return rs
 }
 
+// askRequest returns the request of the question at position p, whose op
+// is o: the one kept when the op was made, else decoded from the log.
+func (rs *runState) askRequest(p uint32, o *opRec) (*abi.AskRequest, error) {
+	if r := rs.askReqs[p]; r != nil {
+		return r, nil
+	}
+	r := new(abi.AskRequest)
+	if err := json.Unmarshal(o.request, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// keepAskRequest keeps an open question's decoded request.
+func (rs *runState) keepAskRequest(p uint32, r *abi.AskRequest) {
+	if rs.askReqs == nil {
+		rs.askReqs = map[uint32]*abi.AskRequest{}
+	}
+	rs.askReqs[p] = r
+}
+
 func (rs *runState) op(p uint32) *opRec {
 	if p == 0 || int(p) > len(rs.ops) {
 		return nil
@@ -379,6 +404,7 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
 		rs.openAsks--
+		delete(rs.askReqs, d.Op)
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 		if err != nil {

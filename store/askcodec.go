@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
 // Question records are read and written at every answered question, as a
@@ -76,10 +78,10 @@ func encodeAsk(a Ask) ([]byte, error) {
 }
 
 func encodeAskFast(a Ask) ([]byte, bool) {
-	if !plainASCII(a.ID) || !plainASCII(a.RunID) || !plainASCII(a.Tool) {
+	if !jsonfast.PlainString(a.ID) || !jsonfast.PlainString(a.RunID) || !jsonfast.PlainString(a.Tool) {
 		return nil, false
 	}
-	if len(a.Request) == 0 || !compactRaw(a.Request) {
+	if !jsonfast.PlainRaw(a.Request) {
 		return nil, false
 	}
 	created, err := a.CreatedAt.MarshalJSON()
@@ -99,22 +101,4 @@ func encodeAskFast(a Ask) ([]byte, bool) {
 	b = append(append(append(b, `,"request":`...), a.Request...), askTail...)
 	b = append(b, created...)
 	return append(b, '}'), true
-}
-
-// compactRaw: raw JSON json.Marshal copies as it is into a RawMessage's
-// place: valid, already compact, and only printable ASCII without <, >
-// and & (which it escapes). Unlike compactPlain, spaces inside strings
-// are allowed: a question's prompt has them.
-func compactRaw(b []byte) bool {
-	for _, c := range b {
-		if c < ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	if !json.Valid(b) {
-		return false
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(b))
-	return json.Compact(&buf, b) == nil && bytes.Equal(buf.Bytes(), b)
 }

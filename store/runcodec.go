@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
 // decodeRun decodes a stored run record. The records the store writes
@@ -144,7 +146,7 @@ func encodeRun(r Run) ([]byte, error) {
 }
 
 func encodeRunFast(r Run) ([]byte, bool) {
-	if !plainASCII(r.ID) || !plainASCII(r.Tool) || !plainASCII(r.Plugin) || !plainASCII(r.ModuleHash) || !plainASCII(string(r.Status)) {
+	if !jsonfast.PlainString(r.ID) || !jsonfast.PlainString(r.Tool) || !jsonfast.PlainString(r.Plugin) || !jsonfast.PlainString(r.ModuleHash) || !jsonfast.PlainString(string(r.Status)) {
 		return nil, false
 	}
 	if len(r.Detail) > 0 && (!compactPlain(r.Detail) || !json.Valid(r.Detail)) {
@@ -172,16 +174,6 @@ func encodeRunFast(r Run) ([]byte, bool) {
 		b = append(append(b, `,"detail":`...), r.Detail...)
 	}
 	return append(b, '}'), true
-}
-
-// plainASCII: printable ASCII json.Marshal writes unescaped.
-func plainASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }
 
 // compactPlain: JSON json.Marshal copies as it is into a RawMessage's

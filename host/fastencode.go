@@ -1,0 +1,99 @@
+package host
+
+import (
+	"strconv"
+
+	"github.com/sandflow/sandflow/internal/jsonfast"
+)
+
+// encodeHot encodes the event data of the kinds most events are (a run
+// resumed, a step started or completed, a question opened or settled) as
+// json.Marshal does, byte for byte, without its reflection: every event
+// is encoded once, when it is recorded. It reports false for anything
+// else (a field it does not write, a string json.Marshal would escape, raw
+// JSON it would change), which the caller encodes with json.Marshal.
+// TestEncodeHotLikeJSON compares the two for every field of evData.
+func encodeHot(d *evData) ([]byte, bool) {
+	if !d.onlyHot() {
+		return nil, false
+	}
+	b := make([]byte, 0, 96+len(d.Input)+len(d.Request)+len(d.Result))
+	b = append(b, '{')
+	key := func(k string) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), k...), '"', ':')
+	}
+	str := func(k, v string) bool {
+		if v == "" {
+			return true
+		}
+		if !jsonfast.PlainString(v) {
+			return false
+		}
+		key(k)
+		b = append(append(append(b, '"'), v...), '"')
+		return true
+	}
+	raw := func(k string, v []byte) bool {
+		if len(v) == 0 {
+			return true
+		}
+		if !jsonfast.PlainRaw(v) {
+			return false
+		}
+		key(k)
+		b = append(b, v...)
+		return true
+	}
+	num := func(k string, n int64) {
+		if n != 0 {
+			key(k)
+			b = strconv.AppendInt(b, n, 10)
+		}
+	}
+	// In evData's field order.
+	if !raw("input", d.Input) {
+		return nil, false
+	}
+	num("activation", int64(d.Activation))
+	num("op", int64(d.Op))
+	if !str("kind", d.Kind) || !str("name", d.Name) {
+		return nil, false
+	}
+	num("attempt", int64(d.Attempt))
+	if !str("askId", d.AskID) || !raw("request", d.Request) {
+		return nil, false
+	}
+	if a := d.Answer; a != nil {
+		if !jsonfast.PlainString(a.Status) || !jsonfast.PlainString(a.OptionID) || !jsonfast.PlainString(a.Text) {
+			return nil, false
+		}
+		key("answer")
+		b = append(append(append(b, `{"status":"`...), a.Status...), '"')
+		if a.OptionID != "" {
+			b = append(append(append(b, `,"optionId":"`...), a.OptionID...), '"')
+		}
+		if a.Text != "" {
+			b = append(append(append(b, `,"text":"`...), a.Text...), '"')
+		}
+		b = append(b, '}')
+	}
+	if !raw("result", d.Result) {
+		return nil, false
+	}
+	return append(b, '}'), true
+}
+
+// onlyHot reports whether every field encodeHot does not write is zero.
+func (d *evData) onlyHot() bool {
+	return d.Tool == "" && d.Plugin == "" && d.Version == 0 && d.ModuleHash == "" && d.Seed == "" &&
+		!d.NoAsk && !d.Serve && !d.SharedInit && d.Agents == nil && d.URL == "" && d.BaseURL == "" &&
+		d.Status == 0 && d.Retry == nil && d.RetryAt == nil && d.FireAt == nil && !d.Immediate &&
+		d.Token == "" && d.Metadata == nil && d.Conflict == "" && d.Hook == 0 && d.Webhook == nil &&
+		d.Agent == nil && d.Response == nil && d.Index == 0 && d.Payload == nil && d.AgentRequest == nil &&
+		d.CallID == "" && d.Answered == 0 && d.Value == nil && d.Error == nil && d.Reason == "" &&
+		d.Stream == "" && d.Data == "" && d.Produced == 0 && d.Step == 0 && !d.Cut &&
+		d.FromVersion == 0 && d.FromHash == ""
+}
