@@ -339,17 +339,20 @@ func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b
 }
 
 func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
-	events := w.read(bEvents)
+	if len(b.Events) > 0 {
+		// No event of the run at or after the first new one: else the run
+		// record and the log disagree, and the batch is refused rather
+		// than overwrite the truth. One seek for the whole batch.
+		first := eventKey(runID, last+1)
+		if k, _ := w.read(bEvents).Cursor().Seek(first); k != nil && bytes.HasPrefix(k, first[:len(runID)+1]) {
+			return fmt.Errorf("%w: run %s already has events after %d", ErrSeqConflict, runID, last)
+		}
+	}
 	for i, e := range b.Events {
 		if e.Seq != last+uint64(i)+1 {
 			return fmt.Errorf("%w: event %d of run %s should have seq %d", ErrBadBatch, e.Seq, runID, last+uint64(i)+1)
 		}
 		key := eventKey(runID, e.Seq)
-		if events.Get(key) != nil {
-			// The run record and the log disagree; refuse rather than
-			// overwrite the truth.
-			return fmt.Errorf("%w: run %s already has event %d", ErrSeqConflict, runID, e.Seq)
-		}
 		v, err := encodeEvent(e, s.threshold)
 		if err != nil {
 			return err

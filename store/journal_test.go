@@ -361,3 +361,42 @@ func TestJournalCheckpoints(t *testing.T) {
 		t.Fatalf("main file at seq %d after Close, want %d", got, 2*n)
 	}
 }
+
+// A log that holds events past its run record's LastSeq (a damaged file)
+// is never written over: an Append there is refused with ErrSeqConflict,
+// whether the stray event is the next one or far beyond.
+func TestAppendRefusesStrayEvents(t *testing.T) {
+	for _, stray := range []uint64{5, 40} {
+		path := filepath.Join(t.TempDir(), "s.db")
+		s := openJournalTest(t, path, Options{NoSync: true})
+		appendCrashBatches(t, s, 1, 2) // events 1-4
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := encodeEvent(Event{Seq: stray, Time: crashBase, Kind: "stray"}, 0)
+		if err == nil {
+			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(eventKey(crashRun, stray), v) })
+		}
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = openJournalTest(t, path, Options{NoSync: true})
+		err = s.Append(context.Background(), crashRun, 4, crashBatch(3))
+		if !errors.Is(err, ErrSeqConflict) {
+			t.Errorf("stray event %d: Append = %v, want ErrSeqConflict", stray, err)
+		}
+		if r, err := s.Run(context.Background(), crashRun); err != nil || r.LastSeq != 4 {
+			t.Errorf("stray event %d: run after the refused Append: %+v, %v", stray, r, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
