@@ -48,7 +48,10 @@ var (
 )
 
 // schemaVersion is written on first open and checked on every open.
-const schemaVersion = 1
+// Version 2 files may have a journal (journal.go), which a build that reads
+// only version 1 would ignore, losing what it holds; so such a build
+// refuses them. A version 1 file never has one and is marked 2 on open.
+const schemaVersion = 2
 
 // Bolt is the embedded store: one bbolt file, and its journal while open
 // (see journal.go).
@@ -102,10 +105,12 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get([]byte("schema")); v != nil {
-			if len(v) != 4 || binary.BigEndian.Uint32(v) != schemaVersion {
-				return fmt.Errorf("%w: schema version %x, this build reads %d", ErrCorrupt, v, schemaVersion)
+			if len(v) != 4 || (binary.BigEndian.Uint32(v) != schemaVersion && binary.BigEndian.Uint32(v) != 1) {
+				return fmt.Errorf("%w: schema version %x, this build reads 1 and %d", ErrCorrupt, v, schemaVersion)
 			}
-			return nil
+			if binary.BigEndian.Uint32(v) == schemaVersion {
+				return nil
+			}
 		}
 		return meta.Put([]byte("schema"), binary.BigEndian.AppendUint32(nil, schemaVersion))
 	})
@@ -283,6 +288,24 @@ func (s *Bolt) checkpoint() error {
 	s.pending, s.jbytes = nil, 0
 	s.j.reset()
 	return nil
+}
+
+// Checkpoint writes what the journal holds into the main file now and
+// empties the journal, as the store does by itself every 256 writes,
+// 8 MiB or 50 ms. Until the next write, the main file alone then holds
+// everything, and the memory the pending writes held is released.
+func (s *Bolt) Checkpoint() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.broken != nil {
+		return s.broken
+	}
+	return s.checkpoint()
 }
 
 // checkpointLater is the timer's: a checkpoint journalMaxDelay after the

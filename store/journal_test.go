@@ -400,3 +400,30 @@ func TestAppendRefusesStrayEvents(t *testing.T) {
 		}
 	}
 }
+
+// Checkpoint puts every write into the main file at once; on a closed
+// store it fails with ErrClosed.
+func TestCheckpointNow(t *testing.T) {
+	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
+	appendCrashBatches(t, s, 1, 3)
+	db, _ := crashCopy(t, s, t.TempDir())
+	if got := mainFileSeq(t, db); got != 0 {
+		t.Fatalf("main file at seq %d before Checkpoint", got)
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	db, journal := crashCopy(t, s, t.TempDir())
+	if got := mainFileSeq(t, db); got != 6 {
+		t.Fatalf("main file at seq %d after Checkpoint, want 6", got)
+	}
+	if fi, err := os.Stat(journal); err != nil || fi.Size() != 0 {
+		t.Fatalf("journal after Checkpoint: %v, %v; want it empty", fi, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Checkpoint after Close: %v, want ErrClosed", err)
+	}
+}

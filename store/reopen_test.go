@@ -362,6 +362,49 @@ func TestOpenSchemaMismatch(t *testing.T) {
 	ts.reopen()
 }
 
+// A file of schema 1, from before the journal, opens and is marked 2, so
+// that a build that reads only 1 does not open it and miss its journal.
+func TestOpenUpgradesSchema1(t *testing.T) {
+	ts := openTestStore(t, Options{NoSync: true})
+	if err := ts.S.CreateRun(context.Background(), Run{ID: "old"}, Batch{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.S.Close(); err != nil {
+		t.Fatal(err)
+	}
+	schema := func(v []byte) (got []byte) {
+		t.Helper()
+		db, err := bolt.Open(ts.path, 0o600, &bolt.Options{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		err = db.Update(func(tx *bolt.Tx) error {
+			if v != nil {
+				return tx.Bucket(bucketMeta).Put([]byte("schema"), v)
+			}
+			got = bytes.Clone(tx.Bucket(bucketMeta).Get([]byte("schema")))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	schema(binary.BigEndian.AppendUint32(nil, 1))
+	ts.reopen()
+	if _, err := ts.S.Run(context.Background(), "old"); err != nil {
+		t.Fatalf("run of the schema 1 file: %v", err)
+	}
+	if err := ts.S.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := schema(nil); binary.BigEndian.Uint32(got) != 2 {
+		t.Fatalf("schema after opening a schema 1 file: %x, want 2", got)
+	}
+	ts.reopen()
+}
+
 func TestOpenNotAStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "garbage.db")
 	if err := os.WriteFile(path, bytes.Repeat([]byte("not a bbolt file "), 512), 0o600); err != nil {
