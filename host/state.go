@@ -37,10 +37,12 @@ type runState struct {
 	// openAsks counts the questions not settled, so that a reply that
 	// withdraws none does not look through every op.
 	openAsks int
-	// askReqs holds the requests of the open questions this process made,
-	// decoded, by op position: a warm resume would otherwise decode its
-	// question from the log twice (to answer it, to list it).
-	askReqs map[uint32]*abi.AskRequest
+	// askReq is the request of the open question at askPos, decoded, if
+	// this process made it: a warm resume would otherwise decode its
+	// question from the log twice (to answer it, to list it). One, since
+	// a run mostly waits on one question.
+	askReq *abi.AskRequest
+	askPos uint32
 
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
@@ -223,8 +225,8 @@ func newRunState(rec store.Run) *runState {
 // askRequest returns the request of the question at position p, whose op
 // is o: the one kept when the op was made, else decoded from the log.
 func (rs *runState) askRequest(p uint32, o *opRec) (*abi.AskRequest, error) {
-	if r := rs.askReqs[p]; r != nil {
-		return r, nil
+	if rs.askReq != nil && rs.askPos == p {
+		return rs.askReq, nil
 	}
 	r := new(abi.AskRequest)
 	if err := json.Unmarshal(o.request, r); err != nil {
@@ -233,13 +235,9 @@ func (rs *runState) askRequest(p uint32, o *opRec) (*abi.AskRequest, error) {
 	return r, nil
 }
 
-// keepAskRequest keeps an open question's decoded request.
-func (rs *runState) keepAskRequest(p uint32, r *abi.AskRequest) {
-	if rs.askReqs == nil {
-		rs.askReqs = map[uint32]*abi.AskRequest{}
-	}
-	rs.askReqs[p] = r
-}
+// keepAskRequest keeps an open question's decoded request, in place of
+// the one kept before.
+func (rs *runState) keepAskRequest(p uint32, r *abi.AskRequest) { rs.askReq, rs.askPos = r, p }
 
 func (rs *runState) op(p uint32) *opRec {
 	if p == 0 || int(p) > len(rs.ops) {
@@ -404,7 +402,9 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
 		rs.openAsks--
-		delete(rs.askReqs, d.Op)
+		if rs.askPos == d.Op {
+			rs.askReq, rs.askPos = nil, 0
+		}
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 		if err != nil {
