@@ -649,6 +649,9 @@ func memory(rt Runtime, runs int, parked bool) func(*testing.B) {
 	return func(b *testing.B) {
 		in := Input{Mode: StepsAsk, N: 0, Asks: 1}
 		var start func() (end func())
+		// settle is called before each sample: the store's pending writes,
+		// which it holds until its next checkpoint, are not the runs'.
+		settle := func() {}
 		if rt == PlainGo {
 			start = func() func() {
 				release := make(chan struct{})
@@ -679,6 +682,7 @@ func memory(rt Runtime, runs int, parked bool) func(*testing.B) {
 				maxWarm = runs + 1
 			}
 			s := openTB(b, hostConfig{maxWarm: maxWarm, runtimes: []Runtime{rt}})
+			settle = func() { need(b, s.st.Checkpoint()) }
 			v := registerTB(b, s, rt)
 			// One run first, so that the plugin is loaded and compiled.
 			if _, err := s.call(in, v); err != nil {
@@ -709,10 +713,12 @@ func memory(rt Runtime, runs int, parked bool) func(*testing.B) {
 		var sum memSample
 		for b.Loop() {
 			b.StopTimer()
+			settle()
 			before := sampleMemory()
 			b.StartTimer()
 			end := start()
 			b.StopTimer()
+			settle()
 			after := sampleMemory()
 			end()
 			b.StartTimer()
