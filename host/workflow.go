@@ -338,7 +338,7 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		if m != "" {
 			return bad(m)
 		}
-		d := &evData{Op: p, Request: mustJSON(req)}
+		d := &evData{Op: p, Request: encodeAskRequest(req)}
 		if _, aborted := rs.abortedNow(); aborted {
 			// Asked while unwinding from an abort: withdrawn at once.
 			d.Answer = &abi.AskAnswer{Status: abi.AnswerCancelled}
@@ -866,8 +866,11 @@ func checkRetry(r *abi.RetryPolicy) string {
 // parseAsk validates an ask request and fills its defaults.
 func parseAsk(payload []byte) (abi.AskRequest, string) {
 	var req abi.AskRequest
-	if msg := decodeStrict(payload, &req); msg != "" {
-		return req, msg
+	if !decodeAskFast(payload, &req) {
+		req = abi.AskRequest{}
+		if msg := decodeStrict(payload, &req); msg != "" {
+			return req, msg
+		}
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
 		return req, "prompt is required"

@@ -1,0 +1,130 @@
+package host
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sandflow/sandflow/abi"
+)
+
+// checkAskFast decodes payload both ways: when the fast reader takes it,
+// decodeStrict must accept it and make the same request. It reports
+// whether the fast reader took it.
+func checkAskFast(t *testing.T, payload []byte) bool {
+	t.Helper()
+	var fast, strict abi.AskRequest
+	ok := decodeAskFast(payload, &fast)
+	msg := decodeStrict(payload, &strict)
+	if ok && (msg != "" || !reflect.DeepEqual(fast, strict)) {
+		t.Fatalf("%q:\nfast   %+v\nstrict %+v %s", payload, fast, strict, msg)
+	}
+	return ok
+}
+
+func askSamples() []abi.AskRequest {
+	return []abi.AskRequest{
+		{Prompt: "Go on?"},
+		{Prompt: "Go on?", Options: []abi.AskOption{{ID: "ok", Label: "OK"}}},
+		{Prompt: "Deploy to prod, then more?", Title: "t", Display: abi.DisplaySelect, AllowFreeform: true,
+			Options: []abi.AskOption{{ID: "a", Label: "A", Description: "d", Style: abi.StyleDanger}, {ID: "b", Label: "B", Style: abi.StylePrimary}}},
+		{Prompt: `say "hi"`},               // escaped: left to encoding/json
+		{Prompt: "caf\u00e9", Title: "\t"}, // non-ASCII and a control: the same
+		{Prompt: ""},
+		{Prompt: "a <b> & c"}, // escaped by json.Marshal
+	}
+}
+
+// The hand reader and writer of questions agree with encoding/json: the
+// payloads json.Marshal writes are read to the same request (and the
+// plain ones by hand), near misses and random changes are read the same
+// or left alone, and the writer writes json.Marshal's bytes.
+func TestAskFastLikeJSON(t *testing.T) {
+	var seeds [][]byte
+	for i, req := range askSamples() {
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+		plain := i != 3 && i != 4 && i != 6
+		if took := checkAskFast(t, b); took != plain {
+			t.Errorf("sample %d (%s): taken by the fast reader %v, want %v", i, b, took, plain)
+		}
+		if got := encodeAskRequest(req); string(got) != string(b) {
+			t.Errorf("sample %d: encodeAskRequest wrote %s, json.Marshal %s", i, got, b)
+		}
+		if plainAskRequest(req) != plain {
+			t.Errorf("sample %d: plainAskRequest = %v, want %v", i, !plain, plain)
+		}
+	}
+	first := string(seeds[2])
+	for _, s := range []string{
+		strings.Replace(first, `"title":"t"`, `"title":"t","title":"u"`, 1),
+		strings.Replace(first, `"allowFreeform":true`, `"allowFreeform":false`, 1),
+		strings.Replace(first, `"allowFreeform":true`, `"allowFreeform":true,"extra":1`, 1),
+		strings.Replace(first, `"options":[`, `"options":[]`, 1),
+		strings.Replace(first, `{"id":"a"`, `{"label":"A","id":"a"`, 1),
+		strings.Replace(first, `"style":"danger"`, `"style":"danger","x":1`, 1),
+		`{"prompt":"a","options":[]}`,
+		`{"prompt":"a","display":null}`,
+		`{"prompt":"a"} `,
+		` {"prompt":"a"}`,
+		`{"prompt":"a"}{}`,
+		`{"title":"x","prompt":"a"}`,
+	} {
+		checkAskFast(t, []byte(s))
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	// Random requests, with the characters json.Marshal escapes in any
+	// field: the writer writes its bytes, and the reader reads them back.
+	chars := []byte("ab <>&\"\\\x01\x7fé,:{}")
+	str := func() string {
+		b := make([]byte, r.IntN(3))
+		for i := range b {
+			b[i] = chars[r.IntN(len(chars))]
+		}
+		return string(b)
+	}
+	for range 5000 {
+		req := abi.AskRequest{Prompt: str(), Title: str(), Display: str(), AllowFreeform: r.IntN(2) == 0}
+		for range r.IntN(3) {
+			req.Options = append(req.Options, abi.AskOption{ID: str(), Label: str(), Description: str(), Style: str()})
+		}
+		want, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := encodeAskRequest(req); string(got) != string(want) {
+			t.Fatalf("%+v: encodeAskRequest wrote %s, json.Marshal %s", req, got, want)
+		}
+		checkAskFast(t, want)
+	}
+	alphabet := []byte(`{}[]":,abc \\tnulltrue` + "\x00\xc3\xa9")
+	for range 20000 {
+		b := []byte(string(seeds[r.IntN(len(seeds))]))
+		for range 1 + r.IntN(3) {
+			b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
+		}
+		checkAskFast(t, b)
+		for n := range len(b) {
+			if r.IntN(16) == 0 {
+				checkAskFast(t, b[:n])
+			}
+		}
+	}
+}
+
+func BenchmarkParseAsk(b *testing.B) {
+	payload, err := json.Marshal(askSamples()[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, msg := parseAsk(payload); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}
