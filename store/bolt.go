@@ -74,6 +74,16 @@ type Bolt struct {
 	delay   time.Duration
 	armed   bool
 	broken  error
+
+	// Group commit: a write appends its record under wmu, lets go of it,
+	// and then waits until the journal is synced past its record; one
+	// fdatasync serves every write appended before it began. smu guards
+	// the rest; a goroutine holding wmu may take smu, never the reverse.
+	smu     sync.Mutex
+	synced  uint64 // journal bytes known durable (journal.written's count)
+	syncing bool   // a sync is running
+	syncErr error
+	synCond *sync.Cond
 }
 
 var _ Store = (*Bolt)(nil)
@@ -129,6 +139,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, err
 	}
 	s := &Bolt{db: db, threshold: o.CompressThreshold, j: j, delay: journalMaxDelay}
+	s.synCond = sync.NewCond(&s.smu)
 	s.timer = time.AfterFunc(time.Hour, s.checkpointLater)
 	s.timer.Stop()
 	return s, nil
@@ -185,6 +196,13 @@ func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 		return s.db.View(fn)
 	}
 	defer s.wmu.Unlock()
+	// No write is seen before it is durable (after a failed sync, none
+	// is seen at all): what others appended and
+	// are waiting to sync is synced now, with the writes held off.
+	if err := s.durable(s.j.written.Load()); err != nil {
+		s.broken = err
+		return err
+	}
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -200,33 +218,53 @@ func (s *Bolt) update(fn func(w *wtx) error) error {
 	if s.closed {
 		return ErrClosed
 	}
+	end, err := s.apply1(fn)
+	if err != nil || end == 0 {
+		return err
+	}
+	if err := s.durable(end); err != nil {
+		s.wmu.Lock()
+		if s.broken == nil {
+			s.broken = err
+		}
+		s.wmu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// apply1 is update's part under wmu: fn applied and its record appended.
+// It returns the journal count the record ends at, or 0 when fn wrote
+// nothing.
+func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.broken != nil {
-		return s.broken
+		return 0, s.broken
 	}
 	if err := s.begin(); err != nil {
-		return err
+		return 0, err
 	}
 	w := wtx{tx: s.tx, rec: make([]byte, journalHeader, 512)}
 	err := fn(&w)
 	if !w.changed() {
-		return err
+		return 0, err
 	}
 	if err == nil {
 		r := w.seal(s.j.next)
 		if err = s.j.append(r); err == nil {
+			end := s.j.written.Load()
 			s.pending = append(s.pending, r)
 			s.jbytes += len(r)
 			if len(s.pending) >= journalMaxRecords || s.jbytes >= journalMaxBytes {
-				// The write is durable in the journal: a failed checkpoint
-				// is tried again by the next write or by Close.
+				// The write is in the journal: a failed checkpoint is
+				// tried again by the next write or by Close.
 				_ = s.checkpoint()
 			} else if !s.armed {
 				s.armed = true
 				s.timer.Reset(s.delay)
 			}
-			return nil
+			return end, nil
 		}
 		if errors.Is(err, ErrJournalBroken) {
 			s.broken = err
@@ -236,9 +274,55 @@ func (s *Bolt) update(fn func(w *wtx) error) error {
 	s.tx.Rollback()
 	s.tx = nil
 	if berr := s.begin(); berr != nil {
-		return errors.Join(err, berr)
+		return 0, errors.Join(err, berr)
 	}
-	return err
+	return 0, err
+}
+
+// durable returns when the journal is synced up to count end (at once
+// without fsync). The first writer to find no sync running syncs
+// everything appended so far; the others wait for it, and go again if it
+// did not reach them.
+func (s *Bolt) durable(end uint64) error {
+	if !s.j.sync {
+		return nil
+	}
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	for s.synced < end {
+		if s.syncErr != nil {
+			return s.syncErr
+		}
+		if s.syncing {
+			s.synCond.Wait()
+			continue
+		}
+		s.syncing = true
+		target := s.j.written.Load() // not below end: end was read after its append
+		s.smu.Unlock()
+		err := fdatasync(s.j.f)
+		s.smu.Lock()
+		s.syncing = false
+		if err != nil {
+			// What a failed sync left on disk is unknown: the store stops.
+			s.syncErr = fmt.Errorf("%w: sync: %v", ErrJournalBroken, err)
+		} else if target > s.synced {
+			s.synced = target
+		}
+		s.synCond.Broadcast()
+	}
+	return nil
+}
+
+// allDurable notes that everything appended is durable (in the main
+// file, after a checkpoint), releasing the writers waiting for a sync.
+func (s *Bolt) allDurable() {
+	s.smu.Lock()
+	if w := s.j.written.Load(); w > s.synced {
+		s.synced = w
+	}
+	s.smu.Unlock()
+	s.synCond.Broadcast()
 }
 
 // begin makes sure the write transaction is open and holds every pending
@@ -287,6 +371,7 @@ func (s *Bolt) checkpoint() error {
 	}
 	s.pending, s.jbytes = nil, 0
 	s.j.reset()
+	s.allDurable()
 	return nil
 }
 

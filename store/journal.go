@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,8 +21,11 @@ import (
 // Every write (update) is applied to one bbolt write transaction that
 // stays open across writes, and the keys and values it put or deleted are
 // appended to the file's journal (the store's path + JournalSuffix) as one
-// record, synced unless NoSync; then the write returns. Reads see the open
-// transaction. The transaction is committed into the bbolt file, a
+// record; unless NoSync, the write then waits until the journal is synced
+// past its record, by one fdatasync that serves every write appended
+// before it began (group commit), and returns. Reads see the open
+// transaction, after syncing what is appended and not yet synced, so they
+// never see a write a crash could lose. The transaction is committed into the bbolt file, a
 // checkpoint, when journalMaxRecords records or journalMaxBytes bytes are
 // waiting, journalMaxDelay after the first of them, and on Close; the
 // journal is emptied after each. Open applies the records after the file's
@@ -172,6 +176,9 @@ type journal struct {
 	size int64 // where the next record goes
 	sync bool
 	next uint64 // the next record's seq
+	// written counts the bytes ever appended, across resets: a writer
+	// waits until synced (Bolt.synced) reaches the count after its record.
+	written atomic.Uint64
 }
 
 // openJournal opens (or creates) path's journal and returns the records
@@ -212,16 +219,10 @@ func openJournal(path string, sync bool) (*journal, [][]byte, error) {
 	return j, recs, nil
 }
 
-// append writes a sealed record at the journal's end and syncs it. On
-// failure the journal is cut back to where it was.
+// append writes a sealed record at the journal's end; Bolt.durable syncs
+// it. On failure the journal is cut back to where it was.
 func (j *journal) append(r []byte) error {
 	_, err := j.f.WriteAt(r, j.size)
-	if err == nil && j.sync {
-		if err = fdatasync(j.f); err != nil {
-			// What a failed sync left on disk is unknown: the store stops.
-			return fmt.Errorf("%w: sync: %v", ErrJournalBroken, err)
-		}
-	}
 	if err != nil {
 		if terr := j.f.Truncate(j.size); terr != nil {
 			return fmt.Errorf("%w: write: %v; cutting back: %v", ErrJournalBroken, err, terr)
@@ -229,6 +230,7 @@ func (j *journal) append(r []byte) error {
 		return fmt.Errorf("store: journal write: %w", err)
 	}
 	j.size += int64(len(r))
+	j.written.Add(uint64(len(r)))
 	j.next++
 	return nil
 }
