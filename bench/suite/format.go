@@ -32,6 +32,7 @@ var benchFuncs = map[string]string{
 	workload.GroupWarmNoSync:        "WarmResumeNoSync",
 	workload.GroupOpRoundTrip:       "OpRoundTrip",
 	workload.GroupStepCommits:       "StepCommits",
+	workload.GroupCommitsParallel:   "StepCommitsParallel",
 	workload.GroupSuspendedMemory:   "SuspendedMemory",
 	workload.GroupParkedMemory:      "ParkedMemory",
 	workload.GroupUpload:            "UploadToFirstCall",

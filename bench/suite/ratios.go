@@ -193,7 +193,7 @@ func checkDefs() []checkDef {
 			value: median(warm(smallN), "ns/op"),
 			kind:  kindDuration,
 			goal:  &goal{"<", 100e3},
-			note:  "answer a question of a parked run to its next wait, fsync on: two synced commits",
+			note:  "answer a question of a parked run to its next wait, fsync on: one synced commit",
 		},
 		{
 			name:  "warm resume, no fsync (Go guest, wazero), n=10",
@@ -201,6 +201,13 @@ func checkDefs() []checkDef {
 			kind:  kindDuration,
 			goal:  &goal{"<", 100e3},
 			note:  "the same on a store that does not fsync: the host's and the engine's part",
+		},
+		{
+			name:  "warm resume, no fsync (C guest, wazero), n=10",
+			value: median(figureKey(workload.GroupWarmNoSync, workload.CWazero, smallN), "ns/op"),
+			kind:  kindDuration,
+			goal:  &goal{"<", 100e3},
+			note:  "the same with the C guest, whose runtime does less per resume",
 		},
 		{
 			name:  "cold resume (Go guest, wazero), n=10",

@@ -115,6 +115,7 @@ func TestChecks(t *testing.T) {
 		"op round trip (Go guest, wazero) / raw wazero host call":                        {"5.00×", StatusMet},
 		"warm resume (Go guest, wazero), n=10":                                           {"3.00 ms", StatusNotMet},
 		"warm resume, no fsync (Go guest, wazero), n=10":                                 {"50.0 µs", StatusMet},
+		"warm resume, no fsync (C guest, wazero), n=10":                                  {"", StatusNotMeasured + ": resume-warm-nosync/c-wazero/n=10 was not run"},
 		"cold resume (Go guest, wazero), n=10":                                           {"1.50 ms", StatusMet},
 		"cold resume, instances pre-initialised (Go guest, wazero), n=10":                {"", StatusNotMeasured + ": resume-cold-preinit/wazero/n=10 was not run"},
 		"warm resume n=10000 / n=10, no fsync (Go guest, wazero)":                        {"1.10×", StatusNotMet},

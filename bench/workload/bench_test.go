@@ -18,6 +18,7 @@ func BenchmarkWarmResume(b *testing.B)           { Run(b, GroupWarmResume) }
 func BenchmarkWarmResumeNoSync(b *testing.B)     { Run(b, GroupWarmNoSync) }
 func BenchmarkOpRoundTrip(b *testing.B)          { Run(b, GroupOpRoundTrip) }
 func BenchmarkStepCommits(b *testing.B)          { Run(b, GroupStepCommits) }
+func BenchmarkStepCommitsParallel(b *testing.B)  { Run(b, GroupCommitsParallel) }
 func BenchmarkSuspendedMemory(b *testing.B)      { Run(b, GroupSuspendedMemory) }
 func BenchmarkParkedMemory(b *testing.B)         { Run(b, GroupParkedMemory) }
 func BenchmarkUploadToFirstCall(b *testing.B)    { Run(b, GroupUpload) }

@@ -556,6 +556,36 @@ func StepCommits(rt Runtime, n int) func(*testing.B) {
 	}
 }
 
+// StepCommitsParallel is StepCommits for a host with many runs moving at
+// once: parallelRuns runs of n steps each, started together, fsync on;
+// steps/s counts the steps of all of them. Their commits share syncs (the
+// store's group commit).
+func StepCommitsParallel(rt Runtime, n int) func(*testing.B) {
+	return func(b *testing.B) {
+		s := openTB(b, hostConfig{sync: true, runtimes: []Runtime{rt}})
+		v := registerTB(b, s, rt)
+		if _, err := s.call(Input{Mode: Steps, N: 1}, v); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			errs := make(chan error, parallelRuns)
+			var wg sync.WaitGroup
+			for range parallelRuns {
+				wg.Go(func() {
+					_, err := s.call(Input{Mode: Steps, N: n}, v)
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				need(b, err)
+			}
+		}
+		b.ReportMetric(float64(parallelRuns*n)*float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+	}
+}
+
 func plainCommits(b *testing.B, n int) {
 	st, err := store.Open(filepath.Join(b.TempDir(), "db"), nil)
 	if err != nil {

@@ -7,17 +7,19 @@ import (
 
 // Figure groups, in the order Suite lists them.
 const (
-	GroupReplay          = "replay"
-	GroupReplayPreInit   = "replay-preinit"
-	GroupColdResume      = "resume-cold"
-	GroupColdPreInit     = "resume-cold-preinit"
-	GroupSnapshot        = "resume-snapshot"
-	GroupSnapshotNoSync  = "resume-snapshot-nosync"
-	GroupSnapshotReload  = "resume-snapshot-reload"
-	GroupWarmResume      = "resume-warm"
-	GroupWarmNoSync      = "resume-warm-nosync"
-	GroupOpRoundTrip     = "op-roundtrip"
-	GroupStepCommits     = "step-commits"
+	GroupReplay         = "replay"
+	GroupReplayPreInit  = "replay-preinit"
+	GroupColdResume     = "resume-cold"
+	GroupColdPreInit    = "resume-cold-preinit"
+	GroupSnapshot       = "resume-snapshot"
+	GroupSnapshotNoSync = "resume-snapshot-nosync"
+	GroupSnapshotReload = "resume-snapshot-reload"
+	GroupWarmResume     = "resume-warm"
+	GroupWarmNoSync     = "resume-warm-nosync"
+	GroupOpRoundTrip    = "op-roundtrip"
+	GroupStepCommits    = "step-commits"
+	// GroupCommitsParallel is step-commits with parallelRuns runs at once.
+	GroupCommitsParallel = "step-commits-parallel"
 	GroupSuspendedMemory = "memory-suspended"
 	GroupParkedMemory    = "memory-parked"
 	GroupUpload          = "upload-to-first-call"
@@ -48,6 +50,7 @@ func (f Figure) Name() string {
 // Sizes of the suite's figures.
 const (
 	suspendedRuns    = 100
+	parallelRuns     = 8 // runs at once in step-commits-parallel
 	parkedRuns       = 20
 	jsMaxCommitSteps = 100 // a live JavaScript run replays at every activation: O(n²)
 )
@@ -89,6 +92,7 @@ func Suite() []Figure {
 	add(GroupWarmNoSync, resumeSizes, WarmResumeNoSync, nil)
 	add(GroupOpRoundTrip, []int{0}, one(OpRoundTrip), func(rt Runtime, _ int) bool { return rt == JS })
 	add(GroupStepCommits, commitSizes, StepCommits, func(rt Runtime, n int) bool { return rt == JS && n > jsMaxCommitSteps })
+	add(GroupCommitsParallel, []int{100}, StepCommitsParallel, func(rt Runtime, _ int) bool { return rt == JS || rt == PlainGo })
 	add(GroupSuspendedMemory, []int{suspendedRuns}, SuspendedMemory, nil)
 	add(GroupParkedMemory, []int{parkedRuns}, ParkedMemory, nil)
 	add(GroupUpload, []int{0}, one(UploadToFirstCall), func(rt Runtime, _ int) bool { return rt == PlainGo })

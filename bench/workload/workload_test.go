@@ -131,7 +131,7 @@ func TestSuite(t *testing.T) {
 		seen[name] = true
 	}
 	for _, g := range []string{GroupReplay, GroupColdResume, GroupSnapshot, GroupSnapshotNoSync, GroupWarmResume, GroupOpRoundTrip, GroupStepCommits,
-		GroupSuspendedMemory, GroupParkedMemory, GroupUpload, GroupLive + "-steps"} {
+		GroupCommitsParallel, GroupSuspendedMemory, GroupParkedMemory, GroupUpload, GroupLive + "-steps"} {
 		found := false
 		for name := range seen {
 			found = found || len(name) > len(g) && name[:len(g)+1] == g+"/"
