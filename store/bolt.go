@@ -196,9 +196,9 @@ func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 		return s.db.View(fn)
 	}
 	defer s.wmu.Unlock()
-	// No write is seen before it is durable (after a failed sync, none
-	// is seen at all): what others appended and
-	// are waiting to sync is synced now, with the writes held off.
+	// No write is seen before it is durable: what was appended and waits
+	// for a sync is synced now, with the writes held off. After a failed
+	// sync nothing is read.
 	if err := s.durable(s.j.written.Load()); err != nil {
 		s.broken = err
 		return err
@@ -300,7 +300,7 @@ func (s *Bolt) durable(end uint64) error {
 		s.syncing = true
 		target := s.j.written.Load() // not below end: end was read after its append
 		s.smu.Unlock()
-		err := fdatasync(s.j.f)
+		err := syncJournal(s.j.f)
 		s.smu.Lock()
 		s.syncing = false
 		if err != nil {
@@ -349,6 +349,14 @@ func (s *Bolt) begin() error {
 // checkpoint commits the write transaction into the main file and
 // empties the journal. On failure the records stay pending.
 func (s *Bolt) checkpoint() error {
+	s.smu.Lock()
+	serr := s.syncErr
+	s.smu.Unlock()
+	if serr != nil {
+		// Records whose writers were told their sync failed must not
+		// reach the main file.
+		return serr
+	}
 	if len(s.pending) == 0 {
 		if s.tx != nil {
 			s.tx.Rollback() // reads only

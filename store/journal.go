@@ -235,6 +235,9 @@ func (j *journal) append(r []byte) error {
 	return nil
 }
 
+// syncJournal syncs the journal file; tests make it fail.
+var syncJournal = fdatasync
+
 // reset empties the journal after a checkpoint. Records left behind by a
 // failed truncate are older than the checkpoint, which Open skips.
 func (j *journal) reset() {

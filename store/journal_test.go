@@ -427,3 +427,39 @@ func TestCheckpointNow(t *testing.T) {
 		t.Fatalf("Checkpoint after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A failed sync stops the store: the write it was for fails, later writes
+// and reads fail, no checkpoint writes it into the main file, and what was
+// synced before survives a reopen.
+func TestJournalSyncFails(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	s := openJournalTest(t, path, Options{})
+	appendCrashBatches(t, s, 1, 2)
+	syncJournal = func(*os.File) error { return errors.New("injected: EIO") }
+	defer func() { syncJournal = fdatasync }()
+	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("Append whose sync fails: %v, want ErrJournalBroken", err)
+	}
+	syncJournal = fdatasync
+	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("a later Append: %v, want ErrJournalBroken", err)
+	}
+	if _, err := s.Run(ctx, crashRun); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("a read after the failed sync: %v, want ErrJournalBroken", err)
+	}
+	if err := s.Checkpoint(); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("Checkpoint after the failed sync: %v, want ErrJournalBroken", err)
+	}
+	if err := s.Close(); !errors.Is(err, ErrJournalBroken) {
+		t.Fatalf("Close: %v, want ErrJournalBroken", err)
+	}
+	if got := mainFileSeq(t, path); got != 0 {
+		t.Fatalf("main file at seq %d: a checkpoint ran after the failed sync", got)
+	}
+	// The journal holds the synced batches (and, as after any failed
+	// sync, maybe the one it failed for).
+	if got := reopenedSeq(t, path); got != 4 && got != 6 {
+		t.Fatalf("after reopen seq %d, want 4 (or 6)", got)
+	}
+}
