@@ -1,8 +1,6 @@
 package host
 
 import (
-	"bytes"
-
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/jsonfast"
 )
@@ -17,73 +15,44 @@ import (
 // layout of an AskRequest with plain strings, reporting whether it was;
 // req is then what decodeStrict would make of it.
 func decodeAskFast(payload []byte, req *abi.AskRequest) bool {
-	p := askReader{b: payload}
-	if !p.lit(`{"prompt":`) || !p.str(&req.Prompt) {
+	p := jsonfast.Reader{B: payload}
+	if !p.Lit(`{"prompt":`) || !p.Str(&req.Prompt) {
 		return false
 	}
-	if p.lit(`,"title":`) && !p.str(&req.Title) {
+	if p.Lit(`,"title":`) && !p.Str(&req.Title) {
 		return false
 	}
-	if p.lit(`,"display":`) && !p.str(&req.Display) {
+	if p.Lit(`,"display":`) && !p.Str(&req.Display) {
 		return false
 	}
-	if p.lit(`,"options":[`) {
+	if p.Lit(`,"options":[`) {
 		for {
 			var o abi.AskOption
-			if !p.lit(`{"id":`) || !p.str(&o.ID) || !p.lit(`,"label":`) || !p.str(&o.Label) {
+			if !p.Lit(`{"id":`) || !p.Str(&o.ID) || !p.Lit(`,"label":`) || !p.Str(&o.Label) {
 				return false
 			}
-			if p.lit(`,"description":`) && !p.str(&o.Description) {
+			if p.Lit(`,"description":`) && !p.Str(&o.Description) {
 				return false
 			}
-			if p.lit(`,"style":`) && !p.str(&o.Style) {
+			if p.Lit(`,"style":`) && !p.Str(&o.Style) {
 				return false
 			}
-			if !p.lit(`}`) {
+			if !p.Lit(`}`) {
 				return false
 			}
 			req.Options = append(req.Options, o)
-			if p.lit(`]`) {
+			if p.Lit(`]`) {
 				break
 			}
-			if !p.lit(`,`) {
+			if !p.Lit(`,`) {
 				return false
 			}
 		}
 	}
-	if p.lit(`,"allowFreeform":true`) {
+	if p.Lit(`,"allowFreeform":true`) {
 		req.AllowFreeform = true
 	}
-	return p.lit(`}`) && len(p.b) == 0
-}
-
-// askReader reads an ask payload from its start.
-type askReader struct{ b []byte }
-
-func (p *askReader) lit(s string) bool {
-	if !bytes.HasPrefix(p.b, []byte(s)) {
-		return false
-	}
-	p.b = p.b[len(s):]
-	return true
-}
-
-// str takes a quoted string of printable ASCII without escapes, which
-// decodes to its bytes.
-func (p *askReader) str(dst *string) bool {
-	if len(p.b) == 0 || p.b[0] != '"' {
-		return false
-	}
-	for i := 1; i < len(p.b); i++ {
-		switch c := p.b[i]; {
-		case c == '"':
-			*dst, p.b = string(p.b[1:i]), p.b[i+1:]
-			return true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return false
-		}
-	}
-	return false
+	return p.Lit(`}`) && len(p.B) == 0
 }
 
 // encodeAskRequest encodes req as json.Marshal does, byte for byte.

@@ -26,37 +26,37 @@ func decodeAsk(v []byte, a *Ask) error {
 const askTail = `,"createdAt":`
 
 func decodeAskFast(v []byte, a *Ask) bool {
-	p := runReader{b: v}
+	p := jsonfast.Reader{B: v}
 	var pos uint64
-	ok := p.lit(`{"id":`) && p.str(&a.ID) &&
-		p.lit(`,"runId":`) && p.str(&a.RunID) &&
-		p.lit(`,"tool":`) && p.str(&a.Tool) &&
-		p.lit(`,"position":`) && p.uint(&pos) && pos <= 1<<32-1
+	ok := p.Lit(`{"id":`) && p.Str(&a.ID) &&
+		p.Lit(`,"runId":`) && p.Str(&a.RunID) &&
+		p.Lit(`,"tool":`) && p.Str(&a.Tool) &&
+		p.Lit(`,"position":`) && p.Uint(&pos) && pos <= 1<<32-1
 	if !ok {
 		return false
 	}
 	a.Position = uint32(pos)
 	switch {
-	case p.lit(`,"open":true`):
+	case p.Lit(`,"open":true`):
 		a.Open = true
-	case p.lit(`,"open":false`):
+	case p.Lit(`,"open":false`):
 		a.Open = false
 	default:
 		return false
 	}
-	if !p.lit(`,"request":`) {
+	if !p.Lit(`,"request":`) {
 		return false
 	}
 	// The request runs to the last ,"createdAt": (the time after it holds
 	// no such text), and must be one JSON value without spaces around it.
-	end := bytes.LastIndex(p.b, []byte(askTail))
+	end := bytes.LastIndex(p.B, []byte(askTail))
 	if end <= 0 {
 		return false
 	}
-	req := p.b[:end]
-	p.b = p.b[end+len(askTail):]
+	req := p.B[:end]
+	p.B = p.B[end+len(askTail):]
 	var created []byte
-	if !p.quoted(&created) || !p.lit(`}`) || len(p.b) != 0 {
+	if !p.Quoted(&created) || !p.Lit(`}`) || len(p.B) != 0 {
 		return false
 	}
 	if isSpace(req[0]) || isSpace(req[len(req)-1]) || !json.Valid(req) {

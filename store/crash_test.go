@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -112,16 +113,7 @@ func TestCrashDurability(t *testing.T) {
 // batch it reported.
 func runCrashChild(t *testing.T, path string, killAfter int, delay time.Duration) uint64 {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashDurability$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startChild(t, "TestCrashDurability", crashChildEnv, path)
 	var once sync.Once
 	kill := func() {
 		once.Do(func() {
@@ -163,7 +155,7 @@ func runCrashChild(t *testing.T, path string, killAfter int, delay time.Duration
 		}
 		// Lines after the kill were written before it: they count.
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != -1 {
 		t.Fatalf("child ended with %v, want death by SIGKILL", err)
@@ -172,6 +164,23 @@ func runCrashChild(t *testing.T, path string, killAfter int, delay time.Duration
 		t.Fatalf("child reported only %d commits before dying (deadline?)", seen)
 	}
 	return last
+}
+
+// startChild starts this test binary again to run only the test named,
+// with env set to path, and returns it and its stdout.
+func startChild(t *testing.T, test, env, path string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
 }
 
 // checkCrashLog checks that every batch up to committed is in the file,

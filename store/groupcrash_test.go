@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,16 +73,7 @@ func TestGroupCommitCrash(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "group.db")
 	reported := make([]uint64, groupWriters)
 	for round := 1; round <= 3; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGroupCommitCrash$", "-test.count=1")
-		cmd.Env = append(os.Environ(), groupChildEnv+"="+path)
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, stdout := startChild(t, "TestGroupCommitCrash", groupChildEnv, path)
 		deadline := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
 		lines := 0
 		sc := bufio.NewScanner(stdout)

@@ -26,22 +26,22 @@ func decodeRun(v []byte, r *Run) error {
 // decodeRunFast reads a record laid out as json.Marshal writes a Run,
 // reporting whether it did; it may leave r half set when it did not.
 func decodeRunFast(v []byte, r *Run) bool {
-	p := runReader{b: v}
+	p := jsonfast.Reader{B: v}
 	var createdAt, updatedAt []byte
-	ok := p.lit(`{"id":`) && p.str(&r.ID) &&
-		p.lit(`,"tool":`) && p.str(&r.Tool) &&
-		p.lit(`,"plugin":`) && p.str(&r.Plugin) &&
-		p.lit(`,"version":`) && p.int(&r.Version) &&
-		p.lit(`,"moduleHash":`) && p.str(&r.ModuleHash) &&
-		p.lit(`,"status":`) && p.str((*string)(&r.Status)) &&
-		p.lit(`,"createdAt":`) && p.quoted(&createdAt) &&
-		p.lit(`,"updatedAt":`) && p.quoted(&updatedAt) &&
-		p.lit(`,"lastSeq":`) && p.uint(&r.LastSeq)
+	ok := p.Lit(`{"id":`) && p.Str(&r.ID) &&
+		p.Lit(`,"tool":`) && p.Str(&r.Tool) &&
+		p.Lit(`,"plugin":`) && p.Str(&r.Plugin) &&
+		p.Lit(`,"version":`) && p.Int(&r.Version) &&
+		p.Lit(`,"moduleHash":`) && p.Str(&r.ModuleHash) &&
+		p.Lit(`,"status":`) && p.Str((*string)(&r.Status)) &&
+		p.Lit(`,"createdAt":`) && p.Quoted(&createdAt) &&
+		p.Lit(`,"updatedAt":`) && p.Quoted(&updatedAt) &&
+		p.Lit(`,"lastSeq":`) && p.Uint(&r.LastSeq)
 	if !ok || r.CreatedAt.UnmarshalJSON(createdAt) != nil || r.UpdatedAt.UnmarshalJSON(updatedAt) != nil {
 		return false
 	}
 	r.Detail = nil
-	switch rest := p.b; {
+	switch rest := p.B; {
 	case len(rest) == 1 && rest[0] == '}':
 		return true
 	case bytes.HasPrefix(rest, []byte(`,"detail":`)) && rest[len(rest)-1] == '}':
@@ -58,81 +58,6 @@ func decodeRunFast(v []byte, r *Run) bool {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-// runReader reads a run record from its start.
-type runReader struct{ b []byte }
-
-func (p *runReader) lit(s string) bool {
-	if !bytes.HasPrefix(p.b, []byte(s)) {
-		return false
-	}
-	p.b = p.b[len(s):]
-	return true
-}
-
-// quoted takes a string of printable ASCII without escapes, quotes and all.
-func (p *runReader) quoted(dst *[]byte) bool {
-	if len(p.b) == 0 || p.b[0] != '"' {
-		return false
-	}
-	for i := 1; i < len(p.b); i++ {
-		switch c := p.b[i]; {
-		case c == '"':
-			*dst, p.b = p.b[:i+1], p.b[i+1:]
-			return true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return false
-		}
-	}
-	return false
-}
-
-func (p *runReader) str(dst *string) bool {
-	var q []byte
-	if !p.quoted(&q) {
-		return false
-	}
-	*dst = string(q[1 : len(q)-1])
-	return true
-}
-
-// digits takes 1 to 18 decimal digits without a leading zero (so no
-// overflow), followed by neither a fraction nor an exponent.
-func (p *runReader) digits() (uint64, bool) {
-	i := 0
-	var n uint64
-	for i < len(p.b) && p.b[i] >= '0' && p.b[i] <= '9' {
-		n = n*10 + uint64(p.b[i]-'0')
-		i++
-	}
-	if i == 0 || i > 18 || (p.b[0] == '0' && i > 1) {
-		return 0, false
-	}
-	if i < len(p.b) && (p.b[i] == '.' || p.b[i] == 'e' || p.b[i] == 'E') {
-		return 0, false
-	}
-	p.b = p.b[i:]
-	return n, true
-}
-
-func (p *runReader) uint(dst *uint64) bool {
-	n, ok := p.digits()
-	*dst = n
-	return ok
-}
-
-func (p *runReader) int(dst *int) bool {
-	neg := len(p.b) > 0 && p.b[0] == '-'
-	if neg {
-		p.b = p.b[1:]
-	}
-	n, ok := p.digits()
-	*dst = int(n)
-	if neg {
-		*dst = -*dst
-	}
-	return ok
-}
 
 // encodeRun encodes a run record as json.Marshal does, byte for byte: by
 // hand when every string is printable ASCII that json.Marshal writes as it

@@ -44,3 +44,93 @@ func PlainRaw(b []byte) bool {
 }
 
 var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// Reader reads JSON laid out exactly as the hand encoders expect, from the
+// start of B: the record readers take what they know and leave anything
+// else to encoding/json. Each method consumes what it read and reports
+// whether it did; on false, B is unchanged.
+type Reader struct{ B []byte }
+
+// Lit takes the literal text s.
+func (p *Reader) Lit(s string) bool {
+	if !bytes.HasPrefix(p.B, []byte(s)) {
+		return false
+	}
+	p.B = p.B[len(s):]
+	return true
+}
+
+// Quoted takes a string of printable ASCII without escapes, quotes and
+// all: one that decodes to its bytes.
+func (p *Reader) Quoted(dst *[]byte) bool {
+	if len(p.B) == 0 || p.B[0] != '"' {
+		return false
+	}
+	for i := 1; i < len(p.B); i++ {
+		switch c := p.B[i]; {
+		case c == '"':
+			*dst, p.B = p.B[:i+1], p.B[i+1:]
+			return true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return false
+		}
+	}
+	return false
+}
+
+// Str takes a string as Quoted does and decodes it.
+func (p *Reader) Str(dst *string) bool {
+	var q []byte
+	if !p.Quoted(&q) {
+		return false
+	}
+	*dst = string(q[1 : len(q)-1])
+	return true
+}
+
+// digits takes 1 to 18 decimal digits without a leading zero (so no
+// overflow), followed by neither a fraction nor an exponent.
+func (p *Reader) digits() (uint64, bool) {
+	i := 0
+	var n uint64
+	for i < len(p.B) && p.B[i] >= '0' && p.B[i] <= '9' {
+		n = n*10 + uint64(p.B[i]-'0')
+		i++
+	}
+	if i == 0 || i > 18 || (p.B[0] == '0' && i > 1) {
+		return 0, false
+	}
+	if i < len(p.B) && (p.B[i] == '.' || p.B[i] == 'e' || p.B[i] == 'E') {
+		return 0, false
+	}
+	p.B = p.B[i:]
+	return n, true
+}
+
+// Uint takes a non-negative integer as digits does.
+func (p *Reader) Uint(dst *uint64) bool {
+	n, ok := p.digits()
+	if ok {
+		*dst = n
+	}
+	return ok
+}
+
+// Int takes an integer, maybe negative, as digits does.
+func (p *Reader) Int(dst *int) bool {
+	q := *p
+	neg := len(q.B) > 0 && q.B[0] == '-'
+	if neg {
+		q.B = q.B[1:]
+	}
+	n, ok := q.digits()
+	if !ok {
+		return false
+	}
+	*p = q
+	*dst = int(n)
+	if neg {
+		*dst = -*dst
+	}
+	return true
+}
