@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -461,5 +463,69 @@ func TestJournalSyncFails(t *testing.T) {
 	// sync, maybe the one it failed for).
 	if got := reopenedSeq(t, path); got != 4 && got != 6 {
 		t.Fatalf("after reopen seq %d, want 4 (or 6)", got)
+	}
+}
+
+// A write is seen by no reader before its journal sync is done: with the
+// sync held, a reader waits for it too, then sees the write; and writers
+// that queue behind a running sync share the next one.
+func TestJournalReadWaitsForSync(t *testing.T) {
+	ctx := context.Background()
+	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	defer s.Close()
+	appendCrashBatches(t, s, 1, 1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	defer let() // before Close, which waits for the writer held in its sync
+	var syncs atomic.Int32
+	syncJournal = func(f *os.File) error {
+		syncs.Add(1)
+		<-release
+		return fdatasync(f)
+	}
+	defer func() { syncJournal = fdatasync }()
+
+	wrote := make(chan error, 1)
+	go func() { wrote <- s.Append(ctx, crashRun, 2, crashBatch(2)) }()
+	for syncs.Load() == 0 {
+		time.Sleep(time.Millisecond) // the writer is in its sync
+	}
+	read := make(chan Run, 1)
+	go func() {
+		r, err := s.Run(ctx, crashRun)
+		if err != nil {
+			t.Error(err)
+		}
+		read <- r
+	}()
+	// Two more writers on other runs queue behind the held sync.
+	others := make(chan error, 2)
+	for _, id := range []string{"other-1", "other-2"} {
+		go func() { others <- s.CreateRun(ctx, Run{ID: id}, Batch{}) }()
+	}
+	select {
+	case r := <-read:
+		t.Fatalf("a read returned (seq %d) while the write's sync was held", r.LastSeq)
+	case err := <-wrote:
+		t.Fatalf("Append returned (%v) before its sync", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	let()
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-read; r.LastSeq != 4 {
+		t.Fatalf("the read after the sync saw seq %d, want 4", r.LastSeq)
+	}
+	for range 2 {
+		if err := <-others; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The held sync, then at most one for the reader and one for the
+	// writers queued behind it (they may share the reader's).
+	if n := syncs.Load(); n > 3 {
+		t.Errorf("%d syncs for 3 writes and a read; queued writers should share one", n)
 	}
 }
