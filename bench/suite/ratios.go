@@ -276,6 +276,12 @@ func checkDefs() []checkDef {
 			note:  "the same with the store's real policy: the run is durable when the call returns",
 		},
 		{
+			name:  "trivial tool call, no fsync (C guest, wazero) / Extism call",
+			value: quotient(figureKey(workload.GroupToolCallNoSync, workload.CWazero, 0), "ns/op", extismCall, "ns/op"),
+			note: "the same call with the C guest, whose JSON code is its own and whose runtime does little per call: " +
+				"most of what is left is the host's part (Extism's plugin is the Go guest, so this is not the same guest work)",
+		},
+		{
 			name:  "memory per suspended run (Go guest, wazero)",
 			value: onlyMedian(workload.GroupSuspendedMemory, workload.GoWazero, "B/run"),
 			kind:  kindBytes,

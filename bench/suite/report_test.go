@@ -126,6 +126,7 @@ func TestChecks(t *testing.T) {
 		"resume from a snapshot after reading the log n=10000 / n=10 (Go guest, wazero)": {"", StatusNotMeasured + ": resume-snapshot-reload/wazero/n=10000 was not run"},
 		"trivial tool call, no fsync (Go guest, wazero) / Extism call":                   {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
 		"trivial tool call, fsync (Go guest, wazero) / Extism call":                      {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
+		"trivial tool call, no fsync (C guest, wazero) / Extism call":                    {"", StatusNotMeasured + ": tool-call-nosync/c-wazero was not run"},
 		"memory per suspended run (Go guest, wazero)":                                    {"2.00 KiB", StatusNoGoal},
 		"memory per parked run (Go guest, wazero)":                                       {"", StatusNotMeasured + ": memory-parked/wazero was not run"},
 	}

@@ -96,10 +96,8 @@ func Suite() []Figure {
 	add(GroupSuspendedMemory, []int{suspendedRuns}, SuspendedMemory, nil)
 	add(GroupParkedMemory, []int{parkedRuns}, ParkedMemory, nil)
 	add(GroupUpload, []int{0}, one(UploadToFirstCall), func(rt Runtime, _ int) bool { return rt == PlainGo })
-	// The C guest has no greet mode (it would need JSON strings).
-	noGreet := func(rt Runtime, _ int) bool { return rt == CWazero || rt == CWasmtime }
-	add(GroupToolCall, []int{0}, one(ToolCall), noGreet)
-	add(GroupToolCallNoSync, []int{0}, one(ToolCallNoSync), func(rt Runtime, n int) bool { return noGreet(rt, n) || rt == PlainGo })
+	add(GroupToolCall, []int{0}, one(ToolCall), nil)
+	add(GroupToolCallNoSync, []int{0}, one(ToolCallNoSync), func(rt Runtime, _ int) bool { return rt == PlainGo })
 	for _, w := range Workloads() {
 		add(GroupLive+"-"+string(w), liveSizes, func(rt Runtime, n int) func(*testing.B) { return Live(rt, w, n) }, nil)
 	}

@@ -141,3 +141,48 @@ func TestSuite(t *testing.T) {
 		}
 	}
 }
+
+// The greet tool of the tool-call figures gives every runtime's guest the
+// same greeting, names with escapes and non-ASCII text included; the Go
+// and C guests write json.Marshal's bytes.
+func TestGreet(t *testing.T) {
+	names := []string{GreetName, ``, `a "quoted" <b> & \ back/slash`, "tab\tnew\nline\r\b\f\x01\x1f", "é ü 😀 日本"}
+	for _, rt := range Runtimes() {
+		if rt == PlainGo {
+			continue
+		}
+		t.Run(string(rt), func(t *testing.T) {
+			s, err := open(hostConfig{path: t.TempDir() + "/db", runtimes: []Runtime{rt}})
+			skipUnavailable(t, err)
+			defer s.close()
+			v, err := s.register(rt)
+			skipUnavailable(t, err)
+			for _, name := range names {
+				ri, err := s.h.Call(context.Background(), ToolName, Input{Mode: Greet, Name: name}.json(), &host.CallOptions{Version: v})
+				if err == nil {
+					ri, err = s.finish(ri)
+				}
+				if err != nil {
+					t.Fatalf("greet %q: %v", name, err)
+				}
+				want, err := json.Marshal(map[string]string{"greeting": "hello " + name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got struct{ Greeting string }
+				if err := json.Unmarshal(ri.Result, &got); err != nil || got.Greeting != "hello "+name {
+					t.Fatalf("greet %q: %s %s, %v", name, ri.Status, ri.Result, err)
+				}
+				if rt != JS && string(ri.Result) != string(want) {
+					t.Errorf("greet %q: %s, json.Marshal writes %s", name, ri.Result, want)
+				}
+			}
+			// A name that is not a string never reaches the guest: the
+			// tool's input schema refuses it.
+			_, err = s.h.Call(context.Background(), ToolName, []byte(`{"mode":"greet","name":5}`), &host.CallOptions{Version: v})
+			if !errors.Is(err, host.ErrBadInput) {
+				t.Errorf("greet with a number for a name: %v, want ErrBadInput", err)
+			}
+		})
+	}
+}

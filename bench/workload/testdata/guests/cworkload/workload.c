@@ -21,6 +21,9 @@
  * same point of the machine. On replay the host answers every await from
  * the log within one call, so the machine never returns 1 there.
  *
+ *   greet     no ops; the result is {"greeting":"hello "+name}, the work of a
+ *             trivial tool (the input's "name" is a JSON string)
+ *
  * bench_ops issues OPS_PER_CALL metadata ops, for the op round-trip
  * benchmark.
  */
@@ -129,6 +132,103 @@ static int is_member(const char *s, size_t n, const char *key, const char *value
 	return v && (size_t)(s + n - v) >= vl + 2 && v[0] == '"' && !memcmp(v + 1, value, vl) && v[vl + 1] == '"';
 }
 
+static int hexval(char c) {
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* hex4 reads four hex digits at p, or returns -1. */
+static long hex4(const char *p, const char *end) {
+	if (end - p < 4) return -1;
+	long u = 0;
+	for (int k = 0; k < 4; k++) {
+		int h = hexval(p[k]);
+		if (h < 0) return -1;
+		u = u << 4 | h;
+	}
+	return u;
+}
+
+static size_t put_utf8(char *d, unsigned long r) {
+	if (r < 0x80) return d[0] = (char)r, 1;
+	if (r < 0x800) return d[0] = (char)(0xc0 | r >> 6), d[1] = (char)(0x80 | (r & 0x3f)), 2;
+	if (r < 0x10000)
+		return d[0] = (char)(0xe0 | r >> 12), d[1] = (char)(0x80 | (r >> 6 & 0x3f)), d[2] = (char)(0x80 | (r & 0x3f)), 3;
+	d[0] = (char)(0xf0 | r >> 18), d[1] = (char)(0x80 | (r >> 12 & 0x3f));
+	d[2] = (char)(0x80 | (r >> 6 & 0x3f)), d[3] = (char)(0x80 | (r & 0x3f));
+	return 4;
+}
+
+/* string_value decodes the JSON string at p (its opening quote) into d,
+ * which has room for end - p bytes (a decoded string is never longer than
+ * its JSON), and returns its length, or -1 when it is not a string. An
+ * unpaired surrogate becomes U+FFFD, as encoding/json makes it. */
+static long string_value(const char *p, const char *end, char *d) {
+	if (p >= end || *p != '"') return -1;
+	size_t k = 0;
+	for (p++; p < end; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '"') return (long)k;
+		if (c < 0x20) return -1;
+		if (c != '\\') {
+			d[k++] = (char)c;
+			continue;
+		}
+		if (++p == end) return -1;
+		switch (*p) {
+		case '"': case '\\': case '/': d[k++] = *p; break;
+		case 'b': d[k++] = '\b'; break;
+		case 'f': d[k++] = '\f'; break;
+		case 'n': d[k++] = '\n'; break;
+		case 'r': d[k++] = '\r'; break;
+		case 't': d[k++] = '\t'; break;
+		case 'u': {
+			long u = hex4(p + 1, end);
+			if (u < 0) return -1;
+			p += 4;
+			if (u >= 0xd800 && u < 0xdc00) {
+				long lo = end - p >= 7 && p[1] == '\\' && p[2] == 'u' ? hex4(p + 3, end) : -1;
+				if (lo >= 0xdc00 && lo < 0xe000) {
+					u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+					p += 6;
+				} else {
+					u = 0xfffd;
+				}
+			} else if (u >= 0xdc00 && u < 0xe000) {
+				u = 0xfffd;
+			}
+			k += put_utf8(d + k, (unsigned long)u);
+			break;
+		}
+		default: return -1;
+		}
+	}
+	return -1;
+}
+
+/* put_string writes s as a JSON string, escaped as encoding/json escapes
+ * it (<, > and & too); bytes from 0x80 are copied as they are, so s must
+ * be valid UTF-8 without U+2028 and U+2029 for the two to agree. */
+static size_t put_string(char *d, const char *s, size_t n) {
+	static const char hex[] = "0123456789abcdef";
+	size_t k = 0;
+	d[k++] = '"';
+	for (size_t x = 0; x < n; x++) {
+		unsigned char c = (unsigned char)s[x];
+		const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f"
+		              : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+		if (e) {
+			d[k++] = e[0], d[k++] = e[1];
+		} else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+			memcpy(d + k, "\\u00", 4), k += 4;
+			d[k++] = hex[c >> 4], d[k++] = hex[c & 15];
+		} else {
+			d[k++] = (char)c;
+		}
+	}
+	d[k++] = '"';
+	return k;
+}
+
 static size_t put_int(char *d, long v) {
 	char t[24];
 	int i = sizeof t;
@@ -141,7 +241,7 @@ static size_t put_int(char *d, long v) {
 
 /* ---- the workflow's state ------------------------------------------------ */
 
-enum { M_STEPS, M_FANOUT, M_ASKSTEP, M_STEPSASK, M_UNKNOWN };
+enum { M_STEPS, M_FANOUT, M_ASKSTEP, M_STEPSASK, M_GREET, M_UNKNOWN };
 
 static int started, mode;
 static long n, asks, i, j, v, done_count;
@@ -168,6 +268,33 @@ static int complete_error(const char *msg) {
 	memcpy(b + k, msg, ml), k += ml;
 	memcpy(b + k, "\"}}", 3), k += 3;
 	op(OP_COMPLETE, NULL, 0, b, k);
+	return 0;
+}
+
+/* greet completes with {"greeting":"hello "+name} for the input's name. */
+static int greet(const char *p, size_t l) {
+	const char *v = member(p, l, "name");
+	size_t nl = 0;
+	char *name = malloc(l + 1), *out = malloc(6 * (l + 6) + 64);
+	if (!name || !out) __builtin_trap();
+	if (v) {
+		long r = string_value(v, p + l, name);
+		if (r < 0) {
+			free(name), free(out);
+			return complete_error("name is not a JSON string");
+		}
+		nl = (size_t)r;
+	}
+	char *hello = malloc(nl + 6);
+	if (!hello) __builtin_trap();
+	memcpy(hello, "hello ", 6), memcpy(hello + 6, name, nl);
+	const char *pre = "{\"result\":{\"greeting\":";
+	size_t k = strlen(pre);
+	memcpy(out, pre, k);
+	k += put_string(out + k, hello, nl + 6);
+	out[k++] = '}', out[k++] = '}';
+	if (op(OP_COMPLETE, NULL, 0, out, k).status != ST_OK) __builtin_trap();
+	free(name), free(out), free(hello);
 	return 0;
 }
 
@@ -286,7 +413,9 @@ int32_t sandflow_run(void) {
 		     : is_member(p, l, "mode", "fanout")     ? M_FANOUT
 		     : is_member(p, l, "mode", "askstep")    ? M_ASKSTEP
 		     : is_member(p, l, "mode", "stepsask")   ? M_STEPSASK
+		     : is_member(p, l, "mode", "greet")      ? M_GREET
 		                                             : M_UNKNOWN;
+		if (mode == M_GREET) return greet(p, l);
 		n = int_member(p, l, "n");
 		asks = int_member(p, l, "asks");
 	}
