@@ -677,12 +677,22 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 		o := rs.op(p)
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
 			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
-		go func() {
+		run := func() {
 			sem <- struct{}{}
 			out := h.execStep(ctx, lp, a)
 			<-sem
 			ch <- done{p: p, a: a, out: out}
-		}()
+		}
+		if len(steps) == 1 && len(agents) == 0 {
+			// The only work: run here, still without the run's lock (as
+			// the loop below waits), but with no goroutine to start and
+			// wake for a sequence of single steps.
+			rh.mu.Unlock()
+			run()
+			rh.mu.Lock()
+		} else {
+			go run()
+		}
 	}
 	if rh.stopWork == nil {
 		rh.stopWork = map[uint32]context.CancelFunc{}
