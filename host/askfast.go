@@ -5,8 +5,9 @@ import (
 	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
-// A question's payload is decoded when the guest asks and encoded into its
-// ask_opened event, at every question of every run. Payloads in the layout
+// A question's payload is decoded when the guest asks, encoded into its
+// ask_opened event, and decoded from it again to answer and to list the
+// question, at every question of every run. Payloads in the layout
 // json.Marshal writes (as the Go SDK does), with plain strings, are read
 // and written here by hand; anything else goes to encoding/json, which
 // also judges what is malformed. TestAskFastLikeJSON compares the two.

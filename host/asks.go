@@ -95,7 +95,7 @@ func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskR
 		if o.settled || rs.status.Terminal() {
 			return fmt.Errorf("%w: %s", ErrAskClosed, askID)
 		}
-		req, err := rs.askRequest(ask.Position, o)
+		req, err := askRequest(o)
 		if err != nil {
 			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
 		}

@@ -133,7 +133,7 @@ func (h *Host) info(rs *runState) RunInfo {
 		switch o.kind {
 		case abi.OpAsk:
 			w.Kind, w.AskID = "ask", o.askID
-			if req, err := rs.askRequest(p, o); err == nil {
+			if req, err := askRequest(o); err == nil {
 				w.Prompt = req.Prompt
 			}
 		case abi.OpSleep:

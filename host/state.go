@@ -37,12 +37,6 @@ type runState struct {
 	// openAsks counts the questions not settled, so that a reply that
 	// withdraws none does not look through every op.
 	openAsks int
-	// askReq is the request of the open question at askPos, decoded, if
-	// this process made it: a warm resume would otherwise decode its
-	// question from the log twice (to answer it, to list it). One, since
-	// a run mostly waits on one question.
-	askReq *abi.AskRequest
-	askPos uint32
 
 	// aborts are the run's abort_requested events, in order.
 	aborts []abortRec
@@ -222,22 +216,20 @@ func newRunState(rec store.Run) *runState {
 	return rs
 }
 
-// askRequest returns the request of the question at position p, whose op
-// is o: the one kept when the op was made, else decoded from the log.
-func (rs *runState) askRequest(p uint32, o *opRec) (*abi.AskRequest, error) {
-	if rs.askReq != nil && rs.askPos == p {
-		return rs.askReq, nil
-	}
+// askRequest decodes the request of the question whose op is o. Requests
+// are stored in json.Marshal's layout, which the hand reader takes; it is
+// read to answer a question and to list it.
+func askRequest(o *opRec) (*abi.AskRequest, error) {
 	r := new(abi.AskRequest)
+	if decodeAskFast(o.request, r) {
+		return r, nil
+	}
+	*r = abi.AskRequest{}
 	if err := json.Unmarshal(o.request, r); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
-
-// keepAskRequest keeps an open question's decoded request, in place of
-// the one kept before.
-func (rs *runState) keepAskRequest(p uint32, r *abi.AskRequest) { rs.askReq, rs.askPos = r, p }
 
 func (rs *runState) op(p uint32) *opRec {
 	if p == 0 || int(p) > len(rs.ops) {
@@ -402,9 +394,6 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
 		rs.openAsks--
-		if rs.askPos == d.Op {
-			rs.askReq, rs.askPos = nil, 0
-		}
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 		if err != nil {

@@ -348,9 +348,6 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			d.AskID = newID("ask_", 8)
 		}
 		ev, err = b.push(EvAskOpened, d)
-		if err == nil && d.Answer == nil {
-			rs.keepAskRequest(p, &req)
-		}
 		if err == nil && d.AskID != "" {
 			b.b.PutAsks = append(b.b.PutAsks, store.Ask{ID: d.AskID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: true, Request: d.Request, CreatedAt: ev.Time})
 		}
