@@ -60,23 +60,15 @@ func TestReplayDiverges(t *testing.T) {
 	if hist.Events[0].Data, err = json.Marshal(d); err != nil {
 		t.Fatal(err)
 	}
-	for _, rt := range Runtimes() {
-		if rt == PlainGo {
-			continue
+	eachSandbox(t, func(t *testing.T, rt Runtime, s *sandbox) {
+		mod, err := rt.module()
+		skipUnavailable(t, err)
+		rep, err := s.h.CheckReplayOn(context.Background(), &hist, mod, rt.engine())
+		var nd *host.NonDeterminismError
+		if !errors.As(err, &nd) {
+			t.Fatalf("replay of a steps history as askstep: %+v, %v; want a NonDeterminismError", rep, err)
 		}
-		t.Run(string(rt), func(t *testing.T) {
-			s, err := open(hostConfig{path: t.TempDir() + "/db", runtimes: []Runtime{rt}})
-			skipUnavailable(t, err)
-			defer s.close()
-			mod, err := rt.module()
-			skipUnavailable(t, err)
-			rep, err := s.h.CheckReplayOn(context.Background(), &hist, mod, rt.engine())
-			var nd *host.NonDeterminismError
-			if !errors.As(err, &nd) {
-				t.Fatalf("replay of a steps history as askstep: %+v, %v; want a NonDeterminismError", rep, err)
-			}
-		})
-	}
+	})
 	in, ops, err := ReplayOps(&hist)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +139,41 @@ func TestSuite(t *testing.T) {
 // and C guests write json.Marshal's bytes.
 func TestGreet(t *testing.T) {
 	names := []string{GreetName, ``, `a "quoted" <b> & \ back/slash`, "tab\tnew\nline\r\b\f\x01\x1f", "é ü 😀 日本"}
+	eachSandbox(t, func(t *testing.T, rt Runtime, s *sandbox) {
+		v, err := s.register(rt)
+		skipUnavailable(t, err)
+		for _, name := range names {
+			ri, err := s.h.Call(context.Background(), ToolName, Input{Mode: Greet, Name: name}.json(), &host.CallOptions{Version: v})
+			if err == nil {
+				ri, err = s.finish(ri)
+			}
+			if err != nil {
+				t.Fatalf("greet %q: %v", name, err)
+			}
+			want, err := json.Marshal(map[string]string{"greeting": "hello " + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct{ Greeting string }
+			if err := json.Unmarshal(ri.Result, &got); err != nil || got.Greeting != "hello "+name {
+				t.Fatalf("greet %q: %s %s, %v", name, ri.Status, ri.Result, err)
+			}
+			if rt != JS && string(ri.Result) != string(want) {
+				t.Errorf("greet %q: %s, json.Marshal writes %s", name, ri.Result, want)
+			}
+		}
+		// A name that is not a string never reaches the guest: the
+		// tool's input schema refuses it.
+		_, err = s.h.Call(context.Background(), ToolName, []byte(`{"mode":"greet","name":5}`), &host.CallOptions{Version: v})
+		if !errors.Is(err, host.ErrBadInput) {
+			t.Errorf("greet with a number for a name: %v, want ErrBadInput", err)
+		}
+	})
+}
+
+// eachSandbox runs body as a subtest for every WebAssembly and JavaScript
+// runtime, on a sandbox of its own.
+func eachSandbox(t *testing.T, body func(t *testing.T, rt Runtime, s *sandbox)) {
 	for _, rt := range Runtimes() {
 		if rt == PlainGo {
 			continue
@@ -155,34 +182,7 @@ func TestGreet(t *testing.T) {
 			s, err := open(hostConfig{path: t.TempDir() + "/db", runtimes: []Runtime{rt}})
 			skipUnavailable(t, err)
 			defer s.close()
-			v, err := s.register(rt)
-			skipUnavailable(t, err)
-			for _, name := range names {
-				ri, err := s.h.Call(context.Background(), ToolName, Input{Mode: Greet, Name: name}.json(), &host.CallOptions{Version: v})
-				if err == nil {
-					ri, err = s.finish(ri)
-				}
-				if err != nil {
-					t.Fatalf("greet %q: %v", name, err)
-				}
-				want, err := json.Marshal(map[string]string{"greeting": "hello " + name})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var got struct{ Greeting string }
-				if err := json.Unmarshal(ri.Result, &got); err != nil || got.Greeting != "hello "+name {
-					t.Fatalf("greet %q: %s %s, %v", name, ri.Status, ri.Result, err)
-				}
-				if rt != JS && string(ri.Result) != string(want) {
-					t.Errorf("greet %q: %s, json.Marshal writes %s", name, ri.Result, want)
-				}
-			}
-			// A name that is not a string never reaches the guest: the
-			// tool's input schema refuses it.
-			_, err = s.h.Call(context.Background(), ToolName, []byte(`{"mode":"greet","name":5}`), &host.CallOptions{Version: v})
-			if !errors.Is(err, host.ErrBadInput) {
-				t.Errorf("greet with a number for a name: %v, want ErrBadInput", err)
-			}
+			body(t, rt, s)
 		})
 	}
 }
