@@ -45,13 +45,18 @@ var (
 	// bucketSnapshots holds one snapshot per suspended run: its Seq (8
 	// bytes, big-endian), then the host's data.
 	bucketSnapshots = []byte("snapshots")
+	// bucketStates holds one state image per run that has not ended: its
+	// Seq (8 bytes, big-endian), then the host's data.
+	bucketStates = []byte("states")
 )
 
 // schemaVersion is written on first open and checked on every open.
 // Version 2 files may have a journal (journal.go), which a build that reads
 // only version 1 would ignore, losing what it holds; so such a build
-// refuses them. A version 1 file never has one and is marked 2 on open.
-const schemaVersion = 2
+// refuses them. Version 3 adds the states bucket, whose writes a version 2
+// build could not replay from the journal. Older files are marked 3 on
+// open: their buckets are a subset of version 3's.
+const schemaVersion = 3
 
 // Bolt is the embedded store: one bbolt file, and its journal while open
 // (see journal.go).
@@ -108,15 +113,15 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots} {
+		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots, bucketStates} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get([]byte("schema")); v != nil {
-			if len(v) != 4 || (binary.BigEndian.Uint32(v) != schemaVersion && binary.BigEndian.Uint32(v) != 1) {
-				return fmt.Errorf("%w: schema version %x, this build reads 1 and %d", ErrCorrupt, v, schemaVersion)
+			if len(v) != 4 || binary.BigEndian.Uint32(v) == 0 || binary.BigEndian.Uint32(v) > schemaVersion {
+				return fmt.Errorf("%w: schema version %x, this build reads 1 to %d", ErrCorrupt, v, schemaVersion)
 			}
 			if binary.BigEndian.Uint32(v) == schemaVersion {
 				return nil
@@ -490,8 +495,20 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 	if err := w.put(bRuns, []byte(runID), rv); err != nil {
 		return err
 	}
-	if r.Status.Terminal() && w.read(bSnapshots).Get([]byte(runID)) != nil {
-		if err := w.del(bSnapshots, []byte(runID)); err != nil {
+	if r.Status.Terminal() {
+		for _, bk := range []bucketID{bSnapshots, bStates} {
+			if w.read(bk).Get([]byte(runID)) != nil {
+				if err := w.del(bk, []byte(runID)); err != nil {
+					return err
+				}
+			}
+		}
+	} else if ps := b.PutState; ps != nil {
+		if ps.Seq != newLast {
+			return fmt.Errorf("%w: state image of run %s at seq %d, the batch ends at %d", ErrBadBatch, runID, ps.Seq, newLast)
+		}
+		v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ps.Data)), ps.Seq)
+		if err := w.put(bStates, []byte(runID), append(v, ps.Data...)); err != nil {
 			return err
 		}
 	}
@@ -1034,6 +1051,23 @@ func putSnapshot(w *wtx, runID string, snap Snapshot) error {
 	}
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(snap.Data)), snap.Seq)
 	return w.put(bSnapshots, []byte(runID), append(v, snap.Data...))
+}
+
+// State implements Store.
+func (s *Bolt) State(ctx context.Context, runID string) (State, error) {
+	var st State
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketStates).Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("%w: run %s", ErrStateNotFound, runID)
+		}
+		if len(v) < 8 {
+			return fmt.Errorf("%w: state image of run %s is %d bytes", ErrCorrupt, runID, len(v))
+		}
+		st = State{Seq: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8:]...)}
+		return nil
+	})
+	return st, err
 }
 
 // Snapshot implements Store.

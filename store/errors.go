@@ -27,6 +27,9 @@ var (
 	// ErrSnapshotNotFound is returned for a run the store keeps no
 	// snapshot of.
 	ErrSnapshotNotFound = errors.New("store: snapshot not found")
+	// ErrStateNotFound is returned for a run the store keeps no state
+	// image of.
+	ErrStateNotFound = errors.New("store: state image not found")
 	// ErrPluginNotFound is returned when no plugin version matches.
 	ErrPluginNotFound = errors.New("store: plugin not found")
 	// ErrPluginInUse is returned by DeletePluginVersion when a run that has

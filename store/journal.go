@@ -68,11 +68,12 @@ const (
 	bMeta
 	bSessions
 	bSnapshots
+	bStates
 )
 
 // bucketNames is indexed by bucketID; the order is part of the journal's
 // format.
-var bucketNames = [...][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots}
+var bucketNames = [...][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots, bucketStates}
 
 // metaJournal is the meta key holding the seq of the last journal record
 // in the main file (8 bytes, big-endian).

@@ -362,9 +362,10 @@ func TestOpenSchemaMismatch(t *testing.T) {
 	ts.reopen()
 }
 
-// A file of schema 1, from before the journal, opens and is marked 2, so
-// that a build that reads only 1 does not open it and miss its journal.
-func TestOpenUpgradesSchema1(t *testing.T) {
+// Files of schemas 1 (from before the journal) and 2 (before the states
+// bucket) open and are marked 3, so that an older build does not open
+// them and miss what their journal holds.
+func TestOpenUpgradesSchema(t *testing.T) {
 	ts := openTestStore(t, Options{NoSync: true})
 	if err := ts.S.CreateRun(context.Background(), Run{ID: "old"}, Batch{}); err != nil {
 		t.Fatal(err)
@@ -391,16 +392,18 @@ func TestOpenUpgradesSchema1(t *testing.T) {
 		}
 		return got
 	}
-	schema(binary.BigEndian.AppendUint32(nil, 1))
-	ts.reopen()
-	if _, err := ts.S.Run(context.Background(), "old"); err != nil {
-		t.Fatalf("run of the schema 1 file: %v", err)
-	}
-	if err := ts.S.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := schema(nil); binary.BigEndian.Uint32(got) != 2 {
-		t.Fatalf("schema after opening a schema 1 file: %x, want 2", got)
+	for _, old := range []uint32{1, 2} {
+		schema(binary.BigEndian.AppendUint32(nil, old))
+		ts.reopen()
+		if _, err := ts.S.Run(context.Background(), "old"); err != nil {
+			t.Fatalf("run of the schema %d file: %v", old, err)
+		}
+		if err := ts.S.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := schema(nil); binary.BigEndian.Uint32(got) != schemaVersion {
+			t.Fatalf("schema after opening a schema %d file: %x, want %d", old, got, schemaVersion)
+		}
 	}
 	ts.reopen()
 }

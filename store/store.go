@@ -88,6 +88,9 @@ type Store interface {
 	PutSnapshot(ctx context.Context, runID string, snap Snapshot) error
 	// Snapshot returns a run's snapshot, or ErrSnapshotNotFound.
 	Snapshot(ctx context.Context, runID string) (Snapshot, error)
+	// State returns the image of a run's state a batch stored last
+	// (Batch.PutState), or ErrStateNotFound. A run that ends has none.
+	State(ctx context.Context, runID string) (State, error)
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
@@ -165,6 +168,17 @@ type Batch struct {
 	// ClaimHooks gives tokens to this run's hooks. A token another run holds
 	// fails the whole batch with ErrHookTaken.
 	ClaimHooks []Hook
+	// PutState replaces the run's state image; its Seq must be the seq of
+	// the batch's last event (the run record's LastSeq).
+	PutState *State
+}
+
+// State is the host's opaque image of a run's state (its model of the
+// log), taken when the log ended at Seq, so that loading the run need
+// not read the events before it.
+type State struct {
+	Seq  uint64
+	Data []byte
 }
 
 // Snapshot is the host's opaque image of a run's suspended instance, taken

@@ -817,3 +817,63 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("Snapshot of an ended run was kept: %v", err)
 	}
 }
+
+// A state image rides in a batch, at the batch's last event; the next one
+// replaces it, it survives a reopen (from the journal, then from the main
+// file), a batch that ends the run drops it, and one at the wrong seq
+// fails the whole batch.
+func TestStates(t *testing.T) {
+	ts := openTestStore(t, Options{NoSync: true})
+	mustCreate(t, ts.S, "r", 2)
+	if _, err := ts.S.State(ctxBG, "r"); !errors.Is(err, ErrStateNotFound) {
+		t.Fatalf("State before any: %v, want ErrStateNotFound", err)
+	}
+	want := func(seq uint64, data string) {
+		t.Helper()
+		got, err := ts.S.State(ctxBG, "r")
+		if err != nil || got.Seq != seq || string(got.Data) != data {
+			t.Fatalf("State = %d %q %v, want %d %q", got.Seq, got.Data, err, seq, data)
+		}
+	}
+	ev := func(seq uint64) Event {
+		return Event{Seq: seq, Time: time.Unix(int64(seq), 0), Kind: "e", Data: []byte(`{}`)}
+	}
+	if err := ts.S.Append(ctxBG, "r", 2, Batch{Events: []Event{ev(3)}, PutState: &State{Seq: 3, Data: []byte("three")}}); err != nil {
+		t.Fatal(err)
+	}
+	want(3, "three")
+	err := ts.S.Append(ctxBG, "r", 3, Batch{Events: []Event{ev(4)}, PutState: &State{Seq: 3, Data: []byte("stale")}})
+	if !errors.Is(err, ErrBadBatch) {
+		t.Fatalf("a state image behind its batch: %v, want ErrBadBatch", err)
+	}
+	if evs, err := ts.S.Events(ctxBG, "r", 3, 0); err != nil || len(evs) != 0 {
+		t.Fatalf("the refused batch left events %v (%v)", evs, err)
+	}
+	want(3, "three")
+	if err := ts.S.Append(ctxBG, "r", 3, Batch{Events: []Event{ev(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	want(3, "three") // a batch without one leaves it
+	if err := ts.S.Append(ctxBG, "r", 4, Batch{Events: []Event{ev(5)}, PutState: &State{Seq: 5, Data: []byte("five")}}); err != nil {
+		t.Fatal(err)
+	}
+	ts.reopen()
+	want(5, "five")
+	if err := ts.S.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ts.reopen()
+	want(5, "five")
+	r, err := ts.S.Run(ctxBG, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Status, r.LastSeq = StatusCompleted, 6
+	end := Batch{Events: []Event{ev(6)}, Run: &r, PutState: &State{Seq: 6, Data: []byte("six")}}
+	if err := ts.S.Append(ctxBG, "r", 5, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.S.State(ctxBG, "r"); !errors.Is(err, ErrStateNotFound) {
+		t.Fatalf("State after the run ended: %v, want ErrStateNotFound", err)
+	}
+}
