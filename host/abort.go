@@ -93,7 +93,7 @@ func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
 		return nil
 	}
 	for i, o := range rs.ops {
-		if o.kind == abi.OpAsk && !o.settled {
+		if o != nil && o.kind == abi.OpAsk && !o.settled { // nil: left out of a state image, settled
 			p := uint32(i + 1)
 			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err

@@ -78,7 +78,7 @@ func (b *batch) finish(now time.Time) error {
 	rs := b.rs
 	for i, o := range rs.ops {
 		p := uint32(i + 1)
-		if o.refused != 0 {
+		if o == nil || o.refused != 0 { // nil: left out of a state image, settled
 			continue
 		}
 		switch {

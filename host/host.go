@@ -191,6 +191,7 @@ type Host struct {
 	// (distrust).
 	badSnaps map[string]uint64
 	snaps    snapCounters
+	images   imageCounters
 	insts    instCounters
 	adHoc    []adHocEntry // modules checked ad hoc, least recently used first
 	// snapWriters bounds the snapshots compressed and stored at once;

@@ -286,6 +286,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	h.dropWarm(ctx, rh)
 	rh.rs = nil
 	var evs []store.Event
+	var rs *runState
 	if p := rh.pending; p != nil {
 		// Not stored yet: what Call made is the whole of it.
 		rec, evs = p.rec, []store.Event{p.created}
@@ -296,16 +297,41 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 				return err
 			}
 		}
+		rs = h.fromImage(ctx, rec)
+		after := uint64(0)
+		if rs != nil {
+			after = rs.lastSeq
+		}
 		var err error
-		if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
+		if evs, err = h.store.Events(ctx, rh.id, after, 0); err != nil {
 			return err
 		}
+		if rs != nil {
+			for _, e := range evs {
+				if err = rs.apply(e); err != nil {
+					break
+				}
+			}
+			if err != nil || rs.lastSeq != rec.LastSeq {
+				// The log does not follow the image: the log rules.
+				h.images.refused.Add(1)
+				rs = nil
+				if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
+					return err
+				}
+			} else {
+				h.images.loaded.Add(1)
+				evs = nil
+			}
+		}
 	}
-	rs := newRunState(rec)
-	rs.reserve(len(evs), func(i int) string { return evs[i].Kind })
-	for _, e := range evs {
-		if err := rs.apply(e); err != nil {
-			return fmt.Errorf("run %s: %w", rh.id, err)
+	if rs == nil {
+		rs = newRunState(rec)
+		rs.reserve(len(evs), func(i int) string { return evs[i].Kind })
+		for _, e := range evs {
+			if err := rs.apply(e); err != nil {
+				return fmt.Errorf("run %s: %w", rh.id, err)
+			}
 		}
 	}
 	if rs.lastSeq != rec.LastSeq {
@@ -366,6 +392,12 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = mustJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
+	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&
+		(rs.imageSeq == 0 || rs.lastSeq >= rs.imageSeq+stateEvery) {
+		if data := rs.image(); data != nil {
+			sb.PutState = &store.State{Seq: rs.lastSeq, Data: data}
+		}
+	}
 	base := b.base
 	if c := rh.carry; c != nil {
 		if b.base != c.base+uint64(len(c.b.Events)) {
@@ -396,6 +428,10 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		return err
 	}
 	rs.rec = rec
+	rs.stored()
+	if sb.PutState != nil {
+		rs.imageSeq = rs.lastSeq
+	}
 	rh.publishAborts()
 	info := h.info(rs)
 	rh.snap.Store(&info)

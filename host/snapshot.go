@@ -130,13 +130,20 @@ type SnapshotStats struct {
 	// unusable (another module or base image, damaged), and restored
 	// activations that failed and ran again by replay.
 	Taken, Restored, Refused int64
+	// Images: run states loaded from a state image and the events after
+	// it, instead of the whole log (stateimage.go). ImagesRefused: images
+	// found unusable, the whole log read instead. Completed: lazy states
+	// completed from the log, because something needed an op or an
+	// activation the image left out.
+	Images, ImagesRefused, Completed int64
 }
 
 type snapCounters struct{ taken, restored, refused atomic.Int64 }
 
 // SnapshotStats reports the host's use of snapshots.
 func (h *Host) SnapshotStats() SnapshotStats {
-	return SnapshotStats{Taken: h.snaps.taken.Load(), Restored: h.snaps.restored.Load(), Refused: h.snaps.refused.Load()}
+	return SnapshotStats{Taken: h.snaps.taken.Load(), Restored: h.snaps.restored.Load(), Refused: h.snaps.refused.Load(),
+		Images: h.images.loaded.Load(), ImagesRefused: h.images.refused.Load(), Completed: h.images.completed.Load()}
 }
 
 // DefaultSnapshotOps is Options.Snapshots' default: a shorter history
@@ -444,8 +451,16 @@ func (h *Host) restore(ctx context.Context, rs *runState, lp *loadedPlugin) (*wf
 		return nil, fmt.Errorf("%w: taken of run %q", errSnapshot, img.run)
 	case img.module != moduleKey(lp):
 		return nil, fmt.Errorf("%w: taken of %s, the run is on %s", errSnapshot, img.module, moduleKey(lp))
-	case snap.Seq > rs.lastSeq || img.act > rs.activation() || (img.cursor > 0 && rs.op(img.cursor) == nil):
+	case snap.Seq > rs.lastSeq || img.act > rs.activation() || int(img.cursor) > len(rs.ops):
 		return nil, fmt.Errorf("%w: it is ahead of the log (event %d, activation %d, op %d)", errSnapshot, snap.Seq, img.act, img.cursor)
+	}
+	if int(img.cursor) < len(rs.ops) || img.act+1 < rs.activation() {
+		// The guest replays what came after its snapshot (the activation
+		// being begun aside), which a state loaded from an image may have
+		// left out.
+		if err := rs.expand(); err != nil {
+			return nil, err
+		}
 	}
 	base, err := h.base(ctx, lp)
 	if err != nil {

@@ -1,8 +1,10 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -156,5 +158,87 @@ func TestIdleRunsKeepState(t *testing.T) {
 		}
 		h.Close(ctx)
 		bolt.Close()
+	}
+}
+
+// TestStateImageAfterRestart: a long run waiting on questions is resumed
+// after restarts from its snapshot and its state image, without its log
+// being read from the start; the result is the one a replay gives. When
+// the restored guest awaits a step from the start of its history, which
+// the image left out, the state is completed from the log, once, and the
+// value is the recorded one.
+func TestStateImageAfterRestart(t *testing.T) {
+	const steps = 150 // over DefaultSnapshotOps, so images are kept
+	for _, tc := range []struct {
+		mode      string
+		sum       int
+		completed int64
+	}{
+		{"held-step-unused", steps * (steps - 1) / 2, 0},
+		{"held-step", steps*(steps-1)/2 + 1000, 1},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ctx := context.Background()
+			k := newKitchen(t, &host.Options{MaxWarm: -1})
+			ri := k.run(fmt.Sprintf(`{"mode":%q,"n":%d}`, tc.mode, steps))
+			var answers []string
+			var stats host.SnapshotStats
+			for i := 0; ri.Status == store.StatusWaiting; i++ {
+				k.h.WaitSnapshots()
+				k.restart()
+				reads := &logReads{Bolt: k.st, whole: map[string]int{}}
+				h, err := host.Open(ctx, reads, &k.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				k.h.Close(ctx)
+				k.h = h
+				askID := ""
+				for _, w := range ri.Waiting {
+					if w.Kind == "ask" {
+						askID = w.AskID
+					}
+				}
+				if askID == "" {
+					t.Fatalf("run waits on %+v, not a question", ri.Waiting)
+				}
+				answer := fmt.Sprintf("a%d", i)
+				answers = append(answers, answer)
+				if ri, err = k.h.AnswerAsk(ctx, askID, host.Answer{Text: answer}); err != nil {
+					t.Fatal(err)
+				}
+				st := k.h.SnapshotStats()
+				if st.Images != 1 || st.Restored != 1 || st.ImagesRefused != 0 {
+					t.Fatalf("answer %d after a restart: stats %+v; want the run loaded from its image and restored", i, st)
+				}
+				if n := reads.whole[ri.ID]; int64(n) != st.Completed {
+					t.Fatalf("answer %d: the whole log was read %d times, states completed %d", i, n, st.Completed)
+				}
+				stats.Completed += st.Completed
+			}
+			got := result[struct {
+				Sum     int      `json:"sum"`
+				Answers []string `json:"answers"`
+			}](t, ri)
+			if got.Sum != tc.sum || mustJSON(t, got.Answers) != mustJSON(t, answers) {
+				t.Fatalf("result %+v, want sum %d and answers %v", got, tc.sum, answers)
+			}
+			if stats.Completed != tc.completed {
+				t.Fatalf("states completed from the log: %d, want %d", stats.Completed, tc.completed)
+			}
+			// The same run replayed from its log, with nothing kept, agrees.
+			var buf bytes.Buffer
+			if err := k.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+				t.Fatal(err)
+			}
+			hist, err := host.ReadHistory(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := k.h.CheckReplay(ctx, hist, nil)
+			if err != nil || rep.End != "completed" {
+				t.Fatalf("replay of the finished run: %+v %v", rep, err)
+			}
+		})
 	}
 }

@@ -54,6 +54,14 @@ type runState struct {
 	// which may have set any field (else only clearHot's are set).
 	scratchFull bool
 
+	// lazy is set on a state loaded from an image (stateimage.go): ops
+	// and markers it left out are nil and zero until expand completes it.
+	lazy *lazyLog
+	// imageSeq is the event the run's last state image was taken at, and
+	// imageFrom the index of ops where its scan may begin (image).
+	imageSeq  uint64
+	imageFrom int
+
 	lastProgress json.RawMessage
 	status       store.RunStatus
 	result       json.RawMessage
@@ -166,7 +174,7 @@ func (rs *runState) receivable() int {
 	if len(rs.markers) == 0 {
 		return 0
 	}
-	at := rs.markers[len(rs.markers)-1].seq
+	at := rs.marker(len(rs.markers) - 1).seq
 	for n > 0 && rs.calls[n-1].seq > at {
 		n--
 	}
@@ -231,8 +239,16 @@ func askRequest(o *opRec) (*abi.AskRequest, error) {
 	return r, nil
 }
 
+// op is the op at position p, or nil. On a lazy state that left it out,
+// it completes the state first (nil if that fails: see lazyErr).
 func (rs *runState) op(p uint32) *opRec {
 	if p == 0 || int(p) > len(rs.ops) {
+		return nil
+	}
+	if o := rs.ops[p-1]; o != nil || rs.lazy == nil {
+		return o
+	}
+	if rs.expand() != nil {
 		return nil
 	}
 	return rs.ops[p-1]
@@ -598,7 +614,7 @@ func (rs *runState) apply(e store.Event) error {
 		rs.aborts = append(rs.aborts, abortRec{seq: e.Seq, reason: d.Reason})
 		v := mustJSON(abi.AbortInfo{Reason: d.Reason})
 		for _, o := range rs.ops {
-			if o.kind == abi.OpSignal && !o.settled {
+			if o != nil && o.kind == abi.OpSignal && !o.settled { // nil: left out of an image, settled
 				o.settle(e.Seq, abi.FutureFulfilled, v, 0)
 			}
 		}
@@ -632,6 +648,9 @@ func (rs *runState) apply(e store.Event) error {
 		return fmt.Errorf("%w: unknown event kind %q at %d", ErrBadHistory, e.Kind, e.Seq)
 	}
 	rs.lastSeq = e.Seq
+	if rs.lazy != nil {
+		rs.lazy.tail = append(rs.lazy.tail, e)
+	}
 	return nil
 }
 
@@ -663,7 +682,7 @@ func (rs *runState) visible(o *opRec, act int, cursor uint32) bool {
 	if o.byGuest {
 		return cursor >= o.settleOp
 	}
-	return act < len(rs.markers) && o.settleSeq < rs.markers[act].seq
+	return act < len(rs.markers) && o.settleSeq < rs.marker(act).seq
 }
 
 // satisfied reports whether a wait set is satisfied by everything recorded.

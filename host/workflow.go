@@ -70,6 +70,10 @@ type wfInstance struct {
 }
 
 func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
+	// The guest replays from the start: the whole state.
+	if err := rs.expand(); err != nil {
+		return nil, err
+	}
 	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: newRNG(rs)}
 	w.clock.advance(rs.start)
 	if len(rs.markers) > 0 {
@@ -134,6 +138,17 @@ func (w *wfInstance) close(ctx context.Context) {
 
 // Op implements OpHandler.
 func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
+	body, err := w.op(ctx, kind, name, payload)
+	if err == nil {
+		// A lazy state that could not be completed answered as if ops it
+		// left out did not exist: the activation fails instead, and the
+		// run stays as it was.
+		err = w.rs.lazyErr()
+	}
+	return body, err
+}
+
+func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
 	w.ctx = ctx
 	probe := kind&abi.OpFlagIfRecorded != 0
 	andWait := kind&abi.OpFlagAwait != 0
@@ -624,7 +639,7 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 		}
 		if w.act < w.rs.activation() {
 			w.act++
-			w.clock.advance(w.rs.markers[w.act].t)
+			w.clock.advance(w.rs.marker(w.act).t)
 			// Each recorded activation ran within its own CPU budget; its
 			// replay gets one too, so whether a run survives does not
 			// depend on whether its instance stayed warm.

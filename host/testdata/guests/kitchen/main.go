@@ -180,6 +180,36 @@ func init() {
 			}
 			return sum, nil
 
+		case "held-step", "held-step-unused":
+			// A step started first and, with held-step, awaited only after n
+			// more steps and three questions: a resume then needs an op
+			// from the start of a long history.
+			held := echo.Start(ctx, 1000)
+			sum := 0
+			for i := range in.N {
+				v, err := echo.Run(ctx, i)
+				if err != nil {
+					return nil, err
+				}
+				sum += v
+			}
+			var texts []string
+			for i := range 3 {
+				a, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: fmt.Sprintf("q%d?", i), Display: sandflow.DisplayText}).Await(ctx)
+				if err != nil {
+					return nil, err
+				}
+				texts = append(texts, a.Text)
+			}
+			if in.Mode == "held-step" {
+				v, err := held.Await(ctx)
+				if err != nil {
+					return nil, err
+				}
+				sum += v
+			}
+			return map[string]any{"sum": sum, "answers": texts}, nil
+
 		case "parallel":
 			fs := make([]sandflow.Awaitable, in.N)
 			futures := make([]*sandflow.Future[int], in.N)

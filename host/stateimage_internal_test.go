@@ -1,0 +1,398 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
+)
+
+// synthLog makes a run's log of about n ops of the kinds a state image
+// holds: steps (some retried, some failed, some left running), questions
+// (answered at once, later, or left open), sleeps, agent turns, refusals,
+// progress and output, over many activations. With hook set it also
+// creates a hook, after which the run has no image.
+func synthLog(seed uint64, n int, hook bool) (store.Run, []store.Event) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	rec := store.Run{ID: fmt.Sprintf("synth-%d", seed), Tool: "t", Plugin: "p", Version: 1, ModuleHash: "h"}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	var evs []store.Event
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
+	push := func(kind string, d *evData) {
+		e := mkEvent(kind, at(len(evs)), d)
+		e.Seq = uint64(len(evs) + 1)
+		evs = append(evs, e)
+	}
+	push(EvRunCreated, &evData{Tool: "t", Plugin: "p", Version: 1, ModuleHash: "h", Input: json.RawMessage(`{"n":1}`),
+		Seed: strings.Repeat("ab", 32)})
+	acts := 0
+	push(EvRunResumed, &evData{Activation: acts})
+	p := uint32(0)
+	var open []uint32 // questions left open, answered in a later activation
+	var sleeping []uint32
+	for p < uint32(n) {
+		switch k := r.IntN(20); {
+		case k < 10:
+			p++
+			push(EvStepStarted, &evData{Op: p, Kind: "step", Name: "s", Input: json.RawMessage(fmt.Sprintf(`[%d]`, p)), Attempt: 1})
+			switch r.IntN(8) {
+			case 0: // retried
+				ra := at(len(evs) + 50)
+				push(EvStepFailed, &evData{Op: p, Attempt: 1, RetryAt: &ra, Error: &abi.ErrorObject{Message: "again"}})
+				push(EvStepStarted, &evData{Op: p, Kind: "step", Name: "s", Attempt: 2})
+				push(EvStepCompleted, &evData{Op: p, Attempt: 2, Result: json.RawMessage(`"late"`)})
+			case 1:
+				push(EvStepFailed, &evData{Op: p, Attempt: 1, Error: &abi.ErrorObject{Message: "no"}})
+			case 2:
+				if p > uint32(n)-5 { // left running at the end
+					continue
+				}
+				fallthrough
+			default:
+				push(EvStepCompleted, &evData{Op: p, Attempt: 1, Result: json.RawMessage(fmt.Sprintf(`{"v":%d}`, p))})
+			}
+		case k < 13:
+			p++
+			id := fmt.Sprintf("ask-%d", p)
+			if r.IntN(4) == 0 {
+				push(EvAskOpened, &evData{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"now?"}`),
+					Answer: &abi.AskAnswer{Status: abi.AnswerAnswered, Text: "at once"}})
+			} else {
+				push(EvAskOpened, &evData{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"later?"}`)})
+				open = append(open, p)
+			}
+		case k < 14:
+			p++
+			fa := at(len(evs) + 1000)
+			push(EvTimerSet, &evData{Op: p, FireAt: &fa})
+			sleeping = append(sleeping, p)
+		case k < 15:
+			p++
+			push(EvAgentSent, &evData{Op: p, Name: "helper", Input: json.RawMessage(`"do it"`)})
+			if r.IntN(3) > 0 {
+				push(EvAgentSettled, &evData{Op: p, Agent: &abi.AgentResult{Status: abi.AgentCompleted, Reply: "done"}})
+			}
+		case k < 16:
+			p++
+			push(EvOpRefused, &evData{Op: p, Kind: "step", Name: "bad", Status: uint32(abi.StatusBadRequest),
+				Error: &abi.ErrorObject{Message: "refused"}})
+		case k < 17:
+			p++
+			push(EvProgress, &evData{Op: p, Value: json.RawMessage(fmt.Sprintf(`{"at":%d}`, p))})
+			push(EvOutput, &evData{Stream: "stdout", Data: "x", Produced: int64(p)})
+		case k < 18 && hook && p > uint32(n/2):
+			p++
+			push(EvHookCreated, &evData{Op: p, Token: "tok"})
+			hook = false
+		default:
+			// A new activation: some waits end before it.
+			for len(open) > 0 && r.IntN(2) == 0 {
+				q := open[0]
+				open = open[1:]
+				push(EvAskSettled, &evData{Op: q, AskID: fmt.Sprintf("ask-%d", q), Answer: &abi.AskAnswer{Status: abi.AnswerAnswered, Text: "later"}})
+			}
+			if len(sleeping) > 0 && r.IntN(2) == 0 {
+				push(EvTimerFired, &evData{Op: sleeping[0]})
+				sleeping = sleeping[1:]
+			}
+			acts++
+			push(EvRunResumed, &evData{Activation: acts})
+		}
+	}
+	rec.LastSeq = uint64(len(evs))
+	rec.Status = store.StatusWaiting
+	return rec, evs
+}
+
+// foldAll is the state of the whole of evs, folded from the start.
+func foldAll(t *testing.T, rec store.Run, evs []store.Event) *runState {
+	t.Helper()
+	rs := newRunState(rec)
+	for _, e := range evs {
+		if err := rs.apply(e); err != nil {
+			t.Fatalf("folding event %d (%s): %v", e.Seq, e.Kind, err)
+		}
+	}
+	return rs
+}
+
+// stateDump is everything a state knows, in a form that compares times
+// by instant: ops, markers, hooks, calls and counters.
+func stateDump(rs *runState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "id %s seq %d status %s result %s failure %v\n", rs.id, rs.lastSeq, rs.status, rs.result, rs.failure)
+	fmt.Fprintf(&b, "start %s seed %x openAsks %d out %d/%d progress %s\n", rs.start.UTC().Format(time.RFC3339Nano), rs.seed, rs.openAsks, rs.outProduced, rs.outRecorded, rs.lastProgress)
+	fmt.Fprintf(&b, "created %s\n", mustJSON(rs.created))
+	for i, m := range rs.markers {
+		fmt.Fprintf(&b, "marker %d: %d %s\n", i, m.seq, m.t.UTC().Format(time.RFC3339Nano))
+	}
+	for i, o := range rs.ops {
+		fmt.Fprintf(&b, "op %d: %s\n", i+1, opDump(o))
+	}
+	fmt.Fprintf(&b, "hooks %d sessions %d calls %+v receives %v aborts %v\n", len(rs.hooks), len(rs.sessions), rs.calls, rs.receives, rs.aborts)
+	return b.String()
+}
+
+func opDump(o *opRec) string {
+	if o == nil {
+		return "left out"
+	}
+	io := toImageOp(0, o)
+	for _, t := range []*time.Time{&io.T, &io.RetryAt, &io.FireAt} {
+		*t = t.UTC()
+	}
+	return string(mustJSON(io))
+}
+
+// TestStateImages: for every prefix of synthetic logs (and of the golden
+// histories) whose state has an image, the state loaded from that image
+// with the rest of the log applied holds the same ops it keeps, markers
+// and counters as the state folded from the start, says the same about
+// the run (RunInfo), makes the same next image, and completes to exactly
+// that state, keeping its op objects. A state with a hook has no image.
+func TestStateImages(t *testing.T) {
+	type logCase struct {
+		name string
+		rec  store.Run
+		evs  []store.Event
+	}
+	var cases []logCase
+	for seed := range uint64(6) {
+		rec, evs := synthLog(seed, 40+int(seed)*30, seed%3 == 2)
+		cases = append(cases, logCase{rec.ID, rec, evs})
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hist History
+		if json.Unmarshal(b, &hist) != nil {
+			continue
+		}
+		if _, err := hist.state(); err != nil {
+			continue // the bad histories
+		}
+		c := logCase{name: filepath.Base(f), rec: hist.Run}
+		for _, he := range hist.Events {
+			c.evs = append(c.evs, store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data})
+		}
+		cases = append(cases, c)
+	}
+	imaged, hooked := 0, 0
+	for _, c := range cases {
+		full := foldAll(t, c.rec, c.evs)
+		wantDump, wantInfo := stateDump(full), mustJSON((&Host{}).info(full))
+		// inc grows one event at a time and makes an image at each
+		// prefix, its scans starting where the last one allowed.
+		inc := newRunState(c.rec)
+		for k := 1; k <= len(c.evs); k++ {
+			if err := inc.apply(c.evs[k-1]); err != nil {
+				t.Fatal(err)
+			}
+			pre := foldAll(t, c.rec, c.evs[:k])
+			img := pre.image()
+			if got := inc.image(); string(got) != string(img) {
+				t.Fatalf("%s at %d: the image made after earlier ones differs:\n %s\n %s", c.name, k, got, img)
+			}
+			if img == nil {
+				if pre.imageable() {
+					t.Fatalf("%s at %d: imageable, but no image", c.name, k)
+				}
+				if len(pre.hooks) > 0 {
+					hooked++
+				}
+				continue
+			}
+			imaged++
+			loads := 0
+			lz, err := stateFromImage(c.rec, store.State{Seq: uint64(k), Data: img}, func(n int) ([]store.Event, error) {
+				loads++
+				return c.evs[:n], nil
+			})
+			if err != nil {
+				t.Fatalf("%s at %d: %v", c.name, k, err)
+			}
+			for _, e := range c.evs[k:] {
+				if err := lz.apply(e); err != nil {
+					t.Fatalf("%s at %d: applying event %d to the loaded state: %v", c.name, k, e.Seq, err)
+				}
+			}
+			// What it kept is what the full state says, and it says the
+			// same of the run without completing itself.
+			if lz.lastSeq != full.lastSeq || len(lz.ops) != len(full.ops) || len(lz.markers) != len(full.markers) ||
+				lz.openAsks != full.openAsks || lz.outProduced != full.outProduced || lz.outRecorded != full.outRecorded ||
+				string(lz.lastProgress) != string(full.lastProgress) || lz.status != full.status {
+				t.Fatalf("%s at %d: counters differ:\n loaded %s\n full   %s", c.name, k, stateDump(lz), wantDump)
+			}
+			for i, o := range lz.ops {
+				if o != nil && opDump(o) != opDump(full.ops[i]) {
+					t.Fatalf("%s at %d: op %d is %s, folded %s", c.name, k, i+1, opDump(o), opDump(full.ops[i]))
+				}
+			}
+			if last := len(lz.markers) - 1; lz.markers[last] != full.markers[last] {
+				t.Fatalf("%s at %d: last marker %+v, folded %+v", c.name, k, lz.markers[last], full.markers[last])
+			}
+			if got := mustJSON((&Host{}).info(lz)); string(got) != string(wantInfo) {
+				t.Fatalf("%s at %d: info\n %s\nfolded\n %s", c.name, k, got, wantInfo)
+			}
+			if a, b := lz.image(), full.image(); string(a) != string(b) {
+				t.Fatalf("%s at %d: the next image differs:\n %s\n %s", c.name, k, a, b)
+			}
+			if loads != 0 {
+				t.Fatalf("%s at %d: the loaded state read the log %d times before it was asked for what it left out", c.name, k, loads)
+			}
+			kept := map[int]*opRec{}
+			for i, o := range lz.ops {
+				if o != nil {
+					kept[i] = o
+				}
+			}
+			var im stateImage
+			if err := json.Unmarshal(img, &im); err != nil {
+				t.Fatal(err)
+			}
+			if len(pre.ops) > 20 && pre.ops[0].settled && pre.ops[0].refused == 0 && len(im.Kept) == len(pre.ops) {
+				t.Fatalf("%s at %d: the image kept all %d ops", c.name, k, len(pre.ops))
+			}
+			if err := lz.expand(); err != nil {
+				t.Fatalf("%s at %d: expand: %v", c.name, k, err)
+			}
+			if loads != 1 || lz.lazy != nil {
+				t.Fatalf("%s at %d: expand read the log %d times, lazy %v", c.name, k, loads, lz.lazy)
+			}
+			if got := stateDump(lz); got != wantDump {
+				t.Fatalf("%s at %d: the completed state differs:\n%s\nfolded:\n%s", c.name, k, got, wantDump)
+			}
+			for i, o := range kept {
+				if lz.ops[i] != o {
+					t.Fatalf("%s at %d: op %d is a new object after expand", c.name, k, i+1)
+				}
+			}
+		}
+	}
+	if imaged < 100 || hooked == 0 {
+		t.Fatalf("%d prefixes imaged, %d with hooks: the cases do not cover images", imaged, hooked)
+	}
+}
+
+// TestStateImageLazyAccess: a loaded state completes itself when asked
+// for an op or a marker it left out, once; a log that cannot be read
+// leaves it lazy with the error, which op answers with nil.
+func TestStateImageLazyAccess(t *testing.T) {
+	rec, evs := synthLog(11, 200, false)
+	full := foldAll(t, rec, evs)
+	img := full.image()
+	if img == nil {
+		t.Fatal("no image")
+	}
+	load := func(lz **runState, fail error) *int {
+		n := 0
+		var err error
+		*lz, err = stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) {
+			n++
+			if fail != nil {
+				return nil, fail
+			}
+			return evs[:k], nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &n
+	}
+	var lz *runState
+	n := load(&lz, nil)
+	left := -1
+	for i, o := range lz.ops {
+		if o == nil {
+			left = i
+			break
+		}
+	}
+	if left < 0 {
+		t.Fatal("the image left no op out")
+	}
+	if o := lz.op(uint32(left + 1)); o == nil || opDump(o) != opDump(full.ops[left]) || *n != 1 {
+		t.Fatalf("op %d of the loaded state: %s after %d loads, want %s", left+1, opDump(o), *n, opDump(full.ops[left]))
+	}
+	_ = lz.op(1)
+	if *n != 1 {
+		t.Fatalf("the log was read %d times", *n)
+	}
+
+	n = load(&lz, nil)
+	if m := lz.marker(0); m != full.markers[0] || *n != 1 {
+		t.Fatalf("marker 0: %+v after %d loads, want %+v", m, *n, full.markers[0])
+	}
+
+	broken := errors.New("disk gone")
+	n = load(&lz, broken)
+	if o := lz.op(uint32(left + 1)); o != nil {
+		t.Fatalf("op %d with an unreadable log: %s", left+1, opDump(o))
+	}
+	if err := lz.lazyErr(); !errors.Is(err, broken) {
+		t.Fatalf("lazyErr = %v, want it to wrap the read's error", err)
+	}
+	if _ = lz.op(uint32(left + 1)); *n != 1 {
+		t.Fatalf("a failed completion was tried %d times", *n)
+	}
+
+	// A log shorter than the image says: ErrBadHistory.
+	_, err := stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lz, _ = stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
+	if err := lz.expand(); !errors.Is(err, ErrBadHistory) {
+		t.Fatalf("expand over a short log: %v, want ErrBadHistory", err)
+	}
+}
+
+// TestStateImageRefusals: images that are not of the run, not of its log
+// or damaged are refused with an error, not loaded.
+func TestStateImageRefusals(t *testing.T) {
+	rec, evs := synthLog(3, 60, false)
+	img := foldAll(t, rec, evs).image()
+	noLoad := func(int) ([]store.Event, error) { return nil, errors.New("not read") }
+	var im stateImage
+	if err := json.Unmarshal(img, &im); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(*stateImage)) []byte {
+		c := im
+		c.Kept = append([]imageOp(nil), im.Kept...)
+		f(&c)
+		return mustJSON(&c)
+	}
+	other := rec
+	other.ID = "other"
+	for name, tc := range map[string]struct {
+		rec  store.Run
+		seq  uint64
+		data []byte
+	}{
+		"another run":      {other, rec.LastSeq, img},
+		"ahead of the log": {rec, rec.LastSeq + 1, edit(func(c *stateImage) { c.Seq = rec.LastSeq + 1 })},
+		"seq mismatch":     {rec, rec.LastSeq - 1, img},
+		"not json":         {rec, rec.LastSeq, img[:len(img)/2]},
+		"format":           {rec, rec.LastSeq, edit(func(c *stateImage) { c.V = 99 })},
+		"op order":         {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[0].P, c.Kept[1].P = c.Kept[1].P, c.Kept[0].P })},
+		"op past the end":  {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[len(c.Kept)-1].P = uint32(c.Ops + 1) })},
+		"no activation":    {rec, rec.LastSeq, edit(func(c *stateImage) { c.Acts = 0 })},
+		"bad created":      {rec, rec.LastSeq, edit(func(c *stateImage) { c.Created = []byte(`{"seed":"xy"}`) })},
+	} {
+		if rs, err := stateFromImage(tc.rec, store.State{Seq: tc.seq, Data: tc.data}, noLoad); err == nil {
+			t.Errorf("%s: loaded (%d ops)", name, len(rs.ops))
+		}
+	}
+}
