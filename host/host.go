@@ -150,7 +150,9 @@ type Options struct {
 	// before its instance is snapshotted (snapshot.go) when it is not
 	// kept parked: its next resume then restores the snapshot instead of
 	// replaying. 0 means DefaultSnapshotOps; negative turns snapshots off.
-	// Only wazero instances are snapshotted.
+	// Only wazero instances are snapshotted. A waiting run that long also
+	// keeps an image of its state (stateimage.go), so that loading it
+	// after a restart does not read its whole log.
 	Snapshots int
 	// StepConcurrency bounds the steps of one run executing at once; 0
 	// means 4.

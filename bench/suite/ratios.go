@@ -257,10 +257,11 @@ func checkDefs() []checkDef {
 			note:  "restored instead of replayed; the snapshot of a longer run's guest holds more touched memory",
 		},
 		{
-			name:  "resume from a snapshot after reading the log n=10000 / n=10 (Go guest, wazero)",
+			name:  "resume from a snapshot after a restart n=10000 / n=10 (Go guest, wazero)",
 			value: quotient(snapReload(largeN), "ns/op", snapReload(smallN), "ns/op"),
 			goal:  &goal{"<=", 1},
-			note:  "as the first resume after a restart: the run's state is not in the snapshot, so its whole log is read",
+			note: "as the first resume after a restart: the run's state is loaded from its state image and the events " +
+				"after it (at most 64), then its guest from the snapshot",
 		},
 		{
 			name:  "trivial tool call, no fsync (Go guest, wazero) / Extism call",

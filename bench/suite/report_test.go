@@ -123,7 +123,7 @@ func TestChecks(t *testing.T) {
 		"cold resume from a snapshot, pre-initialised (Go guest, wazero), n=10":          {"2.50 ms", StatusNotMet},
 		"cold resume from a snapshot, no fsync (Go guest, wazero), n=10":                 {"1.00 ms", StatusMet},
 		"resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)":             {"0.9×", StatusMet},
-		"resume from a snapshot after reading the log n=10000 / n=10 (Go guest, wazero)": {"", StatusNotMeasured + ": resume-snapshot-reload/wazero/n=10000 was not run"},
+		"resume from a snapshot after a restart n=10000 / n=10 (Go guest, wazero)":       {"", StatusNotMeasured + ": resume-snapshot-reload/wazero/n=10000 was not run"},
 		"trivial tool call, no fsync (Go guest, wazero) / Extism call":                   {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
 		"trivial tool call, fsync (Go guest, wazero) / Extism call":                      {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
 		"trivial tool call, no fsync (C guest, wazero) / Extism call":                    {"", StatusNotMeasured + ": tool-call-nosync/c-wazero was not run"},

@@ -155,7 +155,8 @@ func SnapshotResume(rt Runtime, n int) func(*testing.B) {
 
 // SnapshotResumeReload is SnapshotResume on a host that keeps no idle
 // run's state (host.Options.IdleRuns -1), as after a restart: the run's
-// whole log is read, then the snapshot restored instead of replaying.
+// state is loaded from its state image and the events after it, then the
+// snapshot restored instead of replaying.
 func SnapshotResumeReload(rt Runtime, n int) func(*testing.B) {
 	return resume(rt, n, resumeMode{cold: true, sync: true, preInit: true, snapshots: true, reload: true})
 }

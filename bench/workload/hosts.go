@@ -56,8 +56,9 @@ type hostConfig struct {
 	// parks nothing); off, runs resume by replay.
 	snapshots bool
 	// reload keeps no idle run's state (host.Options.IdleRuns -1): every
-	// resume that finds no parked instance reads the run's whole log, as
-	// the first one after a restart does.
+	// resume that finds no parked instance loads the run's state from the
+	// store (its image and the events after it, or its log), as the first
+	// one after a restart does.
 	reload bool
 }
 
