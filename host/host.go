@@ -192,10 +192,13 @@ type Host struct {
 	// badSnaps are runs whose snapshots up to a seq are not restored
 	// (distrust).
 	badSnaps map[string]uint64
-	snaps    snapCounters
-	images   imageCounters
-	insts    instCounters
-	adHoc    []adHocEntry // modules checked ad hoc, least recently used first
+	// badImages are runs whose state images up to a seq are not loaded:
+	// one disagreed with the log (stateimage.go). Guarded by mu.
+	badImages map[string]uint64
+	snaps     snapCounters
+	images    imageCounters
+	insts     instCounters
+	adHoc     []adHocEntry // modules checked ad hoc, least recently used first
 	// snapWriters bounds the snapshots compressed and stored at once;
 	// snapWG counts those not stored yet.
 	snapWriters chan struct{}

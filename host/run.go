@@ -314,7 +314,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 			}
 			if err != nil || rs.lastSeq != rec.LastSeq {
 				// The log does not follow the image: the log rules.
-				h.images.refused.Add(1)
+				h.distrustImage(rh.id, rs.imageSeq)
 				rs = nil
 				if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
 					return err

@@ -3,8 +3,10 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"testing"
 	"time"
@@ -240,5 +242,82 @@ func TestStateImageAfterRestart(t *testing.T) {
 				t.Fatalf("replay of the finished run: %+v %v", rep, err)
 			}
 		})
+	}
+}
+
+// TestStateImageRefused: a state image that cannot be read, or that the
+// log disagrees with, is not used: the run is loaded from its log, its
+// answer resumes it, and it ends as it would have.
+func TestStateImageRefused(t *testing.T) {
+	const steps = 100
+	for _, tc := range []struct {
+		name string
+		edit func(t *testing.T, img []byte) []byte
+	}{
+		{"damaged", func(t *testing.T, img []byte) []byte { return img[:len(img)/2] }},
+		{"an op more than the log", editImage(func(m map[string]any) {
+			kept := m["kept"].([]any)
+			last := kept[len(kept)-1].(map[string]any)
+			last["p"], m["ops"] = last["p"].(float64)+1, m["ops"].(float64)+1
+		})},
+		{"an activation more than the log", editImage(func(m map[string]any) {
+			m["acts"] = m["acts"].(float64) + 1
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := newKitchen(t, &host.Options{MaxWarm: -1})
+			ri := k.run(fmt.Sprintf(`{"mode":"held-step","n":%d}`, steps))
+			k.h.WaitSnapshots()
+			k.h.Close(ctx)
+			// The image is replaced by a batch of no events.
+			rec, err := k.st.Run(ctx, ri.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := k.st.State(ctx, ri.ID)
+			if err != nil {
+				t.Fatalf("a waiting run of %d steps has no state image: %v", steps, err)
+			}
+			bad := store.State{Seq: img.Seq, Data: tc.edit(t, img.Data)}
+			if err := k.st.Append(ctx, ri.ID, rec.LastSeq, store.Batch{Run: &rec, PutState: &bad}); err != nil {
+				t.Fatal(err)
+			}
+			k.restart()
+			var answers []string
+			for i := 0; ri.Status == store.StatusWaiting; i++ {
+				answers = append(answers, fmt.Sprintf("a%d", i))
+				if ri, err = k.h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{Text: answers[i]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := result[struct {
+				Sum     int      `json:"sum"`
+				Answers []string `json:"answers"`
+			}](t, ri)
+			if got.Sum != steps*(steps-1)/2+1000 || mustJSON(t, got.Answers) != mustJSON(t, answers) {
+				t.Fatalf("result %+v, answers %v", got, answers)
+			}
+			if st := k.h.SnapshotStats(); st.ImagesRefused != 1 || st.Images != 0 || st.Restored == 0 {
+				t.Fatalf("stats %+v: want the bad image refused once, and the run's snapshots restored", st)
+			}
+		})
+	}
+}
+
+// editImage returns an edit of a state image's JSON, its checksum made
+// again, so that only the host's checks against the log can refuse it.
+func editImage(f func(map[string]any)) func(t *testing.T, img []byte) []byte {
+	return func(t *testing.T, img []byte) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(img[:len(img)-4], &m); err != nil {
+			t.Fatal(err)
+		}
+		f(m)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 	}
 }

@@ -2,8 +2,11 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -36,8 +39,12 @@ import (
 //
 // Only runs whose state is made of ops and markers get images: a run with
 // hooks, child sessions, serve calls or aborts loads from its whole log.
-// An image is a cache, like a snapshot: one that cannot be read, or that
-// the events after it do not follow, is dropped and the log is read.
+// An image is a cache, like a snapshot, and is checked before it is used:
+// its CRC, its run and position, and its shape against the log (the
+// event of its last op, which it always keeps, and of its last
+// activation: checkImage). One that fails, or that the events after it do
+// not follow, is dropped and the log is read; one the log turns out to
+// disagree with when the state is completed is not loaded again.
 
 // stateEvery is how many events a waiting run's log grows by between two
 // images of its state: at most that many events are folded on a load.
@@ -56,6 +63,9 @@ type lazyLog struct {
 	tail []store.Event
 	// err is why completing the state failed; the state stays lazy.
 	err error
+	// refuse is called when the log disagrees with the image: the host
+	// loads the run from its log from then on.
+	refuse func()
 }
 
 type stateImage struct {
@@ -141,8 +151,8 @@ func (rs *runState) image() []byte {
 	work := rs.workFrom()
 	// Ops before imageFrom had settled, and were before workFrom, when
 	// the last image was made: they still are, so only the futures the
-	// run waits on are looked at there.
-	start := min(rs.imageFrom, work)
+	// run waits on are looked at there (and the last op, always kept).
+	start := min(rs.imageFrom, work, max(len(rs.ops)-1, 0))
 	var waiting map[uint32]bool
 	var before []int
 	if w := rs.detail.Waiting; w != nil {
@@ -174,9 +184,10 @@ func (rs *runState) image() []byte {
 		}
 		p := uint32(i + 1)
 		// A refused op made no future and waits on nothing: it is left
-		// out like a settled one.
+		// out like a settled one. The last op is kept, so that a load
+		// can check the op count against the log.
 		done := o.settled || o.refused != 0
-		if done && i < work && !waiting[p] {
+		if done && i < work && !waiting[p] && i < len(rs.ops)-1 {
 			continue
 		}
 		if !done {
@@ -185,15 +196,21 @@ func (rs *runState) image() []byte {
 		im.Kept = append(im.Kept, toImageOp(p, o))
 	}
 	rs.imageFrom = from
-	return mustJSON(&im)
+	b := mustJSON(&im)
+	// A CRC-32C of the JSON: a damaged image is refused, not loaded.
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 // stateFromImage makes the lazy state of the run whose record is rec from
 // its image st; load reads the run's first events. The caller applies the
 // events after st.Seq.
 func stateFromImage(rec store.Run, st store.State, load func(n int) ([]store.Event, error)) (*runState, error) {
+	b := st.Data
+	if len(b) < 4 || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("state image: checksum")
+	}
 	var im stateImage
-	if err := json.Unmarshal(st.Data, &im); err != nil {
+	if err := json.Unmarshal(b[:len(b)-4], &im); err != nil {
 		return nil, fmt.Errorf("state image: %w", err)
 	}
 	switch {
@@ -205,6 +222,8 @@ func stateFromImage(rec store.Run, st store.State, load func(n int) ([]store.Eve
 		return nil, fmt.Errorf("state image: %d activations, %d ops at event %d", im.Acts, im.Ops, im.Seq)
 	case im.SettledBelow < 0 || im.SettledBelow > im.Ops || im.OpenAsks < 0:
 		return nil, fmt.Errorf("state image: counters")
+	case im.Ops > 0 && (len(im.Kept) == 0 || int(im.Kept[len(im.Kept)-1].P) != im.Ops):
+		return nil, fmt.Errorf("state image: the last of its %d ops is not kept", im.Ops)
 	}
 	rs := newRunState(rec)
 	if err := rs.apply(store.Event{Seq: 1, Kind: EvRunCreated, Time: im.Start, Data: im.Created}); err != nil {
@@ -248,6 +267,9 @@ func (rs *runState) expand() error {
 	}
 	full, err := rs.fold(lz)
 	if err != nil {
+		if errors.Is(err, ErrBadHistory) && lz.refuse != nil {
+			lz.refuse()
+		}
 		lz.err = fmt.Errorf("host: run %s: completing its state from the log: %w", rs.id, err)
 		return lz.err
 	}
@@ -351,13 +373,72 @@ func (h *Host) fromImage(ctx context.Context, rec store.Run) *runState {
 		return nil // none, or the log read after says what is wrong
 	}
 	id := rec.ID
+	h.mu.Lock()
+	bad, ok := h.badImages[id]
+	h.mu.Unlock()
+	if ok && st.Seq <= bad {
+		return nil
+	}
 	rs, err := stateFromImage(rec, st, func(n int) ([]store.Event, error) {
 		h.images.completed.Add(1)
 		return h.store.Events(h.life, id, 0, n)
 	})
+	if err == nil {
+		err = h.checkImage(ctx, rs)
+	}
 	if err != nil {
 		h.images.refused.Add(1)
 		return nil
 	}
+	rs.lazy.refuse = func() { h.distrustImage(id, st.Seq) }
 	return rs
+}
+
+// checkImage checks a loaded state's shape against the log: the event of
+// its last op is that op's, and the last activation's marker is a
+// run_resumed event of that activation. The events after the image must
+// then go on from there (apply checks each op's position).
+func (h *Host) checkImage(ctx context.Context, rs *runState) error {
+	at := func(seq uint64) (*evData, string, error) {
+		evs, err := h.store.Events(ctx, rs.id, seq-1, 1)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(evs) != 1 || evs[0].Seq != seq {
+			return nil, "", fmt.Errorf("%w: no event %d", ErrBadHistory, seq)
+		}
+		d, err := decodeEvData(evs[0])
+		return d, evs[0].Kind, err
+	}
+	if n := len(rs.ops); n > 0 {
+		o := rs.ops[n-1]
+		d, kind, err := at(o.seq)
+		if err != nil {
+			return err
+		}
+		if d.Op != uint32(n) || kind == EvRunResumed || kind == EvOutput {
+			return fmt.Errorf("%w: event %d (%s, op %d) is not the first of op %d", ErrBadHistory, o.seq, kind, d.Op, n)
+		}
+	}
+	m := rs.markers[len(rs.markers)-1]
+	d, kind, err := at(m.seq)
+	if err != nil {
+		return err
+	}
+	if kind != EvRunResumed || d.Activation != len(rs.markers)-1 {
+		return fmt.Errorf("%w: event %d (%s) is not activation %d's", ErrBadHistory, m.seq, kind, len(rs.markers)-1)
+	}
+	return nil
+}
+
+// distrustImage stops the run's state images up to seq from being
+// loaded, and counts the refusal.
+func (h *Host) distrustImage(runID string, seq uint64) {
+	h.images.refused.Add(1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.badImages == nil {
+		h.badImages = map[string]uint64{}
+	}
+	h.badImages[runID] = max(h.badImages[runID], seq)
 }

@@ -1,9 +1,12 @@
 package host
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -258,7 +261,7 @@ func TestStateImages(t *testing.T) {
 				}
 			}
 			var im stateImage
-			if err := json.Unmarshal(img, &im); err != nil {
+			if err := json.Unmarshal(img[:len(img)-4], &im); err != nil {
 				t.Fatal(err)
 			}
 			if len(pre.ops) > 20 && pre.ops[0].settled && pre.ops[0].refused == 0 && len(im.Kept) == len(pre.ops) {
@@ -365,15 +368,19 @@ func TestStateImageRefusals(t *testing.T) {
 	img := foldAll(t, rec, evs).image()
 	noLoad := func(int) ([]store.Event, error) { return nil, errors.New("not read") }
 	var im stateImage
-	if err := json.Unmarshal(img, &im); err != nil {
+	if err := json.Unmarshal(img[:len(img)-4], &im); err != nil {
 		t.Fatal(err)
 	}
+	// edit changes the image and makes its checksum again.
 	edit := func(f func(*stateImage)) []byte {
 		c := im
 		c.Kept = append([]imageOp(nil), im.Kept...)
 		f(&c)
-		return mustJSON(&c)
+		b := mustJSON(&c)
+		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	}
+	flipped := bytes.Clone(img)
+	flipped[len(flipped)/2] ^= 1
 	other := rec
 	other.ID = "other"
 	for name, tc := range map[string]struct {
@@ -384,7 +391,10 @@ func TestStateImageRefusals(t *testing.T) {
 		"another run":      {other, rec.LastSeq, img},
 		"ahead of the log": {rec, rec.LastSeq + 1, edit(func(c *stateImage) { c.Seq = rec.LastSeq + 1 })},
 		"seq mismatch":     {rec, rec.LastSeq - 1, img},
-		"not json":         {rec, rec.LastSeq, img[:len(img)/2]},
+		"cut short":        {rec, rec.LastSeq, img[:len(img)/2]},
+		"a flipped bit":    {rec, rec.LastSeq, flipped},
+		"not json":         {rec, rec.LastSeq, binary.LittleEndian.AppendUint32([]byte("{not"), crc32.Checksum([]byte("{not"), castagnoli))},
+		"last op left out": {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept = c.Kept[:len(c.Kept)-1] })},
 		"format":           {rec, rec.LastSeq, edit(func(c *stateImage) { c.V = 99 })},
 		"op order":         {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[0].P, c.Kept[1].P = c.Kept[1].P, c.Kept[0].P })},
 		"op past the end":  {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[len(c.Kept)-1].P = uint32(c.Ops + 1) })},
