@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/store"
 )
 
 // FuzzHistoryState: a history file ReadHistory accepts is folded into a
@@ -75,6 +76,24 @@ func FuzzHistoryState(f *testing.F) {
 				if o := rs.op(p); o == nil || o.hook != id {
 					t.Fatalf("hook %d lists op %d, which is not its hook_next", id, p)
 				}
+			}
+		}
+		// A state with an image loads from it, and completes to the
+		// folded state.
+		if img := rs.image(); img != nil {
+			evs := make([]store.Event, len(hist.Events))
+			for i, he := range hist.Events {
+				evs[i] = store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}
+			}
+			lz, err := stateFromImage(hist.Run, store.State{Seq: rs.lastSeq, Data: img}, func(n int) ([]store.Event, error) { return evs[:n], nil })
+			if err != nil {
+				t.Fatalf("the state's own image does not load: %v", err)
+			}
+			if err := lz.expand(); err != nil {
+				t.Fatalf("the state loaded from its image does not complete: %v", err)
+			}
+			if a, b := stateDump(lz), stateDump(rs); a != b {
+				t.Fatalf("the state loaded from its image completes to\n%s\nnot\n%s", a, b)
 			}
 		}
 		_ = rs.currentStatus()
