@@ -105,7 +105,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync, NoFreelistSync: true})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync, NoGrowSync: o.NoSync, NoFreelistSync: true})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
@@ -347,6 +347,11 @@ func (s *Bolt) begin() error {
 			return s.broken
 		}
 	}
+	// Events (a run's keys grow with its seq) and questions (their IDs
+	// grow with time) are added at the end of a key range: pages split
+	// there are kept nearly full rather than half full.
+	tx.Bucket(bucketEvents).FillPercent = 0.9
+	tx.Bucket(bucketAsks).FillPercent = 0.9
 	s.tx = tx
 	return nil
 }
