@@ -48,3 +48,18 @@ func newID(prefix string, n int) string {
 	}
 	return prefix + strings.ToLower(idEncoding.EncodeToString(b))
 }
+
+// sortedDigits are base32 digits in the order of their bytes.
+const sortedDigits = "234567abcdefghijklmnopqrstuvwxyz"
+
+// newTimedID is newID with the time in milliseconds before the random
+// part (10 digits that sort as the times do), so that IDs made later sort
+// later.
+func newTimedID(prefix string, n int) string {
+	ms := uint64(time.Now().UnixMilli())
+	var t [10]byte
+	for i := range t {
+		t[len(t)-1-i] = sortedDigits[ms>>(5*i)&31]
+	}
+	return newID(prefix+string(t[:]), n)
+}

@@ -360,7 +360,7 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		} else if rs.created.NoAsk {
 			d.Answer = &abi.AskAnswer{Status: abi.AnswerUnavailable}
 		} else {
-			d.AskID = newID("ask_", 8)
+			d.AskID = newTimedID("ask_", 8)
 		}
 		ev, err = b.push(EvAskOpened, d)
 		if err == nil && d.AskID != "" {
