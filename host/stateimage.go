@@ -229,7 +229,9 @@ func stateFromImage(rec store.Run, st store.State, load func(n int) ([]store.Eve
 	if err := rs.apply(store.Event{Seq: 1, Kind: EvRunCreated, Time: im.Start, Data: im.Created}); err != nil {
 		return nil, fmt.Errorf("state image: %w", err)
 	}
-	rs.ops = make([]*opRec, im.Ops)
+	// Room for the ops and activations of the events after the image, so
+	// that they do not copy the slices.
+	rs.ops = make([]*opRec, im.Ops, im.Ops+stateEvery)
 	rs.slab = make([]opRec, len(im.Kept))
 	prev := uint32(0)
 	for i := range im.Kept {
@@ -241,7 +243,7 @@ func stateFromImage(rec store.Run, st store.State, load func(n int) ([]store.Eve
 		rs.slab[i] = k.opRec()
 		rs.ops[k.P-1] = &rs.slab[i]
 	}
-	rs.markers = make([]marker, im.Acts)
+	rs.markers = make([]marker, im.Acts, im.Acts+stateEvery)
 	rs.markers[im.Acts-1] = marker{seq: im.Last.Seq, t: im.Last.T}
 	rs.lastSeq, rs.settledBelow, rs.openAsks = im.Seq, im.SettledBelow, im.OpenAsks
 	rs.outProduced, rs.outRecorded, rs.lastProgress = im.OutProduced, im.OutRecorded, im.Progress
