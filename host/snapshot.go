@@ -517,12 +517,18 @@ func restoreInto(s snapshotter, img *snapImage, base []byte) error {
 // instead.
 func (h *Host) distrust(runID string, seq uint64) {
 	h.snaps.refused.Add(1)
+	h.markBad(&h.badSnaps, runID, seq)
+}
+
+// markBad notes in *m that the run's images (snapshots or state images)
+// up to seq are not to be used.
+func (h *Host) markBad(m *map[string]uint64, runID string, seq uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.badSnaps == nil {
-		h.badSnaps = map[string]uint64{}
+	if *m == nil {
+		*m = map[string]uint64{}
 	}
-	h.badSnaps[runID] = seq
+	(*m)[runID] = max((*m)[runID], seq)
 }
 
 func (h *Host) distrusted(runID string, seq uint64) bool {

@@ -437,10 +437,5 @@ func (h *Host) checkImage(ctx context.Context, rs *runState) error {
 // loaded, and counts the refusal.
 func (h *Host) distrustImage(runID string, seq uint64) {
 	h.images.refused.Add(1)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.badImages == nil {
-		h.badImages = map[string]uint64{}
-	}
-	h.badImages[runID] = max(h.badImages[runID], seq)
+	h.markBad(&h.badImages, runID, seq)
 }

@@ -1060,34 +1060,31 @@ func putSnapshot(w *wtx, runID string, snap Snapshot) error {
 
 // State implements Store.
 func (s *Bolt) State(ctx context.Context, runID string) (State, error) {
-	var st State
-	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketStates).Get([]byte(runID))
-		if v == nil {
-			return fmt.Errorf("%w: run %s", ErrStateNotFound, runID)
-		}
-		if len(v) < 8 {
-			return fmt.Errorf("%w: state image of run %s is %d bytes", ErrCorrupt, runID, len(v))
-		}
-		st = State{Seq: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8:]...)}
-		return nil
-	})
-	return st, err
+	seq, data, err := s.seqValue(bucketStates, runID, ErrStateNotFound, "state image")
+	return State{Seq: seq, Data: data}, err
 }
 
 // Snapshot implements Store.
 func (s *Bolt) Snapshot(ctx context.Context, runID string) (Snapshot, error) {
-	var snap Snapshot
+	seq, data, err := s.seqValue(bucketSnapshots, runID, ErrSnapshotNotFound, "snapshot")
+	return Snapshot{Seq: seq, Data: data}, err
+}
+
+// seqValue reads a run's value that begins with a seq (8 bytes,
+// big-endian): a snapshot or a state image.
+func (s *Bolt) seqValue(bucket []byte, runID string, notFound error, what string) (uint64, []byte, error) {
+	var seq uint64
+	var data []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketSnapshots).Get([]byte(runID))
+		v := tx.Bucket(bucket).Get([]byte(runID))
 		if v == nil {
-			return fmt.Errorf("%w: run %s", ErrSnapshotNotFound, runID)
+			return fmt.Errorf("%w: run %s", notFound, runID)
 		}
 		if len(v) < 8 {
-			return fmt.Errorf("%w: snapshot of run %s is %d bytes", ErrCorrupt, runID, len(v))
+			return fmt.Errorf("%w: %s of run %s is %d bytes", ErrCorrupt, what, runID, len(v))
 		}
-		snap = Snapshot{Seq: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8:]...)}
+		seq, data = binary.BigEndian.Uint64(v), append([]byte(nil), v[8:]...)
 		return nil
 	})
-	return snap, err
+	return seq, data, err
 }
