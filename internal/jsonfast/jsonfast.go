@@ -5,8 +5,6 @@ package jsonfast
 
 import (
 	"bytes"
-	"encoding/json"
-	"sync"
 )
 
 // PlainString reports whether json.Marshal writes s unescaped between its
@@ -23,7 +21,9 @@ func PlainString(s string) bool {
 
 // PlainRaw reports whether json.Marshal copies the raw JSON b into a
 // json.RawMessage's place as it is: b is one valid JSON value, already
-// compact, of printable ASCII without <, > and & (which it escapes).
+// compact, of printable ASCII without <, > and & (which it escapes). It
+// reads b once, without encoding/json's scanner (FuzzPlainRaw holds it to
+// what json.Compact says).
 func PlainRaw(b []byte) bool {
 	if len(b) == 0 {
 		return false
@@ -33,17 +33,181 @@ func PlainRaw(b []byte) bool {
 			return false
 		}
 	}
-	// Compact also validates: it fails on anything but one JSON value.
-	buf := bufs.Get().(*bytes.Buffer)
-	buf.Reset()
-	plain := json.Compact(buf, b) == nil && bytes.Equal(buf.Bytes(), b)
-	if buf.Cap() <= 64<<10 {
-		bufs.Put(buf)
-	}
-	return plain
+	v := validator{b: b}
+	return v.value(0) && v.i == len(b)
 }
 
-var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// maxDepth is encoding/json's limit on nesting, which json.Compact
+// enforces too.
+const maxDepth = 10000
+
+// validator reads one compact JSON value of printable ASCII from b[i:].
+type validator struct {
+	b []byte
+	i int
+}
+
+func (v *validator) peek() byte {
+	if v.i < len(v.b) {
+		return v.b[v.i]
+	}
+	return 0
+}
+
+func (v *validator) value(depth int) bool {
+	switch c := v.peek(); {
+	case c == '{':
+		return v.object(depth + 1)
+	case c == '[':
+		return v.array(depth + 1)
+	case c == '"':
+		return v.str()
+	case c == '-' || c >= '0' && c <= '9':
+		return v.number()
+	case c == 't':
+		return v.lit("true")
+	case c == 'f':
+		return v.lit("false")
+	case c == 'n':
+		return v.lit("null")
+	}
+	return false
+}
+
+func (v *validator) lit(s string) bool {
+	if len(v.b)-v.i < len(s) || string(v.b[v.i:v.i+len(s)]) != s {
+		return false
+	}
+	v.i += len(s)
+	return true
+}
+
+func (v *validator) object(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	v.i++ // {
+	if v.peek() == '}' {
+		v.i++
+		return true
+	}
+	for {
+		if v.peek() != '"' || !v.str() || v.peek() != ':' {
+			return false
+		}
+		v.i++
+		if !v.value(depth) {
+			return false
+		}
+		switch v.peek() {
+		case ',':
+			v.i++
+		case '}':
+			v.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (v *validator) array(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	v.i++ // [
+	if v.peek() == ']' {
+		v.i++
+		return true
+	}
+	for {
+		if !v.value(depth) {
+			return false
+		}
+		switch v.peek() {
+		case ',':
+			v.i++
+		case ']':
+			v.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str reads a string; the bytes are printable ASCII already.
+func (v *validator) str() bool {
+	v.i++ // "
+	for v.i < len(v.b) {
+		switch v.b[v.i] {
+		case '"':
+			v.i++
+			return true
+		case '\\':
+			v.i++
+			switch v.peek() {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				v.i++
+			case 'u':
+				if len(v.b)-v.i < 5 {
+					return false
+				}
+				for _, h := range v.b[v.i+1 : v.i+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return false
+					}
+				}
+				v.i += 5
+			default:
+				return false
+			}
+		default:
+			v.i++
+		}
+	}
+	return false
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (v *validator) number() bool {
+	if v.peek() == '-' {
+		v.i++
+	}
+	switch c := v.peek(); {
+	case c == '0':
+		v.i++
+	case c >= '1' && c <= '9':
+		v.digits()
+	default:
+		return false
+	}
+	if v.peek() == '.' {
+		v.i++
+		if !v.digits() {
+			return false
+		}
+	}
+	if c := v.peek(); c == 'e' || c == 'E' {
+		v.i++
+		if c := v.peek(); c == '+' || c == '-' {
+			v.i++
+		}
+		if !v.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+// digits reads one or more digits.
+func (v *validator) digits() bool {
+	start := v.i
+	for v.i < len(v.b) && v.b[v.i] >= '0' && v.b[v.i] <= '9' {
+		v.i++
+	}
+	return v.i > start
+}
 
 // Reader reads JSON laid out exactly as the hand encoders expect, from the
 // start of B: the record readers take what they know and leave anything

@@ -1,7 +1,9 @@
 package jsonfast
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -68,4 +70,57 @@ func TestReader(t *testing.T) {
 			t.Errorf("Int took %q, left %q", bad, q.B)
 		}
 	}
+}
+
+// plainRawRef is PlainRaw as json.Compact decides it: the reference the
+// hand validator must agree with.
+func plainRawRef(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	var buf bytes.Buffer
+	return len(b) > 0 && json.Compact(&buf, b) == nil && bytes.Equal(buf.Bytes(), b)
+}
+
+var plainRawSeeds = []string{
+	`1`, `-0`, `-0.5e+10`, `0.`, `01`, `1e`, `1E-2`, `.5`, `-`, `--1`, `1.5.5`,
+	`"a"`, `"\u00e9"`, `"\u00g9"`, `"\u00e"`, `"\x"`, `"\/\b\f\n\r\t\"\\"`, `"open`, `"a"b`,
+	`{}`, `[]`, `{"a":1,"b":[true,false,null,{"c":"d"}]}`, `{"a":1,}`, `[1,]`, `{"a"}`, `{1:2}`,
+	`{"a":1 }`, `[ 1]`, `[1]]`, `{"a":1}}`, `tru`, `nulll`, `true false`, `[[[[[]]]]]`,
+	strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
+	strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
+	strings.Repeat(`{"a":`, maxDepth) + "1" + strings.Repeat("}", maxDepth),
+	strings.Repeat(`{"a":`, maxDepth+1) + "1" + strings.Repeat("}", maxDepth+1),
+}
+
+// FuzzPlainRaw: the hand validator says what json.Compact says.
+func FuzzPlainRaw(f *testing.F) {
+	for _, s := range plainRawSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := PlainRaw(b), plainRawRef(b); got != want {
+			t.Fatalf("PlainRaw(%q) = %v, json.Compact says %v", b, got, want)
+		}
+	})
+}
+
+func BenchmarkPlainRaw(b *testing.B) {
+	v := []byte(`{"prompt":"Deploy api to production?","options":[{"id":"approve","label":"Approve"},{"id":"reject","label":"Reject"}],"display":"buttons"}`)
+	b.Run("hand", func(b *testing.B) {
+		for b.Loop() {
+			if !PlainRaw(v) {
+				b.Fatal("not plain")
+			}
+		}
+	})
+	b.Run("compact", func(b *testing.B) {
+		for b.Loop() {
+			if !plainRawRef(v) {
+				b.Fatal("not plain")
+			}
+		}
+	})
 }
