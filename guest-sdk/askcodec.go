@@ -18,62 +18,11 @@ import (
 
 // appendAskRequest appends req's JSON encoding, as json.Marshal makes it.
 func appendAskRequest(dst []byte, req AskRequest) ([]byte, error) {
-	if !plainAsk(req) {
-		b, err := json.Marshal(req)
-		return append(dst, b...), err
+	if b, ok := abi.AppendAskRequestJSON(dst, req); ok {
+		return b, nil
 	}
-	dst = appendField(dst, '{', "prompt", req.Prompt)
-	if req.Title != "" {
-		dst = appendField(dst, ',', "title", req.Title)
-	}
-	if req.Display != "" {
-		dst = appendField(dst, ',', "display", req.Display)
-	}
-	if len(req.Options) > 0 {
-		dst = append(dst, `,"options":`...)
-		for i, o := range req.Options {
-			sep := byte(',')
-			if i == 0 {
-				sep = '['
-			}
-			dst = append(dst, sep)
-			dst = appendField(dst, '{', "id", o.ID)
-			dst = appendField(dst, ',', "label", o.Label)
-			if o.Description != "" {
-				dst = appendField(dst, ',', "description", o.Description)
-			}
-			if o.Style != "" {
-				dst = appendField(dst, ',', "style", o.Style)
-			}
-			dst = append(dst, '}')
-		}
-		dst = append(dst, ']')
-	}
-	if req.AllowFreeform {
-		dst = append(dst, `,"allowFreeform":true`...)
-	}
-	return append(dst, '}'), nil
-}
-
-func plainAsk(req AskRequest) bool {
-	if !plain(req.Prompt) || !plain(req.Title) || !plain(req.Display) {
-		return false
-	}
-	for _, o := range req.Options {
-		if !plain(o.ID) || !plain(o.Label) || !plain(o.Description) || !plain(o.Style) {
-			return false
-		}
-	}
-	return true
-}
-
-// appendField appends sep, then "key":"v" for a plain v.
-func appendField(dst []byte, sep byte, key, v string) []byte {
-	dst = append(dst, sep, '"')
-	dst = append(dst, key...)
-	dst = append(dst, `":"`...)
-	dst = append(dst, v...)
-	return append(dst, '"')
+	b, err := json.Marshal(req)
+	return append(dst, b...), err
 }
 
 // decodeAnswer decodes an answer the host wrote: an object of the three

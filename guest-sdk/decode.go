@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
 // unencodable is the payload sent for a value that could not be encoded:
@@ -32,7 +33,7 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 			return strconv.AppendInt(dst, int64(x), 10), nil
 		}
 	case string:
-		if plain(x) {
+		if jsonfast.PlainString(x) {
 			dst = append(dst, '"')
 			dst = append(dst, x...)
 			return append(dst, '"'), nil
@@ -61,23 +62,13 @@ func appendTyped[T any](dst []byte, v T) ([]byte, error) {
 	case *bool:
 		return strconv.AppendBool(dst, *p), nil
 	case *string:
-		if plain(*p) {
+		if jsonfast.PlainString(*p) {
 			dst = append(dst, '"')
 			dst = append(dst, *p...)
 			return append(dst, '"'), nil
 		}
 	}
 	return appendValue(dst, v)
-}
-
-// plain reports whether a string encodes without escapes.
-func plain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }
 
 // decodeValue decodes a JSON value into v. Scalars skip encoding/json's

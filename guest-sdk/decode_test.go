@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
 // The SDK's own decoding of integers agrees with encoding/json on every
@@ -117,7 +118,9 @@ func TestStepInputLikeJSON(t *testing.T) {
 	}
 }
 
-func plainFields(in abi.StepInput) bool { return plain(in.Name) && plain(in.StepID) && plain(in.RunID) }
+func plainFields(in abi.StepInput) bool {
+	return jsonfast.PlainString(in.Name) && jsonfast.PlainString(in.StepID) && jsonfast.PlainString(in.RunID)
+}
 
 // Strings decode as encoding/json decodes them.
 func TestDecodeStringLikeJSON(t *testing.T) {

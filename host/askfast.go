@@ -58,54 +58,8 @@ func decodeAskFast(payload []byte, req *abi.AskRequest) bool {
 
 // encodeAskRequest encodes req as json.Marshal does, byte for byte.
 func encodeAskRequest(req abi.AskRequest) []byte {
-	if !plainAskRequest(req) {
-		return mustJSON(req)
+	if b, ok := abi.AppendAskRequestJSON(make([]byte, 0, 64+len(req.Prompt)+len(req.Title)+48*len(req.Options)), req); ok {
+		return b
 	}
-	field := func(b []byte, sep byte, k, v string) []byte {
-		b = append(append(append(b, sep, '"'), k...), `":"`...)
-		return append(append(b, v...), '"')
-	}
-	b := make([]byte, 0, 64+len(req.Prompt)+len(req.Title)+48*len(req.Options))
-	b = field(b, '{', "prompt", req.Prompt)
-	if req.Title != "" {
-		b = field(b, ',', "title", req.Title)
-	}
-	if req.Display != "" {
-		b = field(b, ',', "display", req.Display)
-	}
-	for i, o := range req.Options {
-		if i == 0 {
-			b = append(b, `,"options":[`...)
-		} else {
-			b = append(b, ',')
-		}
-		b = field(b, '{', "id", o.ID)
-		b = field(b, ',', "label", o.Label)
-		if o.Description != "" {
-			b = field(b, ',', "description", o.Description)
-		}
-		if o.Style != "" {
-			b = field(b, ',', "style", o.Style)
-		}
-		b = append(b, '}')
-	}
-	if len(req.Options) > 0 {
-		b = append(b, ']')
-	}
-	if req.AllowFreeform {
-		b = append(b, `,"allowFreeform":true`...)
-	}
-	return append(b, '}')
-}
-
-func plainAskRequest(req abi.AskRequest) bool {
-	if !jsonfast.PlainString(req.Prompt) || !jsonfast.PlainString(req.Title) || !jsonfast.PlainString(req.Display) {
-		return false
-	}
-	for _, o := range req.Options {
-		if !jsonfast.PlainString(o.ID) || !jsonfast.PlainString(o.Label) || !jsonfast.PlainString(o.Description) || !jsonfast.PlainString(o.Style) {
-			return false
-		}
-	}
-	return true
+	return mustJSON(req)
 }

@@ -56,8 +56,8 @@ func TestAskFastLikeJSON(t *testing.T) {
 		if got := encodeAskRequest(req); string(got) != string(b) {
 			t.Errorf("sample %d: encodeAskRequest wrote %s, json.Marshal %s", i, got, b)
 		}
-		if plainAskRequest(req) != plain {
-			t.Errorf("sample %d: plainAskRequest = %v, want %v", i, !plain, plain)
+		if _, ok := abi.AppendAskRequestJSON(nil, req); ok != plain {
+			t.Errorf("sample %d: AppendAskRequestJSON took it %v, want %v", i, ok, plain)
 		}
 	}
 	first := string(seeds[2])
