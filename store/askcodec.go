@@ -59,7 +59,7 @@ func decodeAskFast(v []byte, a *Ask) bool {
 	if !p.Quoted(&created) || !p.Lit(`}`) || len(p.B) != 0 {
 		return false
 	}
-	if isSpace(req[0]) || isSpace(req[len(req)-1]) || !json.Valid(req) {
+	if !oneValue(req) {
 		return false
 	}
 	if a.CreatedAt.UnmarshalJSON(created) != nil {

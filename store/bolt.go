@@ -113,7 +113,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta, bucketSessions, bucketSnapshots, bucketStates} {
+		for _, b := range bucketNames {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -48,7 +48,7 @@ func decodeRunFast(v []byte, r *Run) bool {
 		d := rest[len(`,"detail":`) : len(rest)-1]
 		// One JSON value, without the spaces around it encoding/json would
 		// leave out of a RawMessage.
-		if len(d) == 0 || isSpace(d[0]) || isSpace(d[len(d)-1]) || !json.Valid(d) {
+		if !oneValue(d) {
 			return false
 		}
 		r.Detail = bytes.Clone(d)
@@ -58,6 +58,13 @@ func decodeRunFast(v []byte, r *Run) bool {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// oneValue reports whether b is one JSON value without spaces around it:
+// what encoding/json keeps of a RawMessage. What the store writes by hand
+// is plain and is checked without encoding/json's scanner.
+func oneValue(b []byte) bool {
+	return jsonfast.PlainRaw(b) || len(b) > 0 && !isSpace(b[0]) && !isSpace(b[len(b)-1]) && json.Valid(b)
+}
 
 // encodeRun encodes a run record as json.Marshal does, byte for byte: by
 // hand when every string is printable ASCII that json.Marshal writes as it
