@@ -297,31 +297,13 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 				return err
 			}
 		}
-		rs = h.fromImage(ctx, rec)
-		after := uint64(0)
-		if rs != nil {
-			after = rs.lastSeq
-		}
 		var err error
-		if evs, err = h.store.Events(ctx, rh.id, after, 0); err != nil {
+		if rs, err = h.fromImage(ctx, rec); err != nil {
 			return err
 		}
-		if rs != nil {
-			for _, e := range evs {
-				if err = rs.apply(e); err != nil {
-					break
-				}
-			}
-			if err != nil || rs.lastSeq != rec.LastSeq {
-				// The log does not follow the image: the log rules.
-				h.distrustImage(rh.id, rs.imageSeq)
-				rs = nil
-				if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
-					return err
-				}
-			} else {
-				h.images.loaded.Add(1)
-				evs = nil
+		if rs == nil {
+			if evs, err = h.store.Events(ctx, rh.id, 0, 0); err != nil {
+				return err
 			}
 		}
 	}

@@ -69,10 +69,9 @@ type lazyLog struct {
 }
 
 type stateImage struct {
-	V    int    `json:"v"`
-	Run  string `json:"run"`
-	Seq  uint64 `json:"seq"`
-	Tool string `json:"tool"`
+	V   int    `json:"v"`
+	Run string `json:"run"`
+	Seq uint64 `json:"seq"`
 	// Created is the run_created event's data, and Start its time.
 	Created []byte    `json:"created"`
 	Start   time.Time `json:"start"`
@@ -166,7 +165,7 @@ func (rs *runState) image() []byte {
 		slices.Sort(before)
 	}
 	last := rs.markers[len(rs.markers)-1]
-	im := stateImage{V: stateImageVersion, Run: rs.id, Seq: rs.lastSeq, Tool: rs.rec.Tool,
+	im := stateImage{V: stateImageVersion, Run: rs.id, Seq: rs.lastSeq,
 		Created: mkEvent(EvRunCreated, rs.start, rs.created).Data, Start: rs.start,
 		Acts: len(rs.markers), Last: imageMarker{Seq: last.seq, T: last.t}, Ops: len(rs.ops),
 		SettledBelow: work, OpenAsks: rs.openAsks, OutProduced: rs.outProduced, OutRecorded: rs.outRecorded,
@@ -364,9 +363,34 @@ func (rs *runState) lazyErr() error {
 type imageCounters struct{ loaded, refused, completed atomic.Int64 }
 
 // fromImage loads the lazy state of the run whose record is rec from its
-// image, or returns nil when it has none the host can use. The caller
-// applies the events after the image.
-func (h *Host) fromImage(ctx context.Context, rec store.Run) *runState {
+// image and the events after it, or returns nil when it has no image the
+// host can use, or one the events after it do not follow (the log rules:
+// the caller reads it whole). The error is the store's.
+func (h *Host) fromImage(ctx context.Context, rec store.Run) (*runState, error) {
+	rs := h.loadImage(ctx, rec)
+	if rs == nil {
+		return nil, nil
+	}
+	evs, err := h.store.Events(ctx, rec.ID, rs.lastSeq, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		if err = rs.apply(e); err != nil {
+			break
+		}
+	}
+	if err != nil || rs.lastSeq != rec.LastSeq {
+		h.distrustImage(rec.ID, rs.imageSeq)
+		return nil, nil
+	}
+	h.images.loaded.Add(1)
+	return rs, nil
+}
+
+// loadImage is the lazy state the run's stored image makes, checked against
+// the log, or nil.
+func (h *Host) loadImage(ctx context.Context, rec store.Run) *runState {
 	if h.opts.Snapshots < 0 || rec.Status.Terminal() {
 		return nil
 	}
