@@ -134,6 +134,10 @@ func body() {
 	res, eo := callEntry()
 	complete(res, eo)
 	yieldCh <- abi.RunDone
+	// The run is over, and the host resets or closes the instance. The
+	// goroutine waits for good rather than exit: exiting would free its
+	// grown stack, work every run would do at its end for nothing.
+	select {}
 }
 
 func callEntry() (res json.RawMessage, eo *abi.ErrorObject) {
