@@ -26,9 +26,10 @@ var extismGuestSource []byte
 const extismGuestGoMod = "module github.com/sandflow/sandflow/bench/peers/testdata/extismguest\n\ngo 1.26.8\n"
 
 // ExtismInput and ExtismOutput are the greet call's input and the output
-// it must give, the same small JSON as sandflow's trivial tool.
+// it must give: the input and result of sandflow's trivial tool call
+// (workload.GreetInput and workload.GreetResult; TestExtismSameWork).
 const (
-	ExtismInput  = `{"name":"world"}`
+	ExtismInput  = `{"mode":"greet","name":"world"}`
 	ExtismOutput = `{"greeting":"hello world"}`
 )
 

@@ -10,6 +10,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sandflow/sandflow/bench/workload"
 )
 
 func BenchmarkTemporalReplay(b *testing.B) {
@@ -113,6 +115,15 @@ func TestTemporalReplayCorrupted(t *testing.T) {
 	}
 }
 
+// The Extism call is timed against sandflow's trivial tool call, so its
+// guest must get the same input and give the same result.
+func TestExtismSameWork(t *testing.T) {
+	if ExtismInput != workload.GreetInput || ExtismOutput != workload.GreetResult {
+		t.Fatalf("Extism greets %s with %s; sandflow's trivial call greets %s with %s",
+			ExtismInput, ExtismOutput, workload.GreetInput, workload.GreetResult)
+	}
+}
+
 func TestExtismGreet(t *testing.T) {
 	ctx := context.Background()
 	cp, err := NewExtismPlugin(ctx)
@@ -136,9 +147,14 @@ func TestExtismGreet(t *testing.T) {
 	}
 	// Inputs longer than eight bytes and of odd lengths cross both copy
 	// loops of the guest.
-	rc, out, err := p.Call(extismFunction, []byte(`{"name":"a somewhat longer name!"}`))
+	rc, out, err := p.Call(extismFunction, []byte(`{"mode":"greet","name":"a somewhat longer name!"}`))
 	if err != nil || rc != 0 || string(out) != `{"greeting":"hello a somewhat longer name!"}` {
 		t.Fatalf("greet returned %d, %q, %v", rc, out, err)
+	}
+	// Another mode is refused, as the workload guest's greet would not
+	// answer it.
+	if rc, _, err := p.Call(extismFunction, []byte(`{"mode":"steps","name":"x"}`)); err == nil || rc != 1 {
+		t.Fatalf("greet of another mode returned %d and %v, want 1 and an error", rc, err)
 	}
 	// Input that is not JSON is the guest's error, reported by Extism.
 	rc, _, err = p.Call(extismFunction, []byte(`not json`))

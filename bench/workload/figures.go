@@ -913,7 +913,7 @@ func ToolCallNoSync(rt Runtime) func(*testing.B) { return toolCall(rt, false) }
 
 func toolCall(rt Runtime, sync bool) func(*testing.B) {
 	return func(b *testing.B) {
-		input := Input{Mode: Greet, Name: GreetName}.json()
+		input := json.RawMessage(GreetInput)
 		if rt == PlainGo {
 			for b.Loop() {
 				if out, err := PlainGreet(input); err != nil || string(out) != GreetResult {

@@ -110,9 +110,12 @@ const (
 	Greet Workload = "greet"
 )
 
-// GreetName and GreetResult are the greet call of the tool-call figures.
+// GreetName, GreetInput and GreetResult are the greet call of the
+// tool-call figures. bench/peers' Extism plugin is given the same input
+// and must give the same result.
 const (
 	GreetName   = "world"
+	GreetInput  = `{"mode":"greet","name":"world"}`
 	GreetResult = `{"greeting":"hello world"}`
 )
 

@@ -138,6 +138,13 @@ func TestSuite(t *testing.T) {
 // same greeting, names with escapes and non-ASCII text included; the Go
 // and C guests write json.Marshal's bytes.
 func TestGreet(t *testing.T) {
+	var in Input
+	if err := json.Unmarshal([]byte(GreetInput), &in); err != nil || in != (Input{Mode: Greet, Name: GreetName}) {
+		t.Fatalf("GreetInput %s decodes to %+v (%v)", GreetInput, in, err)
+	}
+	if out, err := PlainGreet(json.RawMessage(GreetInput)); err != nil || string(out) != GreetResult {
+		t.Fatalf("PlainGreet(GreetInput) = %s, %v; want %s", out, err, GreetResult)
+	}
 	names := []string{GreetName, ``, `a "quoted" <b> & \ back/slash`, "tab\tnew\nline\r\b\f\x01\x1f", "é ü 😀 日本"}
 	eachSandbox(t, func(t *testing.T, rt Runtime, s *sandbox) {
 		v, err := s.register(rt)

@@ -1,6 +1,7 @@
 // Command extismguest is the Extism plugin of the peer benchmarks. Its
-// greet export does the guest work of a trivial sandflow tool: read a small
-// JSON input, decode it, and write a small JSON output. It is written
+// greet export does the guest work of sandflow's trivial tool, the greet
+// mode of bench/workload's Go guest: decode the same input into the same
+// struct, check the mode, and encode the same greeting. It is written
 // against Extism's host ABI (the "extism:host/env" imports) directly, with
 // no PDK.
 //
@@ -40,7 +41,11 @@ func outputSet(off, n uint64)
 //go:wasmimport extism:host/env error_set
 func errorSet(off uint64)
 
+// request is the workload guest's input type, field for field.
 type request struct {
+	Mode string `json:"mode"`
+	N    int    `json:"n"`
+	Asks int    `json:"asks"`
 	Name string `json:"name"`
 }
 
@@ -48,8 +53,9 @@ type response struct {
 	Greeting string `json:"greeting"`
 }
 
-// greet answers {"name":N} with {"greeting":"hello N"}. It returns 0, or 1
-// with the error message set when the input is not such an object.
+// greet answers {"mode":"greet","name":N} with {"greeting":"hello N"}. It
+// returns 0, or 1 with the error message set when the input is not such
+// an object.
 //
 //go:wasmexport greet
 func greet() int32 {
@@ -58,7 +64,13 @@ func greet() int32 {
 		errorSet(store([]byte(err.Error())))
 		return 1
 	}
-	out, err := json.Marshal(response{Greeting: "hello " + req.Name})
+	if req.Mode != "greet" {
+		errorSet(store([]byte("unknown mode " + req.Mode)))
+		return 1
+	}
+	// Encoded from an interface value, as the workload guest's result is.
+	var res any = response{Greeting: "hello " + req.Name}
+	out, err := json.Marshal(res)
 	if err != nil {
 		errorSet(store([]byte(err.Error())))
 		return 1
