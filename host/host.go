@@ -491,7 +491,7 @@ func (h *Host) newRun(ctx context.Context, tool string, input json.RawMessage, o
 	}
 	id := o.RunID
 	if id == "" {
-		id = newID("run_", 10)
+		id = newTimedID("run_", 10)
 	} else if err := store.ValidRunID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
