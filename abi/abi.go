@@ -48,6 +48,13 @@ const (
 	// InitializeExport is the WASI reactor initialiser; the host calls it once
 	// after instantiation when the module exports it.
 	InitializeExport = "_initialize"
+	// PrepareExport is optional: () -> (). The host calls it once, right
+	// after InitializeExport and under the same limits, before the instance
+	// runs anything or its state is taken as the plugin's base image. It
+	// is for setup that cannot happen during initialisation: a Go guest's
+	// init runs with the runtime's init-time thread lock held, and a
+	// coroutine made there could only be switched to under that lock.
+	PrepareExport = "sandflow_prepare"
 	// MemoryExport is the linear memory the host reads and writes.
 	MemoryExport = "memory"
 )

@@ -54,3 +54,6 @@ func sandflowRun() int32 { return run() }
 
 //go:wasmexport sandflow_step
 func sandflowStep() int32 { return runStep() }
+
+//go:wasmexport sandflow_prepare
+func sandflowPrepare() { prepare() }

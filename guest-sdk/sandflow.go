@@ -67,16 +67,23 @@ func doOp(kind abi.OpKind, name string, payload []byte) response {
 	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
 }
 
-// The entry point and the coroutine that runs it. sandflow_run starts the
-// body on its own goroutine and returns when the body completes or waits;
-// the next sandflow_run lets the waiting body go on.
+// The entry point and the coroutine that runs it (iter.Pull's, made by
+// prepare in warm.go). sandflow_run switches to the body's goroutine and returns when
+// the body completes or waits; the next sandflow_run lets the waiting body
+// go on. A coroutine switch goes straight from one goroutine to the other,
+// where a channel hands off through the scheduler, which costs several
+// times more in WebAssembly.
 var (
 	entry     func(ctx *Context) (json.RawMessage, *abi.ErrorObject)
 	entryKind string
 	started   bool
 	suspended bool
-	resumeCh  = make(chan struct{})
-	yieldCh   = make(chan int32)
+	// bodyNext runs the body until it next yields, and returns what it
+	// yielded: abi.RunSuspended or abi.RunDone.
+	bodyNext func() (int32, bool)
+	// bodyYield, called on the body's goroutine, switches back to
+	// sandflow_run's with the value bodyNext returns.
+	bodyYield func(int32) bool
 )
 
 func register(kind string, fn func(ctx *Context) (json.RawMessage, *abi.ErrorObject)) {
@@ -123,17 +130,21 @@ func run() int32 {
 			complete(nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "the tool defines no entry point: call sandflow.Execute or sandflow.Task from an init function"})
 			return abi.RunDone
 		}
-		startCh <- struct{}{} // the body's goroutine waits (warm.go)
-	} else {
-		resumeCh <- struct{}{}
 	}
-	return <-yieldCh
+	prepare()
+	v, ok := bodyNext()
+	if !ok {
+		// Only runtime.Goexit on the body's goroutine ends the coroutine
+		// (body never returns), and iter.Pull passes it on to this one.
+		panic("sandflow: the workflow body's goroutine exited")
+	}
+	return v
 }
 
 func body() {
 	res, eo := callEntry()
 	complete(res, eo)
-	yieldCh <- abi.RunDone
+	bodyYield(abi.RunDone)
 	// The run is over, and the host resets or closes the instance. The
 	// goroutine waits for good rather than exit: exiting would free its
 	// grown stack, work every run would do at its end for nothing.
@@ -184,8 +195,7 @@ func suspend() {
 		panic("sandflow: two goroutines are waiting at once; call the SDK from the workflow body's goroutine only")
 	}
 	suspended = true
-	yieldCh <- abi.RunSuspended
-	<-resumeCh
+	bodyYield(abi.RunSuspended)
 	suspended = false
 }
 

@@ -2,6 +2,7 @@ package sandflow
 
 import (
 	"encoding/json"
+	"iter"
 	"runtime"
 	"runtime/debug"
 )
@@ -27,24 +28,31 @@ const heapReserve = 2 << 20
 // KiB, and growing a goroutine's stack copies it.
 const bodyStack = 100 << 10
 
-// startCh starts the workflow body on its goroutine, made and grown here.
-var startCh = make(chan struct{})
-
 func init() {
 	runtime.KeepAlive(make([]byte, heapReserve))
 	// Collected now, and its pages scavenged, so that no run does it.
 	debug.FreeOSMemory()
+}
 
-	// The body's goroutine is made now and its stack grown after the
-	// collection (which would shrink an idle one's stack).
-	ready := make(chan struct{})
-	go func() {
+// prepare makes the body's coroutine, grows its stack, and primes the
+// allocator: sandflow_prepare, which the host calls once after
+// _initialize, after every init function has run (the collection above
+// included, which would shrink an idle goroutine's stack). A coroutine
+// cannot be made in init: init runs with the runtime's init-time thread
+// lock, and a coroutine made under it can be switched to only under it,
+// which sandflow_run is not. A host that does not call sandflow_prepare
+// gets it from the first sandflow_run.
+func prepare() {
+	if bodyNext != nil {
+		return
+	}
+	bodyNext, _ = iter.Pull(func(yield func(int32) bool) {
+		bodyYield = yield
 		growStack(bodyStack / 1024)
-		ready <- struct{}{}
-		<-startCh
+		yield(0) // grown: wait for the first sandflow_run
 		body()
-	}()
-	<-ready
+	})
+	bodyNext()
 	primeAllocator()
 }
 

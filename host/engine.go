@@ -38,8 +38,8 @@ type SourceEngine interface {
 
 // CompiledModule is an immutable compiled module that spawns instances.
 type CompiledModule interface {
-	// Instantiate makes a new instance and runs its _initialize export, if
-	// any, within cfg.CPULimit.
+	// Instantiate makes a new instance and runs its _initialize and then
+	// its sandflow_prepare export, those it has, within cfg.CPULimit.
 	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
 	Close(ctx context.Context) error
 }

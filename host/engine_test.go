@@ -353,3 +353,49 @@ func TestEngineStdout(t *testing.T) {
 		}
 	})
 }
+
+// An engine calls sandflow_prepare once, after _initialize, before the
+// instance is handed out; a trap there fails the instantiation.
+func TestEnginePrepare(t *testing.T) {
+	// _initialize stores 1 at address 0; sandflow_prepare turns the byte
+	// b there into 10b+2; sandflow_run returns it. 12 means both ran, in
+	// that order, once each.
+	initBody := append(append(i32const(0), i32const(1)...), 0x3a, 0x00, 0x00) // i32.store8
+	prepare := append(i32const(0), i32const(0)...)
+	prepare = append(prepare, 0x2d, 0x00, 0x00) // i32.load8_u
+	prepare = append(append(prepare, i32const(10)...), 0x6c)
+	prepare = append(append(prepare, i32const(2)...), 0x6a)
+	prepare = append(prepare, 0x3a, 0x00, 0x00)
+	load := append(i32const(0), 0x2d, 0x00, 0x00)
+	module := func(prepareBody []byte, exportPrepare bool) []byte {
+		m := wasmtest.Module{
+			Funcs: []wasmtest.Func{
+				{Results: []byte{wasmtest.I32}, Body: wasmtest.ReturnOne},
+				{Results: []byte{wasmtest.I32}, Body: load},
+				{Body: initBody},
+				{Body: prepareBody},
+			},
+			Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 1, "sandflow_step": 0, "_initialize": 2},
+			Memory:  1,
+		}
+		if exportPrepare {
+			m.Exports["sandflow_prepare"] = 3
+		}
+		return m.Bytes()
+	}
+	eachTestEngine(t, func(t *testing.T, e *engineCase) {
+		for _, tc := range []struct {
+			name    string
+			prepare bool
+			want    int32
+		}{{"exported", true, 12}, {"not exported", false, 1}} {
+			res, _, err := e.run(context.Background(), module(prepare, tc.prepare))
+			if err != nil || res != tc.want {
+				t.Errorf("%s: sandflow_run returned %d, %v; want %d", tc.name, res, err, tc.want)
+			}
+		}
+		if _, err := e.instantiate(module([]byte{0x00}, true)); !errors.Is(err, host.ErrGuest) {
+			t.Errorf("a trap in sandflow_prepare: %v, want a guest error", err)
+		}
+	})
+}

@@ -123,6 +123,11 @@ func TestUploadRefusals(t *testing.T) {
 			Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 1, "sandflow_step": 1},
 			Memory:  1,
 		}.Bytes()
+		badPrepare := wasmtest.Module{
+			Funcs:   []wasmtest.Func{{Results: []byte{wasmtest.I32}, Body: wasmtest.ReturnOne}},
+			Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 0, "sandflow_step": 0, "sandflow_prepare": 0},
+			Memory:  1,
+		}.Bytes()
 		for _, tc := range []struct {
 			name, reason, detail string
 			wasm                 []byte
@@ -134,6 +139,7 @@ func TestUploadRefusals(t *testing.T) {
 			{"wrong ABI signature", "import", "sandflow.op", wasmtest.Guest(wasmtest.ReturnOne, wrongSig)},
 			{"no ABI version export", "abi_version", "sandflow_abi_version", noVersion},
 			{"wrong ABI version", "abi_version", "version 2", version2},
+			{"sandflow_prepare of the wrong type", "missing_export", "sandflow_prepare has type () -> (i32), want () -> ()", badPrepare},
 			{"over the size cap", "too_large", "over the limit", make([]byte, 9<<20)},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -289,6 +289,7 @@ var (
 	sigOp   = wasmparse.FuncType{Params: []byte{wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32}, Results: []byte{wasmparse.I32}}
 	sigRead = wasmparse.FuncType{Params: []byte{wasmparse.I32, wasmparse.I32}, Results: []byte{wasmparse.I32}}
 	sigI32  = wasmparse.FuncType{Results: []byte{wasmparse.I32}}
+	sigVoid = wasmparse.FuncType{}
 )
 
 func sameSig(a *wasmparse.FuncType, b wasmparse.FuncType) bool {
@@ -380,6 +381,9 @@ func checkModule(wasm []byte) (*wasmparse.Module, error) {
 		if !sameSig(e.Type, sigI32) {
 			return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
 		}
+	}
+	if e, ok := mod.Export(abi.PrepareExport); ok && !sameSig(e.Type, sigVoid) {
+		return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.PrepareExport, sigString(e.Type))}
 	}
 	if e, ok := mod.Export(abi.MemoryExport); !ok || e.Kind != wasmparse.KindMemory {
 		return nil, &PluginError{Reason: "missing_export", Detail: "module does not export its memory as \"memory\""}

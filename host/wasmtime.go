@@ -330,9 +330,11 @@ func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instanc
 	if ex := inst.GetExport(i.store, "memory"); ex != nil {
 		i.mem = ex.Memory()
 	}
-	if i.fn(abi.InitializeExport) != nil {
-		if err := i.callResult(ctx, abi.InitializeExport, nil); err != nil {
-			return nil, err
+	for _, name := range []string{abi.InitializeExport, abi.PrepareExport} {
+		if i.fn(name) != nil {
+			if err := i.callResult(ctx, name, nil); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return i, nil

@@ -193,9 +193,11 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		return nil, &GuestError{Message: "instantiate: " + err.Error()}
 	}
 	inst.mod = mod
-	if mod.ExportedFunction(abi.InitializeExport) != nil {
-		if err := inst.callResult(ctx, abi.InitializeExport, nil); err != nil {
-			return nil, err
+	for _, name := range []string{abi.InitializeExport, abi.PrepareExport} {
+		if mod.ExportedFunction(name) != nil {
+			if err := inst.callResult(ctx, name, nil); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return inst, nil
