@@ -136,6 +136,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 	j, recs, err := openJournal(path, !o.NoSync)
 	if err == nil {
 		if err = recoverJournal(db, j, recs); err != nil {
+			j.unmapJournal()
 			j.f.Close()
 		}
 	}
@@ -175,6 +176,7 @@ func (s *Bolt) Close() error {
 		s.tx = nil
 	}
 	empty := err == nil && s.j.size == 0
+	s.j.unmapJournal()
 	if cerr := s.j.f.Close(); err == nil {
 		err = cerr
 	}

@@ -49,6 +49,12 @@ const (
 	journalMaxBytes   = 8 << 20
 	journalMaxDelay   = 50 * time.Millisecond
 
+	// journalMapBytes is how much of the journal file is mapped
+	// (mapJournal): far more than the records a checkpoint usually finds
+	// (up to journalMaxRecords of a few KiB). A record that does not fit
+	// in what is left of it is written with pwrite past it.
+	journalMapBytes = 4 << 20
+
 	journalHeader = 16
 	opPut         = 1
 	opDelete      = 2
@@ -171,10 +177,20 @@ func cutBytes(b []byte) (s, rest []byte, ok bool) {
 }
 
 // journal is the open journal file.
+//
+// Where it can, the journal maps the first journalMapBytes of its file
+// (reserved on disk, zeros to begin with) and copies records in, and a
+// checkpoint starts it again at the beginning rather than truncating it.
+// Records from before the checkpoint may then follow the new ones in the
+// file; they end the journal when it is read, as a torn record does: their
+// seqs are not the next one (recoverJournal). A copy into a shared mapping
+// is in the page cache at once, so it survives the process as a write
+// does, and fdatasync writes it to disk as it does a write's pages.
 type journal struct {
 	f    *os.File
 	path string
-	size int64 // where the next record goes
+	m    []byte // the file's first bytes, mapped; nil when not
+	size int64  // where the next record goes
 	sync bool
 	next uint64 // the next record's seq
 	// written counts the bytes ever appended, across resets: a writer
@@ -223,6 +239,13 @@ func openJournal(path string, sync bool) (*journal, [][]byte, error) {
 // append writes a sealed record at the journal's end; Bolt.durable syncs
 // it. On failure the journal is cut back to where it was.
 func (j *journal) append(r []byte) error {
+	if j.size+int64(len(r)) <= int64(len(j.m)) {
+		copy(j.m[j.size:], r)
+		j.size += int64(len(r))
+		j.written.Add(uint64(len(r)))
+		j.next++
+		return nil
+	}
 	_, err := j.f.WriteAt(r, j.size)
 	if err != nil {
 		if terr := j.f.Truncate(j.size); terr != nil {
@@ -239,9 +262,14 @@ func (j *journal) append(r []byte) error {
 // syncJournal syncs the journal file; tests make it fail.
 var syncJournal = fdatasync
 
-// reset empties the journal after a checkpoint. Records left behind by a
-// failed truncate are older than the checkpoint, which Open skips.
+// reset empties the journal after a checkpoint. A mapped journal starts
+// again at its beginning; records left behind (by that, or by a failed
+// truncate) are older than the checkpoint, which Open skips.
 func (j *journal) reset() {
+	if j.m != nil {
+		j.size = 0
+		return
+	}
 	if j.f.Truncate(0) == nil {
 		j.size = 0
 	}
@@ -291,11 +319,10 @@ func recoverJournal(db *bolt.DB, j *journal, recs [][]byte) error {
 		}
 	}
 	j.next = last + 1
-	if len(recs) > 0 {
-		if err := j.f.Truncate(0); err != nil {
-			return fmt.Errorf("store: empty journal: %w", err)
-		}
+	if err := j.f.Truncate(0); err != nil {
+		return fmt.Errorf("store: empty journal: %w", err)
 	}
+	j.mapJournal()
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,10 +144,9 @@ func TestJournalTornTail(t *testing.T) {
 	defer s.Close()
 	appendCrashBatches(t, s, 1, 6) // records 1 (create) .. 7 (batch 6)
 	db, journal := crashCopy(t, s, t.TempDir())
-	whole, err := os.ReadFile(journal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The records alone: a mapped journal's file goes on with zeros (the
+	// "zeros after the end" case).
+	whole := journalRecords(t, journal)
 	var starts []int // record offsets
 	for off := 0; off < len(whole); off += journalHeader + int(binary.BigEndian.Uint32(whole[off:])) {
 		starts = append(starts, off)
@@ -191,11 +192,15 @@ func TestJournalTornTail(t *testing.T) {
 	}
 }
 
-// Records left in the journal from before a checkpoint (a truncate that
-// failed or did not reach the disk) are skipped wherever they are.
+// Records left in the journal from before a checkpoint (a mapped journal
+// written again from its beginning, a truncate that failed or did not
+// reach the disk) are skipped wherever they are.
 func TestJournalStaleRecords(t *testing.T) {
 	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
 	defer s.Close()
+	if runtime.GOOS == "linux" && s.j.m == nil {
+		t.Fatal("the journal is not mapped")
+	}
 	appendCrashBatches(t, s, 1, 5) // records 1..6
 	_, j1 := crashCopy(t, s, t.TempDir())
 	s.wmu.Lock()
@@ -209,15 +214,18 @@ func TestJournalStaleRecords(t *testing.T) {
 	if got := mainFileSeq(t, db2); got != 10 {
 		t.Fatalf("main file after the checkpoint at seq %d, want 10", got)
 	}
-	old, err := os.ReadFile(j1)
+	asLeft, err := os.ReadFile(j2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recent, err := os.ReadFile(j2)
-	if err != nil {
-		t.Fatal(err)
+	// Records 7..9 were written over the start of 1..6, whose remains
+	// follow them in the file.
+	if seqs := journalSeqs(t, j2); len(seqs) != 3 || seqs[0] != 7 || seqs[2] != 9 {
+		t.Fatalf("journal after the checkpoint holds records %v, want 7..9", seqs)
 	}
+	old, recent := journalRecords(t, j1), journalRecords(t, j2)
 	for name, j := range map[string][]byte{
+		"as left":         asLeft,
 		"old then recent": append(append([]byte(nil), old...), recent...),
 		"recent then old": append(append([]byte(nil), recent...), old...),
 		"old only":        old,
@@ -299,7 +307,11 @@ func TestJournalBroken(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	s := openJournalTest(t, path, Options{NoSync: true})
 	appendCrashBatches(t, s, 1, 2)
-	s.j.f.Close() // every write and truncate now fails
+	// Unmapped, the journal is written with pwrite, and with its file
+	// closed every write and truncate fails. (A copy into the mapping
+	// cannot fail: its disk space is reserved.)
+	s.j.unmapJournal()
+	s.j.f.Close()
 	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
 		t.Fatalf("Append with the journal closed: %v, want ErrJournalBroken", err)
 	}
@@ -419,8 +431,13 @@ func TestCheckpointNow(t *testing.T) {
 	if got := mainFileSeq(t, db); got != 6 {
 		t.Fatalf("main file at seq %d after Checkpoint, want 6", got)
 	}
-	if fi, err := os.Stat(journal); err != nil || fi.Size() != 0 {
-		t.Fatalf("journal after Checkpoint: %v, %v; want it empty", fi, err)
+	// The journal starts again at its beginning; what it still holds is
+	// in the main file already.
+	if s.j.size != 0 {
+		t.Fatalf("journal after Checkpoint ends at %d, want 0", s.j.size)
+	}
+	if recs := journalSeqs(t, journal); len(recs) > 0 && recs[len(recs)-1] > 6 {
+		t.Fatalf("journal after Checkpoint holds records %v past the main file's 6", recs)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -539,4 +556,35 @@ func TestJournalReadWaitsForSync(t *testing.T) {
 	if n := syncs.Load(); n > 3 {
 		t.Errorf("%d syncs for 3 writes and a read; queued writers should share one", n)
 	}
+}
+
+// readJournal returns the records that check out in a journal file, in
+// order, up to the first that does not.
+func readJournal(t *testing.T, path string) [][]byte {
+	t.Helper()
+	j, recs, err := openJournal(strings.TrimSuffix(path, JournalSuffix), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.f.Close()
+	return recs
+}
+
+// journalSeqs returns the seqs of readJournal's records.
+func journalSeqs(t *testing.T, path string) []uint64 {
+	var seqs []uint64
+	for _, r := range readJournal(t, path) {
+		seqs = append(seqs, recordSeq(r))
+	}
+	return seqs
+}
+
+// journalRecords returns readJournal's records, one after another, without
+// what follows them in the file.
+func journalRecords(t *testing.T, path string) []byte {
+	var b []byte
+	for _, r := range readJournal(t, path) {
+		b = append(b, r...)
+	}
+	return b
 }
