@@ -26,8 +26,17 @@ func checkAskDecode(t *testing.T, v []byte) bool {
 	if (errFast == nil) != (errSlow == nil) || (errFast == nil && !sameAsk(fast, slow)) {
 		t.Fatalf("%q:\nfast %+v %v\njson %+v %v", v, fast, errFast, slow, errSlow)
 	}
+	// askOfRun agrees with encoding/json on the record's id and run,
+	// where it decides (it reads nothing else: the write replaces it).
+	if errSlow == nil && askOfRun(v, slow.ID, slow.RunID+"x") {
+		t.Fatalf("%q: askOfRun takes run %sx for %s", v, slow.RunID, slow.RunID)
+	}
 	var a Ask
-	return decodeAskFast(v, &a)
+	fast2 := decodeAskFast(v, &a)
+	if fast2 && !askOfRun(v, a.ID, a.RunID) {
+		t.Fatalf("%q: askOfRun does not take run %s of a record the store writes", v, a.RunID)
+	}
+	return fast2
 }
 
 var askAt = time.Date(2026, 12, 1, 14, 7, 36, 931291011, time.UTC)

@@ -449,6 +449,15 @@ func (s *Bolt) CreateRun(ctx context.Context, run Run, b Batch) error {
 // Append implements Store.
 func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b Batch) error {
 	return s.update(func(w *wtx) error {
+		if b.Run != nil {
+			// The record is replaced: only where its log ends matters.
+			if last, ok := runLastSeq(w.read(bRuns).Get([]byte(runID)), runID); ok {
+				if last != expectLastSeq {
+					return fmt.Errorf("%w: run %s is at event %d, not %d", ErrSeqConflict, runID, last, expectLastSeq)
+				}
+				return s.apply(w, runID, expectLastSeq, b)
+			}
+		}
 		cur, err := runRecord(w.tx, runID)
 		if err != nil {
 			return err
@@ -548,7 +557,7 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 		if a.RunID != runID || a.ID == "" {
 			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
 		}
-		if v := asks.Get([]byte(a.ID)); v != nil {
+		if v := asks.Get([]byte(a.ID)); v != nil && !askOfRun(v, a.ID, runID) {
 			var prev Ask
 			if err := decodeAsk(v, &prev); err != nil {
 				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, a.ID, err)

@@ -57,6 +57,32 @@ func decodeRunFast(v []byte, r *Run) bool {
 	return false
 }
 
+// runLastSeq reads the LastSeq of run id's stored record without decoding
+// the rest, for a write that replaces the record and only checks the log
+// is where its caller thinks: a record laid out as the store writes it,
+// with id first (a run id needs no escape), then fields that are strings
+// or numbers up to lastSeq. A quote inside a string is escaped, so the
+// first ,"lastSeq": is the key. It reports false for anything else, which
+// the caller decodes whole. The record's other fields are not checked: the
+// write replaces them.
+func runLastSeq(v []byte, id string) (uint64, bool) {
+	const open, key = `{"id":"`, `,"lastSeq":`
+	pre := len(open) + len(id) + len(`",`)
+	if len(v) < pre || string(v[:len(open)]) != open || string(v[len(open):len(open)+len(id)]) != id || string(v[len(open)+len(id):pre]) != `",` {
+		return 0, false
+	}
+	i := bytes.Index(v[pre:], []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	p := jsonfast.Reader{B: v[pre+i+len(key):]}
+	var n uint64
+	if !p.Uint(&n) || len(p.B) == 0 || (p.B[0] != ',' && p.B[0] != '}') {
+		return 0, false
+	}
+	return n, true
+}
+
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // oneValue reports whether b is one JSON value without spaces around it:

@@ -34,8 +34,23 @@ func checkRunDecode(t *testing.T, v []byte) bool {
 	if (errFast == nil) != (errSlow == nil) || (errFast == nil && !sameRun(fast, slow)) {
 		t.Fatalf("%q:\nfast %+v %v\njson %+v %v", v, fast, errFast, slow, errSlow)
 	}
+	// runLastSeq reads what encoding/json does, when it reads anything,
+	// of any record encoding/json reads (the others it may read: Append
+	// replaces them).
+	if errSlow == nil {
+		if last, ok := runLastSeq(v, slow.ID); ok && last != slow.LastSeq {
+			t.Fatalf("%q: runLastSeq %d, encoding/json %d", v, last, slow.LastSeq)
+		}
+	}
 	var r Run
-	return decodeRunFast(v, &r)
+	fast2 := decodeRunFast(v, &r)
+	if fast2 {
+		// It reads every record the store writes by hand.
+		if last, ok := runLastSeq(v, r.ID); !ok || last != r.LastSeq {
+			t.Fatalf("%q: runLastSeq %d, %v; want %d", v, last, ok, r.LastSeq)
+		}
+	}
+	return fast2
 }
 
 // The store's hand reader of run records agrees with encoding/json on

@@ -33,8 +33,35 @@ func mustCreate(t *testing.T, s Store, id string, events int) Run {
 
 // Many writers race to append to one run, each from the position it last
 // read. Exactly the winners' batches end up in the log, densely, and every
-// loser is told ErrSeqConflict.
+// loser is told ErrSeqConflict: with the run record kept, and replaced
+// (as the host does, which reads only the stored record's lastSeq).
 func TestFencedAppendConcurrent(t *testing.T) {
+	t.Run("record kept", func(t *testing.T) { fencedAppendConcurrent(t, false) })
+	t.Run("record replaced", func(t *testing.T) { fencedAppendConcurrent(t, true) })
+}
+
+// A batch that replaces the run record and adds no event is refused when
+// the record says the log ends elsewhere: nothing but the record's lastSeq
+// stops it from writing a record behind its log.
+func TestAppendRecordOnlyStale(t *testing.T) {
+	ts := openTestStore(t, Options{NoSync: true})
+	run := mustCreate(t, ts.S, "r", 3)
+	stale := run
+	stale.LastSeq = 2
+	if err := ts.S.Append(ctxBG, "r", 2, Batch{Run: &stale}); !errors.Is(err, ErrSeqConflict) {
+		t.Fatalf("Append at 2 of a run at 3: %v, want ErrSeqConflict", err)
+	}
+	current := run
+	current.Status = StatusWaiting
+	if err := ts.S.Append(ctxBG, "r", 3, Batch{Run: &current}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ts.S.Run(ctxBG, "r"); err != nil || r.LastSeq != 3 || r.Status != StatusWaiting {
+		t.Fatalf("run after the appends: %+v, %v", r, err)
+	}
+}
+
+func fencedAppendConcurrent(t *testing.T, replace bool) {
 	ts := openTestStore(t, Options{NoSync: true})
 	mustCreate(t, ts.S, "fenced", 0)
 	const writers, attempts = 6, 40
@@ -57,6 +84,11 @@ func TestFencedAppendConcurrent(t *testing.T) {
 					{Seq: r.LastSeq + 1, Time: time.Unix(0, 1), Kind: "a", Data: []byte(`"` + tag + `"`)},
 					{Seq: r.LastSeq + 2, Time: time.Unix(0, 2), Kind: "b", Data: []byte(`"` + tag + `"`)},
 				}}
+				if replace {
+					rec := r
+					rec.LastSeq += 2
+					b.Run = &rec
+				}
 				err = ts.S.Append(ctxBG, "fenced", r.LastSeq, b)
 				mu.Lock()
 				switch {
