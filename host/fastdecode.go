@@ -1,10 +1,15 @@
 package host
 
-import "math"
+import (
+	"math"
+
+	"github.com/sandflow/sandflow/abi"
+)
 
 // decodeHot decodes the event data of the kinds a long log is made of
-// (run_resumed, step_started, step_completed: a flat object of op,
-// attempt, activation, name, kind, input and result) into a zero evData
+// (run_resumed, step_started, step_completed, ask_opened, ask_settled: an
+// object of op, attempt, activation, name, kind, input, result, askId,
+// request and an answer of plain strings) into a zero evData
 // without reflection. It reports false, having set nothing the caller
 // keeps, for anything else: another key, an escape in a name, a number
 // that is not a plain non-negative integer, JSON it does not accept. The
@@ -27,8 +32,9 @@ func decodeHot(b []byte, d *evData, strs map[string]string) bool {
 // part of decoding it.
 func (d *evData) clearHot() {
 	d.Op, d.Attempt, d.Activation = 0, 0, 0
-	d.Name, d.Kind = "", ""
-	d.Input, d.Result = nil, nil
+	d.Name, d.Kind, d.AskID = "", "", ""
+	d.Input, d.Result, d.Request = nil, nil, nil
+	d.Answer = nil
 }
 
 // decodeHotFields is decodeHot writing straight into d's fields, which it
@@ -82,17 +88,37 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 				d.Kind = s
 			}
 			i = j
-		case "input", "result":
+		case "input", "result", "request":
 			j, ok := skipValue(b, i, 0)
 			if !ok {
 				return false
 			}
-			if string(key) == "input" {
+			switch string(key) {
+			case "input":
 				d.Input = b[i:j:j]
-			} else {
+			case "result":
 				d.Result = b[i:j:j]
+			default:
+				d.Request = b[i:j:j]
 			}
 			i = j
+		case "askId":
+			v, j, ok := plainBytes(b, i)
+			if !ok {
+				return false
+			}
+			d.AskID, i = string(v), j
+		case "answer":
+			// A second answer would be decoded into the first by
+			// encoding/json, keeping fields the second lacks.
+			if d.Answer != nil {
+				return false
+			}
+			a, j, ok := plainAnswer(b, i)
+			if !ok {
+				return false
+			}
+			d.Answer, i = a, j
 		default:
 			return false
 		}
@@ -108,6 +134,54 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 		}
 		if b[i] != ',' {
 			return false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// plainAnswer reads a question's answer at b[i]: an object whose keys are
+// status, optionId and text, each a plain string.
+func plainAnswer(b []byte, i int) (*abi.AskAnswer, int, bool) {
+	if i >= len(b) || b[i] != '{' {
+		return nil, 0, false
+	}
+	a := new(abi.AskAnswer)
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return a, i + 1, true
+	}
+	for {
+		key, j, ok := plainBytes(b, i)
+		if !ok {
+			return nil, 0, false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return nil, 0, false
+		}
+		v, j, ok := plainBytes(b, skipSpace(b, i+1))
+		if !ok {
+			return nil, 0, false
+		}
+		switch string(key) {
+		case "status":
+			a.Status = string(v)
+		case "optionId":
+			a.OptionID = string(v)
+		case "text":
+			a.Text = string(v)
+		default:
+			return nil, 0, false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) {
+			return nil, 0, false
+		}
+		if b[i] == '}' {
+			return a, i + 1, true
+		}
+		if b[i] != ',' {
+			return nil, 0, false
 		}
 		i = skipSpace(b, i+1)
 	}

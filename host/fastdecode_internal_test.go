@@ -21,11 +21,18 @@ var hotSeeds = []string{
 	`{"op":1,"op":2}`,
 	`{"input":null}`,
 	`{"result":"\ud83d\ude00"}`,
+	`{"op":3,"askId":"ask_2345abcd","request":{"prompt":"Go on?","options":[{"id":"ok","label":"OK"}]}}`,
+	`{"op":3,"askId":"ask_x","answer":{"status":"answered","optionId":"ok","text":"fine"}}`,
+	`{"answer":{}}`,
+	`{"answer": { "text" : "a" , "status":"s", "text":"b" } , "request":1,"request":[2]}`,
 	// left to the general decoder
 	`{"op":4294967296}`, `{"op":-1}`, `{"op":1.0}`, `{"op":1e2}`, `{"op":01}`, `{"op":null}`,
 	`{"name":"\u0041"}`, `{"name":"é"}`, `{"OP":1}`, `{"op":1,}`, `{"op":1}x`, `{"input":}`,
 	`{"input":[1,]}`, `{"input":{"a"}}`, `{"input":"\x"}`, `{"input":"é"}`, `{"retry":{"maxAttempts":3}}`,
 	`{"input":tru}`, `{"input":--1}`, `{"input":1.}`, `{"input":.5}`, `[]`, `null`, ``, `{`,
+	`{"answer":null}`, `{"answer":{"status":1}}`, `{"answer":{"Status":"a"}}`, `{"answer":[]}`,
+	`{"answer":{"status":"a"},"answer":{"text":"b"}}`, `{"answer":{"status":"a",}}`, `{"answer":{"status":"é"}}`,
+	`{"askId":"é"}`, `{"askId":1}`, `{"request":}`, `{"answer":{"status":"a"}`,
 }
 
 // checkHot decodes data both ways: when the fast path takes it, the
@@ -36,7 +43,7 @@ func checkHot(t *testing.T, data []byte) {
 	ok := decodeHot(data, &fast, map[string]string{})
 	err := gojson.Unmarshal(data, &general)
 	if !ok {
-		if fast.Op != 0 || fast.Input != nil || fast.Name != "" {
+		if fast.Op != 0 || fast.Input != nil || fast.Name != "" || fast.AskID != "" || fast.Request != nil || fast.Answer != nil {
 			t.Fatalf("%q: refused, but set %+v", data, fast)
 		}
 		return
@@ -63,8 +70,8 @@ func TestDecodeHot(t *testing.T) {
 			checkHot(t, []byte(s[:n]))
 		}
 	}
-	if taken != 9 {
-		t.Errorf("the fast path took %d seeds, want the first 9", taken)
+	if taken != 13 {
+		t.Errorf("the fast path took %d seeds, want the first 13", taken)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	alphabet := []byte(`{}[]":,0123456789-+.eE \tnulltruefalse\\u"aé` + "\x00")

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
@@ -18,6 +19,19 @@ func checkEncodeHot(t *testing.T, what string, d *evData) bool {
 	got, ok := encodeHot(d)
 	if ok && (err != nil || string(got) != string(want)) {
 		t.Fatalf("%s: encodeHot wrote %s; json.Marshal %s, %v", what, got, want, err)
+	}
+	// What the hand encoder writes, the hand decoder reads back as it was
+	// (but a negative number, which it leaves to the general decoder).
+	if ok && d.Activation >= 0 {
+		var back evData
+		taken := decodeHot(got, &back, nil)
+		same := back.Op == d.Op && back.Activation == d.Activation && back.Attempt == d.Attempt &&
+			back.Kind == d.Kind && back.Name == d.Name && back.AskID == d.AskID &&
+			bytes.Equal(back.Input, d.Input) && bytes.Equal(back.Request, d.Request) && bytes.Equal(back.Result, d.Result) &&
+			reflect.DeepEqual(back.Answer, d.Answer)
+		if !taken || !same {
+			t.Fatalf("%s: decodeHot of %s: %+v, want %+v", what, got, back, *d)
+		}
 	}
 	return ok
 }
