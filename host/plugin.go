@@ -407,8 +407,10 @@ type loadedPlugin struct {
 	// a goroutine is making more; closed: the version is gone.
 	fresh   []freshInstance
 	filling bool
-	// resetting: finished instances being reset for fresh (recycle.go).
+	// resetting: finished instances being reset for fresh (recycle.go);
+	// resetDone, when set, is closed when the next of them is done.
 	resetting int
+	resetDone chan struct{}
 	closed    bool
 	// base is the memory snapshots are diffs against (snapshot.go).
 	base baseImage

@@ -108,12 +108,27 @@ func (*wzModule) preInitialisable() {}
 
 // takeFresh returns a pre-initialised instance of the plugin, or makes
 // one. The activation that takes it refills the pool when it is done
-// (activate), so the refill does not compete with the resume.
+// (activate), so the refill does not compete with the resume. When the
+// pool is empty but instances are being reset for it, it waits for one:
+// a reset takes tens of microseconds, an instantiation milliseconds.
 func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
 	if _, ok := lp.cm.(preInitialisable); !ok || h.preInit() == 0 {
 		return h.instantiate(ctx, lp)
 	}
 	lp.mu.Lock()
+	for len(lp.fresh) == 0 && lp.resetting > 0 && !lp.closed {
+		if lp.resetDone == nil {
+			lp.resetDone = make(chan struct{})
+		}
+		done := lp.resetDone
+		lp.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return freshInstance{}, ctx.Err()
+		}
+		lp.mu.Lock()
+	}
 	var f freshInstance
 	if n := len(lp.fresh); n > 0 {
 		f, lp.fresh = lp.fresh[n-1], lp.fresh[:n-1]
@@ -123,6 +138,16 @@ func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, 
 		return f, nil
 	}
 	return h.instantiate(ctx, lp)
+}
+
+// resetFinished notes, with lp.mu held, that an instance being reset for
+// the pool is done with (pooled or closed), waking takeFresh's waiters.
+func (lp *loadedPlugin) resetFinished() {
+	lp.resetting--
+	if lp.resetDone != nil {
+		close(lp.resetDone)
+		lp.resetDone = nil
+	}
 }
 
 // refill tops the plugin's pool up to the host's PreInit, on one goroutine

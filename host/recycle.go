@@ -68,7 +68,7 @@ func (h *Host) recycle(ctx context.Context, w *wfInstance, dirty []uint32) {
 			err = resetToBase(s, base, dirty)
 		}
 		lp.mu.Lock()
-		lp.resetting--
+		lp.resetFinished()
 		if err != nil || lp.closed || len(lp.fresh) >= h.poolCap() {
 			lp.mu.Unlock()
 			inst.Close(context.Background())
