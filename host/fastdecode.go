@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/sandflow/sandflow/abi"
@@ -9,7 +10,8 @@ import (
 // decodeHot decodes the event data of the kinds a long log is made of
 // (run_resumed, step_started, step_completed, ask_opened, ask_settled: an
 // object of op, attempt, activation, name, kind, input, result, askId,
-// request and an answer of plain strings) into a zero evData
+// request and an answer of plain strings), and run_created's (plain
+// strings, a version, flags, agents, the input) into a zero evData
 // without reflection. It reports false, having set nothing the caller
 // keeps, for anything else: another key, an escape in a name, a number
 // that is not a plain non-negative integer, JSON it does not accept. The
@@ -35,6 +37,9 @@ func (d *evData) clearHot() {
 	d.Name, d.Kind, d.AskID = "", "", ""
 	d.Input, d.Result, d.Request = nil, nil, nil
 	d.Answer = nil
+	d.Tool, d.Plugin, d.Version, d.ModuleHash, d.Seed = "", "", 0, "", ""
+	d.NoAsk, d.Serve, d.SharedInit = false, false, false
+	d.Agents, d.URL, d.BaseURL = nil, "", ""
 }
 
 // decodeHotFields is decodeHot writing straight into d's fields, which it
@@ -102,12 +107,66 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 				d.Request = b[i:j:j]
 			}
 			i = j
-		case "askId":
+		case "askId", "tool", "plugin", "moduleHash", "seed", "url", "baseUrl":
 			v, j, ok := plainBytes(b, i)
 			if !ok {
 				return false
 			}
-			d.AskID, i = string(v), j
+			switch string(key) {
+			case "askId":
+				d.AskID = string(v)
+			case "tool", "plugin":
+				s := intern(strs, v)
+				if string(key) == "tool" {
+					d.Tool = s
+				} else {
+					d.Plugin = s
+				}
+			case "moduleHash":
+				d.ModuleHash = string(v)
+			case "seed":
+				d.Seed = string(v)
+			case "url":
+				d.URL = string(v)
+			default:
+				d.BaseURL = string(v)
+			}
+			i = j
+		case "version":
+			n, j, ok := plainUint(b, i, math.MaxInt32)
+			if !ok {
+				return false
+			}
+			d.Version, i = int(n), j
+		case "noAsk", "serve", "sharedInit":
+			var v bool
+			switch {
+			case bytes.HasPrefix(b[i:], []byte("true")):
+				v, i = true, i+4
+			case bytes.HasPrefix(b[i:], []byte("false")):
+				v, i = false, i+5
+			default:
+				return false
+			}
+			switch string(key) {
+			case "noAsk":
+				d.NoAsk = v
+			case "serve":
+				d.Serve = v
+			default:
+				d.SharedInit = v
+			}
+		case "agents":
+			// A second list would be decoded into the first by
+			// encoding/json, keeping what the second lacks.
+			if d.Agents != nil {
+				return false
+			}
+			as, j, ok := plainAgents(b, i)
+			if !ok {
+				return false
+			}
+			d.Agents, i = as, j
 		case "answer":
 			// A second answer would be decoded into the first by
 			// encoding/json, keeping fields the second lacks.
@@ -134,6 +193,70 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) bool {
 		}
 		if b[i] != ',' {
 			return false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// plainAgents reads a run's agents at b[i]: a list of objects whose keys
+// are name and description, each a plain string.
+func plainAgents(b []byte, i int) ([]AgentInfo, int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, false
+	}
+	as := []AgentInfo{}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return as, i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '{' {
+			return nil, 0, false
+		}
+		var a AgentInfo
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			i++
+		} else {
+			for {
+				key, j, ok := plainBytes(b, i)
+				if !ok {
+					return nil, 0, false
+				}
+				i = skipSpace(b, j)
+				if i >= len(b) || b[i] != ':' {
+					return nil, 0, false
+				}
+				v, j, ok := plainBytes(b, skipSpace(b, i+1))
+				if !ok {
+					return nil, 0, false
+				}
+				switch string(key) {
+				case "name":
+					a.Name = string(v)
+				case "description":
+					a.Description = string(v)
+				default:
+					return nil, 0, false
+				}
+				i = skipSpace(b, j)
+				if i < len(b) && b[i] == '}' {
+					i++
+					break
+				}
+				if i >= len(b) || b[i] != ',' {
+					return nil, 0, false
+				}
+				i = skipSpace(b, i+1)
+			}
+		}
+		as = append(as, a)
+		i = skipSpace(b, i)
+		if i < len(b) && b[i] == ']' {
+			return as, i + 1, true
+		}
+		if i >= len(b) || b[i] != ',' {
+			return nil, 0, false
 		}
 		i = skipSpace(b, i+1)
 	}

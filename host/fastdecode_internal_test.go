@@ -25,6 +25,9 @@ var hotSeeds = []string{
 	`{"op":3,"askId":"ask_x","answer":{"status":"answered","optionId":"ok","text":"fine"}}`,
 	`{"answer":{}}`,
 	`{"answer": { "text" : "a" , "status":"s", "text":"b" } , "request":1,"request":[2]}`,
+	`{"tool":"greet","plugin":"greet","version":3,"moduleHash":"ab12","input":{"name":"w"},"seed":"00ff","noAsk":true,"serve":true,"sharedInit":true,"agents":[{"name":"echo","description":"answers at once"}],"url":"http://h/runs/run_1","baseUrl":"http://h"}`,
+	`{"agents":[],"sharedInit":false,"tool":"a","tool":"b"}`,
+	`{"agents":[{},{"description":"d","name":"n","name":"m"}], "serve" : false }`,
 	// left to the general decoder
 	`{"op":4294967296}`, `{"op":-1}`, `{"op":1.0}`, `{"op":1e2}`, `{"op":01}`, `{"op":null}`,
 	`{"name":"\u0041"}`, `{"name":"é"}`, `{"OP":1}`, `{"op":1,}`, `{"op":1}x`, `{"input":}`,
@@ -33,6 +36,9 @@ var hotSeeds = []string{
 	`{"answer":null}`, `{"answer":{"status":1}}`, `{"answer":{"Status":"a"}}`, `{"answer":[]}`,
 	`{"answer":{"status":"a"},"answer":{"text":"b"}}`, `{"answer":{"status":"a",}}`, `{"answer":{"status":"é"}}`,
 	`{"askId":"é"}`, `{"askId":1}`, `{"request":}`, `{"answer":{"status":"a"}`,
+	`{"agents":null}`, `{"agents":[{"name":1}]}`, `{"agents":[{"Name":"a"}]}`, `{"agents":[1]}`, `{"agents":[{}],"agents":[]}`,
+	`{"agents":[{},]}`, `{"agents":{}}`, `{"version":-1}`, `{"version":"1"}`, `{"noAsk":1}`, `{"serve":truex}`,
+	`{"noAsk":null}`, `{"tool":"a\"b"}`, `{"seed":null}`,
 }
 
 // checkHot decodes data both ways: when the fast path takes it, the
@@ -43,7 +49,7 @@ func checkHot(t *testing.T, data []byte) {
 	ok := decodeHot(data, &fast, map[string]string{})
 	err := gojson.Unmarshal(data, &general)
 	if !ok {
-		if fast.Op != 0 || fast.Input != nil || fast.Name != "" || fast.AskID != "" || fast.Request != nil || fast.Answer != nil {
+		if !reflect.DeepEqual(fast, evData{}) {
 			t.Fatalf("%q: refused, but set %+v", data, fast)
 		}
 		return
@@ -70,8 +76,8 @@ func TestDecodeHot(t *testing.T) {
 			checkHot(t, []byte(s[:n]))
 		}
 	}
-	if taken != 13 {
-		t.Errorf("the fast path took %d seeds, want the first 13", taken)
+	if taken != 16 {
+		t.Errorf("the fast path took %d seeds, want the first 16", taken)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	alphabet := []byte(`{}[]":,0123456789-+.eE \tnulltruefalse\\u"aé` + "\x00")

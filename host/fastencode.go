@@ -7,7 +7,8 @@ import (
 )
 
 // encodeHot encodes the event data of the kinds most events are (a run
-// resumed, a step started or completed, a question opened or settled) as
+// created or resumed, a step started or completed, a question opened or
+// settled) as
 // json.Marshal does, byte for byte, without its reflection: every event
 // is encoded once, when it is recorded. It reports false for anything
 // else (a field it does not write, a string json.Marshal would escape, raw
@@ -17,7 +18,7 @@ func encodeHot(d *evData) ([]byte, bool) {
 	if !d.onlyHot() {
 		return nil, false
 	}
-	b := make([]byte, 0, 96+len(d.Input)+len(d.Request)+len(d.Result))
+	b := make([]byte, 0, 96+len(d.Input)+len(d.Request)+len(d.Result)+len(d.Seed)+len(d.ModuleHash))
 	b = append(b, '{')
 	key := func(k string) {
 		if len(b) > 1 {
@@ -53,8 +54,39 @@ func encodeHot(d *evData) ([]byte, bool) {
 			b = strconv.AppendInt(b, n, 10)
 		}
 	}
+	flag := func(k string, v bool) {
+		if v {
+			key(k)
+			b = append(b, "true"...)
+		}
+	}
 	// In evData's field order.
-	if !raw("input", d.Input) {
+	if !str("tool", d.Tool) || !str("plugin", d.Plugin) {
+		return nil, false
+	}
+	num("version", int64(d.Version))
+	if !str("moduleHash", d.ModuleHash) || !raw("input", d.Input) || !str("seed", d.Seed) {
+		return nil, false
+	}
+	flag("noAsk", d.NoAsk)
+	flag("serve", d.Serve)
+	flag("sharedInit", d.SharedInit)
+	if len(d.Agents) > 0 {
+		key("agents")
+		b = append(b, '[')
+		for i, a := range d.Agents {
+			if !jsonfast.PlainString(a.Name) || !jsonfast.PlainString(a.Description) {
+				return nil, false
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, `{"name":"`...), a.Name...), `","description":"`...)
+			b = append(append(b, a.Description...), `"}`...)
+		}
+		b = append(b, ']')
+	}
+	if !str("url", d.URL) || !str("baseUrl", d.BaseURL) {
 		return nil, false
 	}
 	num("activation", int64(d.Activation))
@@ -88,9 +120,7 @@ func encodeHot(d *evData) ([]byte, bool) {
 
 // onlyHot reports whether every field encodeHot does not write is zero.
 func (d *evData) onlyHot() bool {
-	return d.Tool == "" && d.Plugin == "" && d.Version == 0 && d.ModuleHash == "" && d.Seed == "" &&
-		!d.NoAsk && !d.Serve && !d.SharedInit && d.Agents == nil && d.URL == "" && d.BaseURL == "" &&
-		d.Status == 0 && d.Retry == nil && d.RetryAt == nil && d.FireAt == nil && !d.Immediate &&
+	return d.Status == 0 && d.Retry == nil && d.RetryAt == nil && d.FireAt == nil && !d.Immediate &&
 		d.Token == "" && d.Metadata == nil && d.Conflict == "" && d.Hook == 0 && d.Webhook == nil &&
 		d.Agent == nil && d.Response == nil && d.Index == 0 && d.Payload == nil && d.AgentRequest == nil &&
 		d.CallID == "" && d.Answered == 0 && d.Value == nil && d.Error == nil && d.Reason == "" &&

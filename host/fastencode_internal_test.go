@@ -22,10 +22,14 @@ func checkEncodeHot(t *testing.T, what string, d *evData) bool {
 	}
 	// What the hand encoder writes, the hand decoder reads back as it was
 	// (but a negative number, which it leaves to the general decoder).
-	if ok && d.Activation >= 0 {
+	if ok && d.Activation >= 0 && d.Version >= 0 {
 		var back evData
 		taken := decodeHot(got, &back, nil)
-		same := back.Op == d.Op && back.Activation == d.Activation && back.Attempt == d.Attempt &&
+		same := back.Tool == d.Tool && back.Plugin == d.Plugin && back.Version == d.Version &&
+			back.ModuleHash == d.ModuleHash && back.Seed == d.Seed && back.NoAsk == d.NoAsk && back.Serve == d.Serve &&
+			back.SharedInit == d.SharedInit && len(back.Agents) == len(d.Agents) && (len(d.Agents) == 0 || reflect.DeepEqual(back.Agents, d.Agents)) &&
+			back.URL == d.URL && back.BaseURL == d.BaseURL &&
+			back.Op == d.Op && back.Activation == d.Activation && back.Attempt == d.Attempt &&
 			back.Kind == d.Kind && back.Name == d.Name && back.AskID == d.AskID &&
 			bytes.Equal(back.Input, d.Input) && bytes.Equal(back.Request, d.Request) && bytes.Equal(back.Result, d.Result) &&
 			reflect.DeepEqual(back.Answer, d.Answer)
@@ -80,7 +84,9 @@ func TestEncodeHotLikeJSON(t *testing.T) {
 		reflect.TypeFor[[]AgentInfo]():       []AgentInfo{{Name: "a"}},
 	}
 	hot := map[string]bool{"Input": true, "Activation": true, "Op": true, "Kind": true, "Name": true,
-		"Attempt": true, "AskID": true, "Request": true, "Answer": true, "Result": true}
+		"Attempt": true, "AskID": true, "Request": true, "Answer": true, "Result": true,
+		"Tool": true, "Plugin": true, "Version": true, "ModuleHash": true, "Seed": true, "NoAsk": true,
+		"Serve": true, "SharedInit": true, "Agents": true, "URL": true, "BaseURL": true}
 	typ := reflect.TypeFor[evData]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
@@ -108,19 +114,32 @@ func TestEncodeHotLikeJSON(t *testing.T) {
 	}
 	raws := []string{``, `1`, `"a b"`, `{"a": 1}`, `[1,2]`, `"<"`, `{"a":`, `null`, ` 1`, `"\u00e9"`, "\"\u00e9\""}
 	raw := func() json.RawMessage { return json.RawMessage(raws[r.IntN(len(raws))]) }
-	taken := 0
-	for range 5000 {
+	taken, takenCreated := 0, 0
+	for range 10000 {
 		d := evData{Input: raw(), Activation: r.IntN(3) - 1, Op: uint32(r.IntN(3)), Kind: str(), Name: str(),
 			Attempt: r.IntN(2), AskID: str(), Request: raw(), Result: raw()}
 		if r.IntN(2) == 0 {
 			d.Answer = &abi.AskAnswer{Status: str(), OptionID: str(), Text: str()}
 		}
+		if r.IntN(2) == 0 { // run_created's fields
+			d = evData{Tool: str(), Plugin: str(), Version: r.IntN(3) - 1, ModuleHash: str(), Input: raw(), Seed: str(),
+				NoAsk: r.IntN(2) == 0, Serve: r.IntN(2) == 0, SharedInit: r.IntN(2) == 0, URL: str(), BaseURL: str()}
+			for range r.IntN(3) {
+				d.Agents = append(d.Agents, AgentInfo{Name: str(), Description: str()})
+			}
+			if r.IntN(4) == 0 {
+				d.Agents = []AgentInfo{}
+			}
+		}
 		if checkEncodeHot(t, "random evData", &d) {
 			taken++
+			if d.Tool != "" || d.Seed != "" {
+				takenCreated++
+			}
 		}
 	}
-	if taken < 50 {
-		t.Errorf("the fast path took only %d of 5000 random events", taken)
+	if taken < 50 || takenCreated < 10 {
+		t.Errorf("the fast path took only %d of 10000 random events, %d of them run_created's", taken, takenCreated)
 	}
 }
 
