@@ -3,6 +3,7 @@ package sandflow
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"strconv"
 
 	"github.com/sandflow/sandflow/abi"
@@ -41,6 +42,12 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 	case json.RawMessage:
 		if json.Valid(x) {
 			return append(dst, x...), nil
+		}
+	default:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Struct {
+			if b, ok := appendStruct(dst, rv); ok {
+				return b, nil
+			}
 		}
 	}
 	b, err := json.Marshal(v)
@@ -81,15 +88,23 @@ func decodeValue(raw []byte, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// decodeTyped is decodeValue into a *T: dst is not made to escape to the
-// heap (only the fallback to json.Unmarshal decodes into a copy there), so
-// a caller can decode into a local.
+// decodeTyped is decodeValue into a *T, and decodes plain structs itself
+// too (structcodec.go): dst is not made to escape to the heap (only the
+// slower paths decode into a copy there), so a caller can decode into a
+// local.
 func decodeTyped[T any](raw []byte, dst *T) error {
 	if decodeScalar(raw, dst) {
 		return nil
 	}
 	tmp := new(T)
 	*tmp = *dst
+	if rv := reflect.ValueOf(tmp).Elem(); rv.Kind() == reflect.Struct {
+		if decodeStruct(raw, rv) {
+			*dst = *tmp
+			return nil
+		}
+		*tmp = *dst // undo what it set before it gave up
+	}
 	if err := json.Unmarshal(raw, tmp); err != nil {
 		return err
 	}

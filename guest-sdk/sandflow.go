@@ -42,6 +42,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -108,12 +109,17 @@ func wrap[In, Out any](fn func(ctx *Context, in In) (Out, error)) func(ctx *Cont
 	return func(ctx *Context) (json.RawMessage, *abi.ErrorObject) {
 		var in In
 		r := doOp(abi.OpInput, "", nil)
-		if err := json.Unmarshal(r.payload, &in); err != nil {
+		if err := decodeTyped(r.payload, &in); err != nil {
 			return nil, &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "decoding the tool input: " + err.Error()}
 		}
 		out, err := fn(ctx, in)
 		if err != nil {
 			return nil, errorObject(err)
+		}
+		if rv := reflect.ValueOf(any(out)); rv.Kind() == reflect.Struct {
+			if b, ok := appendStruct(nil, rv); ok { // json.Marshal's bytes
+				return b, nil
+			}
 		}
 		b, err := json.Marshal(out)
 		if err != nil {

@@ -3,6 +3,7 @@ package sandflow
 import (
 	"encoding/json"
 	"iter"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 )
@@ -95,6 +96,14 @@ func growStack(depth int) {
 	stackSink += pad[(depth*7)%len(pad)]
 }
 
+// Warm builds, while the guest initialises, what encoding or decoding a
+// T needs on first use (the SDK's plan of a plain struct, encoding/json's
+// per-type caches), so that it is in the state every run starts from
+// rather than built by every run. The SDK warms the types of the entry
+// point and of the steps; call Warm from an init function for the others
+// a run encodes or decodes: a result returned as any, say.
+func Warm[T any]() { warmCodec[T]() }
+
 // warmCodec runs encoding/json over a zero T, encoding it and decoding the
 // result, so that the package's per-type caches (field lists, encoders)
 // are built while the guest initialises instead of on every run's first
@@ -104,6 +113,7 @@ func growStack(depth int) {
 // zero value is left to build its caches when used.
 func warmCodec[T any]() {
 	defer func() { _ = recover() }()
+	planOf(reflect.TypeFor[T]())
 	var v T
 	b, err := json.Marshal(&v)
 	if err != nil {

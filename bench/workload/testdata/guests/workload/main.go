@@ -17,7 +17,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -55,11 +54,8 @@ func ask(ctx *sandflow.Context) error {
 
 func init() {
 	// greet returns its greeting as any, a type the SDK cannot see to
-	// warm: encode one now, as a tool does for such types (the SDK's
-	// warm.go says why).
-	if _, err := json.Marshal(greeting{}); err != nil {
-		panic(err)
-	}
+	// warm: a tool warms such types itself (sandflow.Warm says why).
+	sandflow.Warm[greeting]()
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (any, error) {
 		switch in.Mode {
 		case "greet":
