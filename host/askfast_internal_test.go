@@ -128,3 +128,47 @@ func BenchmarkParseAsk(b *testing.B) {
 		}
 	}
 }
+
+// The hand reader of outcomes agrees with decodeStrict: on the payloads
+// the SDK writes, near misses, their truncations and random changes.
+func TestOutcomeFastLikeStrict(t *testing.T) {
+	seeds := []string{
+		`{"result":{"greeting":"hello world"}}`, `{"result":1}`, `{"result":null}`, `{"result":"s"}`,
+		`{"result":[1,{"a":[]}]}`, `{"result":{"a":"x\"y"}}`, `{}`, `{"error":{"type":"Fatal","message":"m"}}`,
+		`{"result":{"a":1},"error":{"type":"x"}}`, `{"result": 1}`, `{"result":1 }`, `{"result":"<"}`,
+		`{"result":"é"}`, `{"result":1}x`, `{"result":1}}`, `{"result":}`, `{"result":{"a":1}`, `{"Result":1}`,
+		`{"result":1,"extra":2}`, `{"result":tru}`, `{"result":01}`,
+	}
+	taken := 0
+	check := func(p []byte) {
+		var fast, strict abi.Outcome
+		fmsg := decodeOutcome(p, &fast)
+		smsg := decodeStrict(p, &strict)
+		if fmsg != smsg || !reflect.DeepEqual(fast, strict) && !(len(fast.Result) == 0 && len(strict.Result) == 0 && reflect.DeepEqual(fast.Error, strict.Error)) {
+			t.Fatalf("%q:\nfast   %+v %q\nstrict %+v %q", p, fast, fmsg, strict, smsg)
+		}
+		if fmsg == "" && len(p) > 10 && string(p[:10]) == `{"result":` && string(fast.Result) == string(p[10:len(p)-1]) {
+			taken++
+		}
+	}
+	for _, s := range seeds {
+		check([]byte(s))
+		for n := range len(s) {
+			check([]byte(s[:n]))
+		}
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	alphabet := []byte(`{}[]":,0123456789-.e tnulresa\<é`)
+	for range 20000 {
+		b := []byte(seeds[r.IntN(len(seeds))])
+		for range 1 + r.IntN(3) {
+			if len(b) > 0 {
+				b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
+			}
+		}
+		check(b)
+	}
+	if taken < 100 {
+		t.Errorf("only %d outcomes read whole", taken)
+	}
+}

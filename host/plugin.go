@@ -473,7 +473,7 @@ func (lp *loadedPlugin) checkInput(raw json.RawMessage) (json.RawMessage, error)
 	if problems := lp.input.Validate(v); problems != nil {
 		return nil, &InputError{Tool: lp.m.Name, Problems: problems}
 	}
-	return json.Marshal(v)
+	return schema.Encode(v)
 }
 
 // plugin returns a plugin version ready to run; version 0 is the latest.

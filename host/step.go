@@ -104,7 +104,7 @@ func (s *stepInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []
 			return s.refuse(abi.StatusNotAllowed, "step_complete: the attempt is already complete"), nil
 		}
 		var out abi.Outcome
-		if msg := decodeStrict(payload, &out); msg != "" {
+		if msg := decodeOutcome(payload, &out); msg != "" {
 			return s.refuse(abi.StatusBadRequest, "step_complete: "+msg), nil
 		}
 		if out.Error == nil && len(out.Result) > s.plugin.limits.PayloadBytes {

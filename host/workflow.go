@@ -511,7 +511,7 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 		}
 	case abi.OpComplete:
 		var out abi.Outcome
-		if m := decodeStrict(payload, &out); m != "" {
+		if m := decodeOutcome(payload, &out); m != "" {
 			return bad(m)
 		}
 		if out.Error != nil && out.Error.Type == "" {

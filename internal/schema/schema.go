@@ -65,8 +65,12 @@ func Compile(raw []byte) (*Schema, error) {
 	return &Schema{sch: sch, doc: doc}, nil
 }
 
-// Decode parses JSON the way Validate expects it (numbers kept exact).
+// Decode parses JSON the way Validate expects it (numbers kept exact, as
+// json.Number).
 func Decode(raw []byte) (any, error) {
+	if v, ok := decodePlain(raw); ok {
+		return v, nil
+	}
 	return jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 }
 
