@@ -24,6 +24,9 @@ var ErrCompile = errors.New("schema does not compile")
 type Schema struct {
 	sch *jsonschema.Schema
 	doc any
+	// defaults: the schema has a "default" somewhere, so ApplyDefaults
+	// may have something to do.
+	defaults bool
 }
 
 type noLoader struct{}
@@ -62,7 +65,7 @@ func Compile(raw []byte) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
 	}
-	return &Schema{sch: sch, doc: doc}, nil
+	return &Schema{sch: sch, doc: doc, defaults: hasKey(doc, "default")}, nil
 }
 
 // Decode parses JSON the way Validate expects it (numbers kept exact, as
@@ -159,8 +162,34 @@ const applyBudget = 10_000
 // v in place, and gives up past a fixed amount of work (defaults are a
 // convenience; validation still runs on the result).
 func (s *Schema) ApplyDefaults(v any) {
+	if !s.defaults {
+		return
+	}
 	budget := applyBudget
 	applyDefaults(s.doc, s.doc, v, 0, &budget)
+}
+
+// hasKey reports whether an object anywhere in the decoded JSON v has the
+// key k.
+func hasKey(v any, k string) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x[k]; ok {
+			return true
+		}
+		for _, e := range x {
+			if hasKey(e, k) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasKey(e, k) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func applyDefaults(root, sch, v any, depth int, budget *int) {
