@@ -3,16 +3,17 @@ package host
 import (
 	"strconv"
 
+	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/jsonfast"
 )
 
 // encodeHot encodes the event data of the kinds most events are (a run
 // created or resumed, a step started or completed, a question opened or
-// settled) as
-// json.Marshal does, byte for byte, without its reflection: every event
-// is encoded once, when it is recorded. It reports false for anything
-// else (a field it does not write, a string json.Marshal would escape, raw
-// JSON it would change), which the caller encodes with json.Marshal.
+// settled) as json.Marshal does, byte for byte, without its reflection:
+// every event is encoded once, when it is recorded. It reports false for
+// anything else (a field it does not write, a string json.Marshal would
+// escape, raw JSON it would change), which the caller encodes with
+// json.Marshal.
 // TestEncodeHotLikeJSON compares the two for every field of evData.
 func encodeHot(d *evData) ([]byte, bool) {
 	if !d.onlyHot() {
@@ -126,4 +127,63 @@ func (d *evData) onlyHot() bool {
 		d.CallID == "" && d.Answered == 0 && d.Value == nil && d.Error == nil && d.Reason == "" &&
 		d.Stream == "" && d.Data == "" && d.Produced == 0 && d.Step == 0 && !d.Cut &&
 		d.FromVersion == 0 && d.FromHash == ""
+}
+
+// detailJSON encodes a run's detail, stored with its record at every
+// commit, as json.Marshal does: by hand when it holds no error and its
+// result and stall reason need no escaping (TestDetailJSONLikeMarshal).
+func detailJSON(d runDetail) []byte {
+	if d.Error != nil || (len(d.Result) > 0 && !jsonfast.PlainRaw(d.Result)) || !jsonfast.PlainString(d.Stalled) {
+		return mustJSON(d)
+	}
+	b := make([]byte, 0, 48+len(d.Result)+len(d.Stalled))
+	b = append(b, '{')
+	if w := d.Waiting; w != nil {
+		b = append(b, `"waiting":{"mode":`...)
+		b = strconv.AppendUint(b, uint64(w.Mode), 10)
+		b = append(b, `,"futures":`...)
+		if w.Futures == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '[')
+			for i, f := range w.Futures {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(b, uint64(f), 10)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	if len(d.Result) > 0 {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(append(b, `"result":`...), d.Result...)
+	}
+	if d.Stalled != "" {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, `"stalled":"`...), d.Stalled...), '"')
+	}
+	return append(b, '}')
+}
+
+// answerJSON encodes a question's answer, the value of its future, as
+// json.Marshal does: by hand when its strings need no escaping.
+func answerJSON(a *abi.AskAnswer) []byte {
+	if a == nil || !jsonfast.PlainString(a.Status) || !jsonfast.PlainString(a.OptionID) || !jsonfast.PlainString(a.Text) {
+		return mustJSON(a)
+	}
+	b := make([]byte, 0, 16+len(a.Status)+len(a.OptionID)+len(a.Text)+24)
+	b = append(append(append(b, `{"status":"`...), a.Status...), '"')
+	if a.OptionID != "" {
+		b = append(append(append(b, `,"optionId":"`...), a.OptionID...), '"')
+	}
+	if a.Text != "" {
+		b = append(append(append(b, `,"text":"`...), a.Text...), '"')
+	}
+	return append(b, '}')
 }

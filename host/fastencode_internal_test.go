@@ -160,3 +160,44 @@ func BenchmarkEncodeEvent(b *testing.B) {
 		}
 	})
 }
+
+// The hand encoders of a run's detail and of an answer write
+// json.Marshal's bytes for every value, and leave to it what they cannot.
+func TestDetailJSONLikeMarshal(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	chars := []byte("ab <>&\"\\\x01é")
+	str := func() string {
+		b := make([]byte, r.IntN(4))
+		for i := range b {
+			b[i] = chars[r.IntN(len(chars))]
+		}
+		return string(b)
+	}
+	raws := []string{``, `1`, `{"greeting":"hello world"}`, `{"a": 1}`, `"<"`, `null`, `[1,2]`}
+	for range 5000 {
+		d := runDetail{Result: json.RawMessage(raws[r.IntN(len(raws))]), Stalled: str()}
+		switch r.IntN(4) {
+		case 0:
+			d.Waiting = &waitSet{Mode: abi.AwaitMode(r.IntN(3)), Futures: []uint32{uint32(r.IntN(9)), 1<<32 - 1}}
+		case 1:
+			d.Waiting = &waitSet{Mode: 1, Futures: []uint32{}}
+		case 2:
+			d.Waiting = &waitSet{}
+		}
+		if r.IntN(8) == 0 {
+			d.Error = &abi.ErrorObject{Type: "Fatal", Message: str()}
+		}
+		want, err := json.Marshal(d)
+		if got := detailJSON(d); err != nil || string(got) != string(want) {
+			t.Fatalf("%+v: detailJSON %s, json.Marshal %s, %v", d, got, want, err)
+		}
+		var a *abi.AskAnswer
+		if r.IntN(4) > 0 {
+			a = &abi.AskAnswer{Status: str(), OptionID: str(), Text: str()}
+		}
+		want, err = json.Marshal(a)
+		if got := answerJSON(a); err != nil || string(got) != string(want) {
+			t.Fatalf("%+v: answerJSON %s, json.Marshal %s, %v", a, got, want, err)
+		}
+	}
+}

@@ -371,7 +371,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.LastSeq = rs.lastSeq
 	rec.UpdatedAt = time.Now().UTC()
 	rec.Status = rs.currentStatus()
-	rec.Detail = mustJSON(rs.detail)
+	rec.Detail = detailJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
 	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&

@@ -396,7 +396,7 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		o.askID, o.request = d.AskID, d.Request
 		if d.Answer != nil {
-			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), d.Op)
+			o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), d.Op)
 		} else {
 			rs.openAsks++
 		}
@@ -408,7 +408,7 @@ func (rs *runState) apply(e store.Event) error {
 		if o.settled || d.Answer == nil {
 			return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
 		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(d.Answer), 0)
+		o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), 0)
 		rs.openAsks--
 	case EvHookCreated:
 		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
