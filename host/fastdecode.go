@@ -210,48 +210,23 @@ func plainAgents(b []byte, i int) ([]AgentInfo, int, bool) {
 		return as, i + 1, true
 	}
 	for {
-		if i >= len(b) || b[i] != '{' {
+		var a AgentInfo
+		j, ok := plainObject(b, i, func(key, v []byte) bool {
+			switch string(key) {
+			case "name":
+				a.Name = string(v)
+			case "description":
+				a.Description = string(v)
+			default:
+				return false
+			}
+			return true
+		})
+		if !ok {
 			return nil, 0, false
 		}
-		var a AgentInfo
-		i = skipSpace(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			i++
-		} else {
-			for {
-				key, j, ok := plainBytes(b, i)
-				if !ok {
-					return nil, 0, false
-				}
-				i = skipSpace(b, j)
-				if i >= len(b) || b[i] != ':' {
-					return nil, 0, false
-				}
-				v, j, ok := plainBytes(b, skipSpace(b, i+1))
-				if !ok {
-					return nil, 0, false
-				}
-				switch string(key) {
-				case "name":
-					a.Name = string(v)
-				case "description":
-					a.Description = string(v)
-				default:
-					return nil, 0, false
-				}
-				i = skipSpace(b, j)
-				if i < len(b) && b[i] == '}' {
-					i++
-					break
-				}
-				if i >= len(b) || b[i] != ',' {
-					return nil, 0, false
-				}
-				i = skipSpace(b, i+1)
-			}
-		}
 		as = append(as, a)
-		i = skipSpace(b, i)
+		i = skipSpace(b, j)
 		if i < len(b) && b[i] == ']' {
 			return as, i + 1, true
 		}
@@ -265,27 +240,8 @@ func plainAgents(b []byte, i int) ([]AgentInfo, int, bool) {
 // plainAnswer reads a question's answer at b[i]: an object whose keys are
 // status, optionId and text, each a plain string.
 func plainAnswer(b []byte, i int) (*abi.AskAnswer, int, bool) {
-	if i >= len(b) || b[i] != '{' {
-		return nil, 0, false
-	}
 	a := new(abi.AskAnswer)
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return a, i + 1, true
-	}
-	for {
-		key, j, ok := plainBytes(b, i)
-		if !ok {
-			return nil, 0, false
-		}
-		i = skipSpace(b, j)
-		if i >= len(b) || b[i] != ':' {
-			return nil, 0, false
-		}
-		v, j, ok := plainBytes(b, skipSpace(b, i+1))
-		if !ok {
-			return nil, 0, false
-		}
+	j, ok := plainObject(b, i, func(key, v []byte) bool {
 		switch string(key) {
 		case "status":
 			a.Status = string(v)
@@ -294,17 +250,46 @@ func plainAnswer(b []byte, i int) (*abi.AskAnswer, int, bool) {
 		case "text":
 			a.Text = string(v)
 		default:
-			return nil, 0, false
+			return false
+		}
+		return true
+	})
+	if !ok {
+		return nil, 0, false
+	}
+	return a, j, true
+}
+
+// plainObject reads an object at b[i] whose values are plain strings,
+// giving set each key and value (which alias b) in order; set reports
+// whether it takes the key. It returns the index after the object.
+func plainObject(b []byte, i int, set func(key, v []byte) bool) (int, bool) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		key, j, ok := plainBytes(b, i)
+		if !ok {
+			return 0, false
 		}
 		i = skipSpace(b, j)
-		if i >= len(b) {
-			return nil, 0, false
+		if i >= len(b) || b[i] != ':' {
+			return 0, false
 		}
-		if b[i] == '}' {
-			return a, i + 1, true
+		v, j, ok := plainBytes(b, skipSpace(b, i+1))
+		if !ok || !set(key, v) {
+			return 0, false
 		}
-		if b[i] != ',' {
-			return nil, 0, false
+		i = skipSpace(b, j)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, true
+		}
+		if i >= len(b) || b[i] != ',' {
+			return 0, false
 		}
 		i = skipSpace(b, i+1)
 	}
