@@ -68,14 +68,18 @@ var primeSink []byte
 // primeScanSink is primeSink for objects that hold pointers.
 var primeScanSink []*byte
 
-// primeAllocator allocates one object of every small size, with and
+// primeAllocator allocates an object of each small size class, with and
 // without pointers, and drops it. Go's allocator then holds a span with
 // free slots for each of those size classes, and the image keeps them:
 // without this, the first object of each size class a run allocates takes
 // a new span from the heap, every run, since every run starts from the
 // image (a few µs each in WebAssembly, tens of µs for a trivial call).
+// Go's size classes are at least 8 bytes and at least a sixteenth of their
+// size apart, so stepping by the larger of the two reaches each of them,
+// with about 60 sizes rather than every multiple of 8 (whose zeroing made
+// preparing an instance about 0.5 ms slower).
 func primeAllocator() {
-	for n := 8; n <= primeSmall; n += 8 {
+	for n := 8; n <= primeSmall; n += max(8, n/16) {
 		primeSink = make([]byte, n)
 		primeScanSink = make([]*byte, (n+7)/8)
 	}
