@@ -36,6 +36,10 @@ type SourceEngine interface {
 	Check(ctx context.Context, cm CompiledModule, m Manifest, l Limits) error
 }
 
+// initExports are the exports an engine's Instantiate calls, in order,
+// those the module has.
+var initExports = [...]string{abi.InitializeExport, abi.PrepareExport}
+
 // CompiledModule is an immutable compiled module that spawns instances.
 type CompiledModule interface {
 	// Instantiate makes a new instance and runs its _initialize and then

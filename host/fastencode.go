@@ -100,18 +100,11 @@ func encodeHot(d *evData) ([]byte, bool) {
 		return nil, false
 	}
 	if a := d.Answer; a != nil {
-		if !jsonfast.PlainString(a.Status) || !jsonfast.PlainString(a.OptionID) || !jsonfast.PlainString(a.Text) {
+		if !plainAnswerStrings(a) {
 			return nil, false
 		}
 		key("answer")
-		b = append(append(append(b, `{"status":"`...), a.Status...), '"')
-		if a.OptionID != "" {
-			b = append(append(append(b, `,"optionId":"`...), a.OptionID...), '"')
-		}
-		if a.Text != "" {
-			b = append(append(append(b, `,"text":"`...), a.Text...), '"')
-		}
-		b = append(b, '}')
+		b = appendAnswer(b, a)
 	}
 	if !raw("result", d.Result) {
 		return nil, false
@@ -174,10 +167,21 @@ func detailJSON(d runDetail) []byte {
 // answerJSON encodes a question's answer, the value of its future, as
 // json.Marshal does: by hand when its strings need no escaping.
 func answerJSON(a *abi.AskAnswer) []byte {
-	if a == nil || !jsonfast.PlainString(a.Status) || !jsonfast.PlainString(a.OptionID) || !jsonfast.PlainString(a.Text) {
+	if a == nil || !plainAnswerStrings(a) {
 		return mustJSON(a)
 	}
-	b := make([]byte, 0, 16+len(a.Status)+len(a.OptionID)+len(a.Text)+24)
+	return appendAnswer(make([]byte, 0, 40+len(a.Status)+len(a.OptionID)+len(a.Text)), a)
+}
+
+// plainAnswerStrings reports whether json.Marshal writes each of a's
+// strings as it is.
+func plainAnswerStrings(a *abi.AskAnswer) bool {
+	return jsonfast.PlainString(a.Status) && jsonfast.PlainString(a.OptionID) && jsonfast.PlainString(a.Text)
+}
+
+// appendAnswer appends a's encoding in json.Marshal's layout; its
+// strings must be plain (plainAnswerStrings).
+func appendAnswer(b []byte, a *abi.AskAnswer) []byte {
 	b = append(append(append(b, `{"status":"`...), a.Status...), '"')
 	if a.OptionID != "" {
 		b = append(append(append(b, `,"optionId":"`...), a.OptionID...), '"')

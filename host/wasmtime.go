@@ -330,7 +330,7 @@ func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instanc
 	if ex := inst.GetExport(i.store, "memory"); ex != nil {
 		i.mem = ex.Memory()
 	}
-	for _, name := range []string{abi.InitializeExport, abi.PrepareExport} {
+	for _, name := range initExports {
 		if i.fn(name) != nil {
 			if err := i.callResult(ctx, name, nil); err != nil {
 				return nil, err

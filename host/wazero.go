@@ -193,7 +193,7 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		return nil, &GuestError{Message: "instantiate: " + err.Error()}
 	}
 	inst.mod = mod
-	for _, name := range []string{abi.InitializeExport, abi.PrepareExport} {
+	for _, name := range initExports {
 		if mod.ExportedFunction(name) != nil {
 			if err := inst.callResult(ctx, name, nil); err != nil {
 				return nil, err
