@@ -154,7 +154,7 @@ func decodeStruct(raw []byte, rv reflect.Value) bool {
 		return true
 	}
 	for {
-		key, j, ok := unescaped(raw, i)
+		key, j, ok := jsonfast.StringAt(raw, i)
 		if !ok {
 			return false
 		}
@@ -164,7 +164,7 @@ func decodeStruct(raw []byte, rv reflect.Value) bool {
 			if p.folded[strings.ToLower(string(key))] {
 				return false // a case-insensitive match: encoding/json's rules
 			}
-			i = skipCompact(raw, i)
+			i = jsonfast.ValueEnd(raw, i)
 		} else if i, ok = p.fields[n].decode(raw, i, rv); !ok {
 			return false
 		}
@@ -184,7 +184,7 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 	fv := rv.Field(f.index)
 	switch f.kind {
 	case reflect.String:
-		s, j, ok := unescaped(raw, i)
+		s, j, ok := jsonfast.StringAt(raw, i)
 		if !ok {
 			return 0, false
 		}
@@ -201,10 +201,7 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 		}
 		return 0, false
 	}
-	j := i
-	for j < len(raw) && (raw[j] == '-' || raw[j] == '+' || raw[j] == '.' || raw[j] == 'e' || raw[j] == 'E' || raw[j] >= '0' && raw[j] <= '9') {
-		j++
-	}
+	j := jsonfast.NumberEnd(raw, i)
 	if j == i {
 		return 0, false // not a number: encoding/json's type error
 	}
@@ -230,58 +227,6 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 		fv.SetInt(x)
 	}
 	return j, true
-}
-
-// unescaped returns the contents of the string at raw[i], which must be
-// a string, and the index after it; false when it holds an escape.
-func unescaped(raw []byte, i int) ([]byte, int, bool) {
-	if raw[i] != '"' {
-		return nil, 0, false
-	}
-	for j := i + 1; j < len(raw); j++ {
-		switch raw[j] {
-		case '"':
-			return raw[i+1 : j], j + 1, true
-		case '\\':
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-// skipCompact returns the index after the value at raw[i] of a compact,
-// valid JSON text.
-func skipCompact(raw []byte, i int) int {
-	depth := 0
-	for {
-		switch c := raw[i]; c {
-		case '"':
-			i++
-			for raw[i] != '"' {
-				if raw[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i++
-		case '{', '[':
-			depth++
-			i++
-		case '}', ']':
-			depth--
-			i++
-		default:
-			for i < len(raw) && raw[i] != ',' && raw[i] != '}' && raw[i] != ']' {
-				i++
-			}
-		}
-		if depth == 0 {
-			return i
-		}
-		if raw[i] == ',' || raw[i] == ':' {
-			i++
-		}
-	}
 }
 
 // appendStruct appends the JSON encoding of the struct rv, reporting

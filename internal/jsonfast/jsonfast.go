@@ -298,3 +298,68 @@ func (p *Reader) Int(dst *int) bool {
 	}
 	return true
 }
+
+// The readers below read inside a text PlainRaw took (one compact, valid
+// JSON value of printable ASCII) and check nothing it checked: the hand
+// decoders of the Go SDK and of tool inputs validate with PlainRaw once,
+// then walk the text with these.
+
+// StringAt returns the contents of the string at b[i] and the index after
+// it; false when b[i] is not a string or the string holds an escape.
+func StringAt(b []byte, i int) ([]byte, int, bool) {
+	if b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return b[i+1 : j], j + 1, true
+		case '\\':
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// NumberEnd returns the index after the number that starts at b[i] (i
+// itself when none does).
+func NumberEnd(b []byte, i int) int {
+	for i < len(b) && (b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] >= '0' && b[i] <= '9') {
+		i++
+	}
+	return i
+}
+
+// ValueEnd returns the index after the value that starts at b[i].
+func ValueEnd(b []byte, i int) int {
+	depth := 0
+	for {
+		switch b[i] {
+		case '"':
+			i++
+			for b[i] != '"' {
+				if b[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i++
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			depth--
+			i++
+		default: // a number or a literal
+			for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+				i++
+			}
+		}
+		if depth == 0 {
+			return i
+		}
+		if b[i] == ',' || b[i] == ':' {
+			i++
+		}
+	}
+}

@@ -124,3 +124,48 @@ func BenchmarkPlainRaw(b *testing.B) {
 		}
 	})
 }
+
+// Inside a text PlainRaw takes, ValueEnd finds the end of every value
+// (the whole text, and each member of an object or array), StringAt reads
+// strings without escapes and NumberEnd numbers.
+func TestCompactReaders(t *testing.T) {
+	for _, s := range plainRawSeeds {
+		b := []byte(s)
+		if !PlainRaw(b) {
+			continue
+		}
+		if end := ValueEnd(b, 0); end != len(b) {
+			t.Fatalf("ValueEnd(%s) = %d, want %d", b, end, len(b))
+		}
+	}
+	b := []byte(`{"a":"x","b\"":[1,-2.5e+3,{"c":"d\\"}],"e":true,"f":null,"g":{}}`)
+	if !PlainRaw(b) {
+		t.Fatal("not plain")
+	}
+	var keys []string
+	i := 1
+	for {
+		k, j, ok := StringAt(b, i)
+		if !ok {
+			end := ValueEnd(b, i) // an escaped key: skipped as a value
+			keys = append(keys, "?"+string(b[i:end]))
+			j = end
+		} else {
+			keys = append(keys, string(k))
+		}
+		i = ValueEnd(b, j+1)
+		if b[i] == '}' {
+			break
+		}
+		i++
+	}
+	if got := strings.Join(keys, " "); got != `a ?"b\"" e f g` {
+		t.Fatalf("keys %s", got)
+	}
+	if n := NumberEnd([]byte(`-2.5e+3,`), 0); n != 7 {
+		t.Fatalf("NumberEnd = %d, want 7", n)
+	}
+	if n := NumberEnd([]byte(`"x"`), 0); n != 0 {
+		t.Fatalf("NumberEnd of a string = %d, want 0", n)
+	}
+}

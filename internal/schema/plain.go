@@ -88,10 +88,7 @@ func (p *plainReader) value() (any, bool) {
 		p.i += 4
 		return nil, true
 	default:
-		j := p.i
-		for j < len(p.b) && (p.b[j] == '-' || p.b[j] == '+' || p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E' || p.b[j] >= '0' && p.b[j] <= '9') {
-			j++
-		}
+		j := jsonfast.NumberEnd(p.b, p.i)
 		n := json.Number(p.b[p.i:j])
 		p.i = j
 		return n, true
@@ -100,17 +97,12 @@ func (p *plainReader) value() (any, bool) {
 
 // str reads a string without escapes.
 func (p *plainReader) str() (string, bool) {
-	for j := p.i + 1; j < len(p.b); j++ {
-		switch p.b[j] {
-		case '"':
-			s := string(p.b[p.i+1 : j])
-			p.i = j + 1
-			return s, true
-		case '\\':
-			return "", false
-		}
+	v, j, ok := jsonfast.StringAt(p.b, p.i)
+	if !ok {
+		return "", false
 	}
-	return "", false
+	p.i = j
+	return string(v), true
 }
 
 // appendPlain appends v's encoding as json.Marshal writes it, for values
