@@ -26,11 +26,8 @@ func decodeAsk(v []byte, a *Ask) error {
 // the store writes it and names run runID, without decoding the rest: the
 // check a write replacing the record makes. False means: decode it.
 func askOfRun(v []byte, id, runID string) bool {
-	const a, b = `{"id":"`, `","runId":"`
-	n := len(a) + len(id) + len(b) + len(runID) + 2
-	return len(v) > n && string(v[:len(a)]) == a && string(v[len(a):len(a)+len(id)]) == id &&
-		string(v[len(a)+len(id):len(a)+len(id)+len(b)]) == b &&
-		string(v[len(a)+len(id)+len(b):n-2]) == runID && string(v[n-2:n]) == `",`
+	p := jsonfast.Reader{B: v}
+	return p.Lit(`{"id":"`) && p.Lit(id) && p.Lit(`","runId":"`) && p.Lit(runID) && p.Lit(`",`)
 }
 
 // askTail is what follows the request in the layout json.Marshal writes.

@@ -66,16 +66,16 @@ func decodeRunFast(v []byte, r *Run) bool {
 // the caller decodes whole. The record's other fields are not checked: the
 // write replaces them.
 func runLastSeq(v []byte, id string) (uint64, bool) {
-	const open, key = `{"id":"`, `,"lastSeq":`
-	pre := len(open) + len(id) + len(`",`)
-	if len(v) < pre || string(v[:len(open)]) != open || string(v[len(open):len(open)+len(id)]) != id || string(v[len(open)+len(id):pre]) != `",` {
+	const key = `,"lastSeq":`
+	p := jsonfast.Reader{B: v}
+	if !p.Lit(`{"id":"`) || !p.Lit(id) || !p.Lit(`",`) {
 		return 0, false
 	}
-	i := bytes.Index(v[pre:], []byte(key))
+	i := bytes.Index(p.B, []byte(key))
 	if i < 0 {
 		return 0, false
 	}
-	p := jsonfast.Reader{B: v[pre+i+len(key):]}
+	p.B = p.B[i+len(key):]
 	var n uint64
 	if !p.Uint(&n) || len(p.B) == 0 || (p.B[0] != ',' && p.B[0] != '}') {
 		return 0, false
