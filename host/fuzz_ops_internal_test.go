@@ -623,8 +623,8 @@ func fuzzCheckEnded(t *testing.T, rs *runState) {
 // fuzzSummary renders what the run's state holds, for comparing states.
 func fuzzSummary(rs *runState) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "seq=%d status=%s markers=%d out=%d/%d progress=%s result=%s failure=%v\n",
-		rs.lastSeq, rs.status, len(rs.markers), rs.outProduced, rs.outRecorded, rs.lastProgress, rs.result, rs.failure)
+	fmt.Fprintf(&sb, "seq=%d status=%s markers=%d+%d out=%d/%d progress=%s result=%s failure=%v\n",
+		rs.lastSeq, rs.status, rs.markBase, len(rs.markers), rs.outProduced, rs.outRecorded, rs.lastProgress, rs.result, rs.failure)
 	for _, m := range rs.markers {
 		fmt.Fprintf(&sb, "marker %d %s\n", m.seq, m.t.Format(time.RFC3339Nano))
 	}

@@ -367,8 +367,8 @@ type adHocEntry struct {
 }
 
 func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) (*ReplayReport, error) {
-	rep := &ReplayReport{RunID: rs.id, Module: lp.p.ModuleHash, RecordedOps: len(rs.ops), Activations: len(rs.markers)}
-	if len(rs.markers) == 0 {
+	rep := &ReplayReport{RunID: rs.id, Module: lp.p.ModuleHash, RecordedOps: len(rs.ops), Activations: rs.acts()}
+	if rs.acts() == 0 {
 		rep.End = "suspended"
 		return rep, nil
 	}

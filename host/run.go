@@ -345,7 +345,7 @@ func (rs *runState) currentStatus() store.RunStatus {
 	switch {
 	case rs.status.Terminal():
 		return rs.status
-	case len(rs.runnableSteps()) > 0, len(rs.pendingAgents()) > 0, len(rs.markers) == 0, rs.satisfied(rs.detail.Waiting):
+	case len(rs.runnableSteps()) > 0, len(rs.pendingAgents()) > 0, rs.acts() == 0, rs.satisfied(rs.detail.Waiting):
 		return store.StatusRunning
 	}
 	return store.StatusWaiting
@@ -449,7 +449,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			}
 			continue
 		}
-		if len(rs.markers) > 0 && !rs.satisfied(rs.detail.Waiting) {
+		if rs.acts() > 0 && !rs.satisfied(rs.detail.Waiting) {
 			return nil
 		}
 		if err := h.activate(ctx, rh); err != nil {
@@ -478,7 +478,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		defer h.refill(lp)
 	}
 	b := newBatch(rs)
-	if _, err := b.push(EvRunResumed, &evData{Activation: len(rs.markers)}); err != nil {
+	if _, err := b.push(EvRunResumed, &evData{Activation: rs.acts()}); err != nil {
 		return err
 	}
 	w := h.takeWarm(rh)

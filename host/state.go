@@ -24,7 +24,7 @@ type runState struct {
 	lastSeq uint64
 
 	ops     []*opRec // ops[p-1] is the op at position p
-	markers []marker // the run_resumed events: one per activation
+	markers []marker // the run_resumed events: one per activation, from markBase
 	hooks   map[uint32]*hookRec
 
 	// A serve run's calls (the first is the one that created the run) and
@@ -47,6 +47,11 @@ type runState struct {
 	outProduced int64 // guest output bytes produced, including dropped ones
 	outRecorded int64 // bytes of output recorded in the log
 
+	// markBase is how many activations' markers a lazy state left out:
+	// markers holds activation markBase's and those after it. Zero once
+	// the state is complete (expand).
+	markBase int
+
 	scratch *evData           // apply's decoding buffer
 	strs    map[string]string // the names apply has decoded, interned
 	slab    []opRec           // ops are taken from it while it lasts (reserve)
@@ -54,8 +59,9 @@ type runState struct {
 	// which may have set any field (else only clearHot's are set).
 	scratchFull bool
 
-	// lazy is set on a state loaded from an image (stateimage.go): ops
-	// and markers it left out are nil and zero until expand completes it.
+	// lazy is set on a state loaded from an image (stateimage.go): ops it
+	// left out are nil, and markers before markBase absent, until expand
+	// completes it.
 	lazy *lazyLog
 	// imageSeq is the event the run's last state image was taken at, and
 	// imageFrom the index of ops where its scan may begin (image).
@@ -171,10 +177,10 @@ func (rs *runState) received() int { return min(len(rs.calls), len(rs.receives))
 // activation began (a call arrives between activations).
 func (rs *runState) receivable() int {
 	n := rs.received()
-	if len(rs.markers) == 0 {
+	if rs.acts() == 0 {
 		return 0
 	}
-	at := rs.marker(len(rs.markers) - 1).seq
+	at := rs.marker(rs.acts() - 1).seq
 	for n > 0 && rs.calls[n-1].seq > at {
 		n--
 	}
@@ -254,14 +260,17 @@ func (rs *runState) op(p uint32) *opRec {
 	return rs.ops[p-1]
 }
 
-func (rs *runState) activation() int { return len(rs.markers) - 1 }
+func (rs *runState) activation() int { return rs.acts() - 1 }
+
+// acts is how many activations the run has begun.
+func (rs *runState) acts() int { return rs.markBase + len(rs.markers) }
 
 // newOp adds the op that event e creates at position p.
 func (rs *runState) newOp(e store.Event, p uint32, kind abi.OpKind, name string) (*opRec, error) {
 	if int(p) != len(rs.ops)+1 {
 		return nil, fmt.Errorf("%w: event %d creates op %d, expected op %d", ErrBadHistory, e.Seq, p, len(rs.ops)+1)
 	}
-	if len(rs.markers) == 0 {
+	if rs.acts() == 0 {
 		return nil, fmt.Errorf("%w: event %d records an op before any activation", ErrBadHistory, e.Seq)
 	}
 	var o *opRec
@@ -682,7 +691,7 @@ func (rs *runState) visible(o *opRec, act int, cursor uint32) bool {
 	if o.byGuest {
 		return cursor >= o.settleOp
 	}
-	return act < len(rs.markers) && o.settleSeq < rs.marker(act).seq
+	return act < rs.acts() && o.settleSeq < rs.marker(act).seq
 }
 
 // satisfied reports whether a wait set is satisfied by everything recorded.

@@ -137,7 +137,7 @@ func (io *imageOp) opRec() opRec {
 
 // imageable reports whether the run's state is of the kind an image holds.
 func (rs *runState) imageable() bool {
-	return rs.created != nil && !rs.status.Terminal() && len(rs.markers) > 0 && len(rs.hooks) == 0 &&
+	return rs.created != nil && !rs.status.Terminal() && rs.acts() > 0 && len(rs.hooks) == 0 &&
 		len(rs.sessions) == 0 && len(rs.calls) == 1 && len(rs.receives) == 0 && len(rs.aborts) == 0
 }
 
@@ -167,7 +167,7 @@ func (rs *runState) image() []byte {
 	last := rs.markers[len(rs.markers)-1]
 	im := stateImage{V: stateImageVersion, Run: rs.id, Seq: rs.lastSeq,
 		Created: mkEvent(EvRunCreated, rs.start, rs.created).Data, Start: rs.start,
-		Acts: len(rs.markers), Last: imageMarker{Seq: last.seq, T: last.t}, Ops: len(rs.ops),
+		Acts: rs.acts(), Last: imageMarker{Seq: last.seq, T: last.t}, Ops: len(rs.ops),
 		SettledBelow: work, OpenAsks: rs.openAsks, OutProduced: rs.outProduced, OutRecorded: rs.outRecorded,
 		Progress: rs.lastProgress}
 	for _, i := range before {
@@ -242,8 +242,9 @@ func stateFromImage(rec store.Run, st store.State, load func(n int) ([]store.Eve
 		rs.slab[i] = k.opRec()
 		rs.ops[k.P-1] = &rs.slab[i]
 	}
-	rs.markers = make([]marker, im.Acts, im.Acts+stateEvery)
-	rs.markers[im.Acts-1] = marker{seq: im.Last.Seq, t: im.Last.T}
+	rs.markBase = im.Acts - 1
+	rs.markers = make([]marker, 1, 1+stateEvery)
+	rs.markers[0] = marker{seq: im.Last.Seq, t: im.Last.T}
 	rs.lastSeq, rs.settledBelow, rs.openAsks = im.Seq, im.SettledBelow, im.OpenAsks
 	rs.outProduced, rs.outRecorded, rs.lastProgress = im.OutProduced, im.OutRecorded, im.Progress
 	rs.imageSeq, rs.imageFrom = im.Seq, im.SettledBelow
@@ -311,7 +312,7 @@ func (rs *runState) fold(lz *lazyLog) (*runState, error) {
 		}
 	}
 	switch {
-	case full.lastSeq != rs.lastSeq || len(full.ops) != len(rs.ops) || len(full.markers) != len(rs.markers):
+	case full.lastSeq != rs.lastSeq || len(full.ops) != len(rs.ops) || full.acts() != rs.acts():
 	case len(full.hooks) != len(rs.hooks) || len(full.sessions) != len(rs.sessions):
 	default:
 		for k := range rs.hooks {
@@ -327,7 +328,7 @@ func (rs *runState) fold(lz *lazyLog) (*runState, error) {
 		return full, nil
 	}
 	return nil, fmt.Errorf("%w: the log folds to %d events, %d ops, %d activations; the state image and the events after it to %d, %d, %d",
-		ErrBadHistory, full.lastSeq, len(full.ops), len(full.markers), rs.lastSeq, len(rs.ops), len(rs.markers))
+		ErrBadHistory, full.lastSeq, len(full.ops), full.acts(), rs.lastSeq, len(rs.ops), rs.acts())
 }
 
 // stored notes that the log holds every event applied to the state: a
@@ -342,8 +343,8 @@ func (rs *runState) stored() {
 // out. It returns the zero marker when that fails (the failure is kept in
 // lazy.err).
 func (rs *runState) marker(i int) marker {
-	if m := rs.markers[i]; m.seq != 0 || rs.lazy == nil {
-		return m
+	if i >= rs.markBase {
+		return rs.markers[i-rs.markBase]
 	}
 	if rs.expand() != nil {
 		return marker{}
@@ -451,8 +452,8 @@ func (h *Host) checkImage(ctx context.Context, rs *runState) error {
 	if err != nil {
 		return err
 	}
-	if kind != EvRunResumed || d.Activation != len(rs.markers)-1 {
-		return fmt.Errorf("%w: event %d (%s) is not activation %d's", ErrBadHistory, m.seq, kind, len(rs.markers)-1)
+	if kind != EvRunResumed || d.Activation != rs.acts()-1 {
+		return fmt.Errorf("%w: event %d (%s) is not activation %d's", ErrBadHistory, m.seq, kind, rs.acts()-1)
 	}
 	return nil
 }

@@ -76,8 +76,8 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 	}
 	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: newRNG(rs)}
 	w.clock.advance(rs.start)
-	if len(rs.markers) > 0 {
-		w.clock.advance(rs.markers[0].t) // the guest starts in activation 0
+	if rs.acts() > 0 {
+		w.clock.advance(rs.marker(0).t) // the guest starts in activation 0
 	}
 	if rs.created != nil && rs.created.SharedInit {
 		// Initialised alike, then bound to the run (preinit.go).
