@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/sandflow/sandflow/internal/guestbuild"
 )
 
@@ -53,5 +55,47 @@ func TestReplayCheckerFindsItsModuleAgain(t *testing.T) {
 	if c.lp == first || c.lp.isClosed() || c.lp.p.ModuleHash != first.p.ModuleHash {
 		t.Errorf("after the host let go of it: the same plugin %v, closed %v, module %s (was %s)",
 			c.lp == first, c.lp.isClosed(), c.lp.p.ModuleHash, first.p.ModuleHash)
+	}
+}
+
+// ReadHistory gives each event's data as the store holds it, without the
+// file's indentation, whether or not the file was compressed.
+func TestReadHistoryCompactsData(t *testing.T) {
+	h, _ := benchHost(t, nil)
+	ctx := context.Background()
+	rs := stepsHistory(t, h, 3)
+	evs, err := h.store.Events(ctx, rs.id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := h.ExportHistory(ctx, rs.id, &buf); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := zr.DecodeAll(buf.Bytes(), nil)
+	zr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(plain, []byte("\n    \"op\": 1")) {
+		t.Fatalf("the file is not indented as this test expects:\n%.300s", plain)
+	}
+	for name, file := range map[string][]byte{"compressed": buf.Bytes(), "plain": plain} {
+		hist, err := ReadHistory(bytes.NewReader(file))
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		if len(hist.Events) != len(evs) {
+			t.Fatalf("%s: %d events, the store has %d", name, len(hist.Events), len(evs))
+		}
+		for i, e := range hist.Events {
+			if !bytes.Equal(e.Data, evs[i].Data) {
+				t.Errorf("%s: event %d data %s, the store holds %s", name, e.Seq, e.Data, evs[i].Data)
+			}
+		}
 	}
 }
