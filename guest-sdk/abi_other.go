@@ -4,13 +4,13 @@ package sandflow
 
 import "github.com/sandflow/sandflow/abi"
 
-// rawOp is only available in a guest: build with GOOS=wasip1 GOARCH=wasm.
+// doOp is only available in a guest: build with GOOS=wasip1 GOARCH=wasm.
 // Off wasm, a test may set hostForTest to answer ops.
-func rawOp(kind abi.OpKind, name string, payload []byte) []byte {
+func doOp(kind abi.OpKind, name string, payload []byte) response {
 	if hostForTest == nil {
 		panic("sandflow guest SDK: ops are only available under GOOS=wasip1 GOARCH=wasm")
 	}
-	return hostForTest(kind, name, payload)
+	return parseResponse(kind, hostForTest(kind, name, payload))
 }
 
 // hostForTest answers ops in tests that run off wasm.

@@ -3,6 +3,7 @@
 package sandflow
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/sandflow/sandflow/abi"
@@ -32,18 +33,33 @@ func strPtr(s string) uint32 {
 	return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s))))
 }
 
-// rawOp performs an op and returns the response body, which aliases a
-// buffer the next op overwrites.
-func rawOp(kind abi.OpKind, name string, payload []byte) []byte {
+// doOp performs an op and returns the host's response, whose payload
+// aliases a buffer the next op overwrites. It calls the host and splits
+// the response itself (parseResponse does the same off wasm) rather than
+// through other functions: in WebAssembly a Go call costs tens of
+// nanoseconds, and a replayed step is little more than one op.
+func doOp(kind abi.OpKind, name string, payload []byte) response {
 	n := hostOp(uint32(kind), strPtr(name), uint32(len(name)), bytesPtr(payload), uint32(len(payload)),
 		bytesPtr(respBuf), uint32(len(respBuf)))
 	if int(n) > len(respBuf) {
-		respBuf = make([]byte, n)
-		if hostRead(bytesPtr(respBuf), n) < 0 {
-			panic("sandflow: host refused to hand over a held response")
-		}
+		heldResponse(n)
 	}
-	return respBuf[:n]
+	b := respBuf[:n]
+	if len(b) < abi.BodyHeaderSize {
+		shortResponse(kind, len(b))
+	}
+	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
+}
+
+// heldResponse takes a response of n bytes that did not fit respBuf,
+// which the host holds for the next read, into a new respBuf.
+//
+//go:noinline
+func heldResponse(n uint32) {
+	respBuf = make([]byte, n)
+	if hostRead(bytesPtr(respBuf), n) < 0 {
+		panic("sandflow: host refused to hand over a held response")
+	}
 }
 
 //go:wasmexport sandflow_abi_version

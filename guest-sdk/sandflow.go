@@ -60,12 +60,20 @@ type response struct {
 	payload []byte
 }
 
-func doOp(kind abi.OpKind, name string, payload []byte) response {
-	b := rawOp(kind, name, payload)
+// parseResponse splits an op's response into its header and payload, as
+// doOp does in a guest (abi_wasip1.go).
+func parseResponse(kind abi.OpKind, b []byte) response {
 	if len(b) < abi.BodyHeaderSize {
-		panic(fmt.Sprintf("sandflow: host answered op %s with %d bytes", kind, len(b)))
+		shortResponse(kind, len(b))
 	}
 	return response{abi.Status(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint32(b[4:]), b[abi.BodyHeaderSize:]}
+}
+
+// shortResponse panics: the host answered an op without a header.
+//
+//go:noinline
+func shortResponse(kind abi.OpKind, n int) {
+	panic(fmt.Sprintf("sandflow: host answered op %s with %d bytes", kind, n))
 }
 
 // The entry point and the coroutine that runs it (iter.Pull's, made by
