@@ -423,6 +423,7 @@ func (i *wtInstance) checkCPU() bool {
 }
 
 func (i *wtInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
+func (i *wtInstance) renewCPU()        { i.meter.renew() }
 func (i *wtInstance) pauseCPU() func() { return i.meter.pause() }
 
 // memSlack is how close to the memory limit a failed guest's memory must

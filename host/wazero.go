@@ -324,12 +324,17 @@ func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
 // there once the budget is spent or its context is done. Only the guest's
 // goroutine touches it.
 //
-// Times are kept as durations since a fixed epoch, so that each reading
-// is one monotonic clock read (time.Since) rather than time.Now's wall and
-// monotonic pair: a replay restarts the budget at every recorded
-// activation, thousands of times for a long history.
+// A replay renews the budget at every recorded activation, thousands of
+// times for a long history, so a renewal reads no clock: the budget runs
+// from the meter's next reading (the next tick, or a pause), which comes
+// within one tick's interval of guest work, the host calls in between
+// being answered from the log. Times are kept as durations since a fixed
+// epoch, so that each reading is one monotonic clock read (time.Since)
+// rather than time.Now's wall and monotonic pair.
 type cpuMeter struct {
 	epoch    time.Time
+	budget   time.Duration
+	fresh    bool          // started, and the deadline not set since
 	deadline time.Duration // since epoch
 	pausedAt time.Duration // since epoch, while paused
 	paused   bool
@@ -344,7 +349,22 @@ func (m *cpuMeter) now() time.Duration {
 }
 
 func (m *cpuMeter) start(ctx context.Context, budget time.Duration) {
-	m.ctx, m.deadline, m.paused = ctx, m.now()+budget, false
+	m.ctx, m.budget, m.fresh, m.paused = ctx, budget, false, false
+	m.deadline = m.now() + budget
+}
+
+// renew starts a fresh budget from the next reading.
+func (m *cpuMeter) renew() {
+	m.fresh, m.paused = true, false
+}
+
+// read returns the time, setting the deadline of a fresh budget from it.
+func (m *cpuMeter) read() time.Duration {
+	now := m.now()
+	if m.fresh {
+		m.deadline, m.fresh = now+m.budget, false
+	}
+	return now
 }
 
 // check returns why the call must end, or nil.
@@ -359,14 +379,14 @@ func (m *cpuMeter) check(i *wzInstance) error {
 }
 
 // spent reports whether the budget is used up.
-func (m *cpuMeter) spent() bool { return !m.paused && m.now() > m.deadline }
+func (m *cpuMeter) spent() bool { return !m.paused && m.read() > m.deadline }
 
 // pause stops the budget's clock and returns the function that restarts it.
 func (m *cpuMeter) pause() func() {
 	if m.paused {
 		return func() {}
 	}
-	m.paused, m.pausedAt = true, m.now()
+	m.paused, m.pausedAt = true, m.read()
 	return func() {
 		m.deadline += m.now() - m.pausedAt
 		m.paused = false
@@ -377,10 +397,15 @@ func (m *cpuMeter) pause() func() {
 // PauseCPU and RestartCPU find under instKey in a host call's context.
 type cpuClock interface {
 	restartCPU()
+	// renewCPU is restartCPU for the replay of a recorded activation,
+	// whose host calls are answered from the log: the budget may start
+	// at the next reading of its clock (cpuMeter).
+	renewCPU()
 	pauseCPU() (resume func())
 }
 
 func (i *wzInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
+func (i *wzInstance) renewCPU()        { i.meter.renew() }
 func (i *wzInstance) pauseCPU() func() { return i.meter.pause() }
 
 // CPUClock is the CPU budget of an instance whose engine keeps its own
@@ -407,6 +432,8 @@ func (c engineClock) restartCPU() {
 	}
 }
 
+func (c engineClock) renewCPU() { c.restartCPU() }
+
 func (c engineClock) pauseCPU() func() {
 	if c.Pause != nil {
 		return c.Pause()
@@ -417,12 +444,18 @@ func (c engineClock) pauseCPU() func() {
 // RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
 // budget for the rest of its call.
 func RestartCPU(ctx context.Context) {
-	if ctx == nil {
-		return
-	}
-	if c, _ := ctx.Value(instKey{}).(cpuClock); c != nil {
+	if c := clockOf(ctx); c != nil {
 		c.restartCPU()
 	}
+}
+
+// clockOf is the CPU budget in ctx, or nil.
+func clockOf(ctx context.Context) cpuClock {
+	if ctx == nil {
+		return nil
+	}
+	c, _ := ctx.Value(instKey{}).(cpuClock)
+	return c
 }
 
 // PauseCPU stops the CPU-time clock of the guest whose host call ctx

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -57,6 +58,11 @@ type wfInstance struct {
 	completed bool
 	waiting   *waitSet
 	err       error // a host-side failure to report after the call
+	// cpu is the CPU budget ctx carries (cpuOf), found once per ctx: a
+	// replay renews it at every recorded activation.
+	cpu    cpuClock
+	cpuCtx context.Context
+	one    [1]uint32 // the future an op with the await flag waits on
 
 	outProduced int64
 	outBuf      []outputChunk // not yet recorded
@@ -169,7 +175,8 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 			return body, err
 		}
 		p := binary.LittleEndian.Uint32(body[4:])
-		return w.wait(abi.AwaitAll, []uint32{p}, p)
+		w.one[0] = p // wait copies it if it keeps it
+		return w.wait(abi.AwaitAll, w.one[:], p)
 	}
 	if !kind.InWorkflow() {
 		if kind.Valid() {
@@ -643,13 +650,15 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 			// Each recorded activation ran within its own CPU budget; its
 			// replay gets one too, so whether a run survives does not
 			// depend on whether its instance stayed warm.
-			RestartCPU(w.ctx)
+			if c := w.cpuOf(w.ctx); c != nil {
+				c.renewCPU()
+			}
 			continue
 		}
 		break
 	}
 	w.suspended = true
-	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
+	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: slices.Clone(futures)}
 	if !w.checkOnly {
 		if err := w.flushOutput(); err != nil {
 			return nil, err
@@ -685,6 +694,14 @@ func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bo
 		w.buf = append(w.buf, o.value...)
 	}
 	return w.buf, true
+}
+
+// cpuOf is the CPU budget ctx carries, as RestartCPU finds it.
+func (w *wfInstance) cpuOf(ctx context.Context) cpuClock {
+	if ctx != w.cpuCtx {
+		w.cpu, w.cpuCtx = clockOf(ctx), ctx
+	}
+	return w.cpu
 }
 
 func appendHeader(b []byte, st abi.Status, future uint32) []byte {
