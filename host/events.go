@@ -154,7 +154,7 @@ func decodeEvData(e store.Event) (*evData, error) {
 // names in strs (decodeHot). hot says the fast path decoded it, so only
 // the fields clearHot clears are set.
 func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) (hot bool, err error) {
-	if decodeHot(e.Data, d, strs) {
+	if decodeLaid(e.Kind, e.Data, d, strs) || decodeHot(e.Data, d, strs) {
 		return true, nil
 	}
 	if err := gojson.Unmarshal(e.Data, d); err != nil {
