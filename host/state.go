@@ -81,42 +81,48 @@ type marker struct {
 }
 
 // opRec is one recorded op and, for ops that make futures, its settlement.
+//
+// The fields are ordered to pack (256 bytes, where the order of their
+// meanings took 288): a long run's state holds every op, and a replay
+// of one allocates them all at once. Those a replay reads for every op
+// come first.
 type opRec struct {
 	kind abi.OpKind
-	name string
-	seq  uint64    // the op's first event
-	t    time.Time // and its time
-	act  int       // activation it was issued in
+	// settleOp: see byGuest
+	settleOp uint32
+	name     string
+	seq      uint64    // the op's first event
+	t        time.Time // and its time
+	act      int       // activation it was issued in
 
-	settled   bool
 	settleSeq uint64
+	state     abi.FutureState
+	settled   bool
 	// byGuest: settled by an event of the guest's own (an immediate answer,
 	// or a dispose), so visible from the op at position settleOp on, rather
 	// than from the next activation.
-	byGuest  bool
-	settleOp uint32
-	state    abi.FutureState
-	value    []byte
+	byGuest     bool
+	attemptOpen bool // a step's attempt started and not ended
+	value       []byte
 
 	// step
-	input       json.RawMessage
-	retry       *abi.RetryPolicy
-	attempt     int
-	attemptOpen bool
-	retryAt     time.Time
+	input   json.RawMessage
+	retry   *abi.RetryPolicy
+	attempt int
+	retryAt time.Time
 	// sleep
 	fireAt time.Time
 	// ask
 	askID   string
 	request json.RawMessage
 	// hook_next
-	hook  uint32
-	index int
+	hook uint32
+	// refused is the status of an op the host refused; value holds the error.
+	refused abi.Status
+	index   int // hook_next
 	// agent: the message (with its session key); a pointer, since most
 	// ops are not agent turns and a long run's state holds every op
 	agent *abi.AgentRequest
-	// refused is the status of an op the host refused; value holds the error.
-	refused abi.Status
 }
 
 // session is the key of the agent session an agent op sends to, if any.
