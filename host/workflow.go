@@ -633,10 +633,13 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 // future, and a satisfied wait answers as the op would.
 func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32) ([]byte, error) {
 	for {
-		if body, ok := w.evalAwait(mode, futures); ok {
-			if opFuture != 0 {
-				return w.future(w.rs.op(opFuture), opFuture), nil
+		if opFuture != 0 {
+			// futures is that one, waited for as AwaitAll does: until
+			// it is visible, answered as the op would be.
+			if o := w.rs.op(opFuture); w.rs.visible(o, w.act, w.cursor) {
+				return w.future(o, opFuture), nil
 			}
+		} else if body, ok := w.evalAwait(mode, futures); ok {
 			return body, nil
 		}
 		// The original execution suspended here. Every op it issued in this
