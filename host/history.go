@@ -144,22 +144,15 @@ func compactData(evs []HistoryEvent) {
 func (hist *History) state() (*runState, error) {
 	rs := newRunState(hist.Run)
 	rs.reserve(len(hist.Events), func(i int) string { return hist.Events[i].Kind })
-	plugin, version, hash := "", 0, ""
-	for _, he := range hist.Events {
-		e := store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}
-		if err := rs.apply(e); err != nil {
+	for i := range hist.Events {
+		he := &hist.Events[i]
+		if err := rs.apply(store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}); err != nil {
 			return nil, err
 		}
-		if he.Kind == EvRunCreated || he.Kind == EvRunUpgraded {
-			d, err := decodeEvData(e)
-			if err != nil {
-				return nil, err
-			}
-			if he.Kind == EvRunCreated {
-				plugin = d.Plugin
-			}
-			version, hash = d.Version, d.ModuleHash
-		}
+	}
+	plugin, version, hash := "", rs.pinVersion, rs.pinHash
+	if rs.created != nil {
+		plugin = rs.created.Plugin
 	}
 	r := hist.Run
 	switch {

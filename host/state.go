@@ -19,9 +19,15 @@ type runState struct {
 	id      string
 	rec     store.Run
 	created *evData
-	start   time.Time
-	seed    [32]byte
-	lastSeq uint64
+	// pinVersion and pinHash are the plugin version and module the log
+	// last pinned the run to: run_created's, or the last run_upgraded's
+	// (of those applied: a lazy state has not applied those before its
+	// image).
+	pinVersion int
+	pinHash    string
+	start      time.Time
+	seed       [32]byte
+	lastSeq    uint64
 
 	ops     []*opRec // ops[p-1] is the op at position p
 	markers []marker // the run_resumed events: one per activation, from markBase
@@ -350,6 +356,7 @@ func (rs *runState) apply(e store.Event) error {
 		}
 		created := *d
 		rs.created, rs.start = &created, e.Time
+		rs.pinVersion, rs.pinHash = d.Version, d.ModuleHash
 		copy(rs.seed[:], seed)
 		rs.calls = []callRec{{seq: e.Seq, id: rs.id, input: d.Input}}
 	case EvRunResumed:
@@ -659,6 +666,7 @@ func (rs *runState) apply(e store.Event) error {
 		o.refused, o.value = abi.Status(d.Status), mustJSON(d.Error)
 	case EvRunUpgraded:
 		// The record carries the new pin; nothing in the model changes.
+		rs.pinVersion, rs.pinHash = d.Version, d.ModuleHash
 	default:
 		return fmt.Errorf("%w: unknown event kind %q at %d", ErrBadHistory, e.Kind, e.Seq)
 	}
@@ -834,17 +842,33 @@ func (rs *runState) serveCall(i int) []byte {
 func (rs *runState) reserve(n int, kind func(int) string) {
 	acts, ops := 0, 0
 	for i := range n {
-		switch kind(i) {
-		case EvRunResumed:
+		// The kinds long logs are made of first, each one comparison;
+		// a switch of many strings makes several.
+		switch k := kind(i); {
+		case k == EvRunResumed:
 			acts++
-		case EvStepStarted, EvTimerSet, EvAskOpened, EvHookCreated, EvHookNext, EvHookDisposed, EvProgress, EvRunCompleted,
-			EvRunFailed, EvRunCancelled, EvWebhookResponded, EvAgentSent, EvReceive, EvReplied, EvSignal, EvOpRefused:
+		case k == EvStepStarted:
 			ops++
+		case k == EvStepCompleted:
+		default:
+			if opCreating(k) {
+				ops++
+			}
 		}
 	}
 	rs.markers = slices.Grow(rs.markers, acts)
 	rs.ops = slices.Grow(rs.ops, ops)
 	rs.slab = make([]opRec, 0, ops)
+}
+
+// opCreating reports whether an event of the kind adds an op.
+func opCreating(kind string) bool {
+	switch kind {
+	case EvStepStarted, EvTimerSet, EvAskOpened, EvHookCreated, EvHookNext, EvHookDisposed, EvProgress, EvRunCompleted,
+		EvRunFailed, EvRunCancelled, EvWebhookResponded, EvAgentSent, EvReceive, EvReplied, EvSignal, EvOpRefused:
+		return true
+	}
+	return false
 }
 
 // abortsBefore counts the run's aborts recorded before event seq.
