@@ -842,33 +842,17 @@ func (rs *runState) serveCall(i int) []byte {
 func (rs *runState) reserve(n int, kind func(int) string) {
 	acts, ops := 0, 0
 	for i := range n {
-		// The kinds long logs are made of first, each one comparison;
-		// a switch of many strings makes several.
-		switch k := kind(i); {
-		case k == EvRunResumed:
+		switch kind(i) {
+		case EvRunResumed:
 			acts++
-		case k == EvStepStarted:
+		case EvStepStarted, EvTimerSet, EvAskOpened, EvHookCreated, EvHookNext, EvHookDisposed, EvProgress, EvRunCompleted,
+			EvRunFailed, EvRunCancelled, EvWebhookResponded, EvAgentSent, EvReceive, EvReplied, EvSignal, EvOpRefused:
 			ops++
-		case k == EvStepCompleted:
-		default:
-			if opCreating(k) {
-				ops++
-			}
 		}
 	}
 	rs.markers = slices.Grow(rs.markers, acts)
 	rs.ops = slices.Grow(rs.ops, ops)
 	rs.slab = make([]opRec, 0, ops)
-}
-
-// opCreating reports whether an event of the kind adds an op.
-func opCreating(kind string) bool {
-	switch kind {
-	case EvStepStarted, EvTimerSet, EvAskOpened, EvHookCreated, EvHookNext, EvHookDisposed, EvProgress, EvRunCompleted,
-		EvRunFailed, EvRunCancelled, EvWebhookResponded, EvAgentSent, EvReceive, EvReplied, EvSignal, EvOpRefused:
-		return true
-	}
-	return false
 }
 
 // abortsBefore counts the run's aborts recorded before event seq.
