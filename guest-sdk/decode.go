@@ -44,10 +44,8 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 			return append(dst, x...), nil
 		}
 	default:
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Struct {
-			if b, ok := appendStruct(dst, rv); ok {
-				return b, nil
-			}
+		if b, ok := appendStruct(dst, v); ok {
+			return b, nil
 		}
 	}
 	b, err := json.Marshal(v)

@@ -42,7 +42,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -124,10 +123,8 @@ func wrap[In, Out any](fn func(ctx *Context, in In) (Out, error)) func(ctx *Cont
 		if err != nil {
 			return nil, errorObject(err)
 		}
-		if rv := reflect.ValueOf(any(out)); rv.Kind() == reflect.Struct {
-			if b, ok := appendStruct(nil, rv); ok { // json.Marshal's bytes
-				return b, nil
-			}
+		if b, ok := appendStruct(nil, out); ok { // json.Marshal's bytes
+			return b, nil
 		}
 		b, err := json.Marshal(out)
 		if err != nil {

@@ -229,9 +229,14 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 	return j, true
 }
 
-// appendStruct appends the JSON encoding of the struct rv, reporting
-// whether it wrote it (json.Marshal's bytes); on false dst is unchanged.
-func appendStruct(dst []byte, rv reflect.Value) ([]byte, bool) {
+// appendStruct appends the JSON encoding of v when it is a plain struct,
+// reporting whether it wrote it (json.Marshal's bytes); on false dst is
+// unchanged, and the caller encodes v with encoding/json.
+func appendStruct(dst []byte, v any) ([]byte, bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Struct {
+		return dst, false
+	}
 	p := planOf(rv.Type())
 	if p == nil || !p.encode {
 		return dst, false

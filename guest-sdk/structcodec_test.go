@@ -212,7 +212,7 @@ func TestStructEncodeLikeJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := appendStruct([]byte("prefix"), reflect.ValueOf(v))
+		got, ok := appendStruct([]byte("prefix"), v)
 		if ok {
 			taken++
 			if string(got) != "prefix"+string(want) {
