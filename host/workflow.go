@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -175,7 +174,7 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 			return body, err
 		}
 		p := binary.LittleEndian.Uint32(body[4:])
-		w.one[0] = p // wait copies it if it keeps it
+		w.one[0] = p // wait does not keep it
 		return w.wait(abi.AwaitAll, w.one[:], p)
 	}
 	if !kind.InWorkflow() {
@@ -633,14 +632,11 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 // future, and a satisfied wait answers as the op would.
 func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32) ([]byte, error) {
 	for {
-		if opFuture != 0 {
-			// futures is that one, waited for as AwaitAll does: until
-			// it is visible, answered as the op would be.
-			if o := w.rs.op(opFuture); w.rs.visible(o, w.act, w.cursor) {
-				return w.future(o, opFuture), nil
+		if w.awaitSatisfied(mode, futures) {
+			if opFuture != 0 {
+				return w.future(w.rs.op(opFuture), opFuture), nil
 			}
-		} else if body, ok := w.evalAwait(mode, futures); ok {
-			return body, nil
+			return w.awaitBody(futures), nil
 		}
 		// The original execution suspended here. Every op it issued in this
 		// activation must have been issued again.
@@ -661,7 +657,10 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 		break
 	}
 	w.suspended = true
-	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: slices.Clone(futures)}
+	if opFuture != 0 {
+		futures = []uint32{opFuture} // not w.one, which the next such op reuses
+	}
+	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
 	if !w.checkOnly {
 		if err := w.flushOutput(); err != nil {
 			return nil, err
@@ -673,7 +672,10 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 	return w.body(abi.StatusSuspend, opFuture, nil), nil
 }
 
-func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bool) {
+// awaitSatisfied reports whether the guest's activation can see enough of
+// the futures settled for the wait to end: any of them (AwaitAny), all,
+// or one rejected.
+func (w *wfInstance) awaitSatisfied(mode abi.AwaitMode, futures []uint32) bool {
 	anyMode := mode&^abi.AwaitBlock == abi.AwaitAny
 	settled, rejected := 0, false
 	for _, f := range futures {
@@ -682,9 +684,11 @@ func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bo
 			rejected = rejected || o.state == abi.FutureRejected
 		}
 	}
-	if !(anyMode && settled > 0 || settled == len(futures) || rejected) {
-		return nil, false
-	}
+	return anyMode && settled > 0 || settled == len(futures) || rejected
+}
+
+// awaitBody is an await's answer: each visible future's state and value.
+func (w *wfInstance) awaitBody(futures []uint32) []byte {
 	w.buf = appendHeader(w.buf[:0], abi.StatusOK, 0)
 	for _, f := range futures {
 		o := w.rs.op(f)
@@ -696,7 +700,7 @@ func (w *wfInstance) evalAwait(mode abi.AwaitMode, futures []uint32) ([]byte, bo
 		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(o.value)))
 		w.buf = append(w.buf, o.value...)
 	}
-	return w.buf, true
+	return w.buf
 }
 
 // cpuOf is the CPU budget ctx carries, as RestartCPU finds it.
