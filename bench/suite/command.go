@@ -29,6 +29,8 @@ type Config struct {
 	Count     int
 	Benchtime string
 	Run       string
+	// Sequential is as in Options.
+	Sequential bool
 	// OutDir receives ResultsFile, ReportFile and CommandFile.
 	OutDir string
 	// Command is the command line, recorded in CommandFile and the report.
@@ -78,7 +80,7 @@ func RunAndReport(ctx context.Context, figures []workload.Figure, c Config) erro
 	defer workload.Cleanup()
 	started := time.Now()
 	results, runErr := Run(ctx, figures, Options{
-		Count: c.Count, Benchtime: c.Benchtime, Filter: filter,
+		Count: c.Count, Benchtime: c.Benchtime, Filter: filter, Sequential: c.Sequential,
 		Out: io.MultiWriter(c.Stdout, f), Progress: c.Stderr,
 	})
 	if err := f.Close(); err != nil && runErr == nil {
@@ -90,7 +92,7 @@ func RunAndReport(ctx context.Context, figures []workload.Figure, c Config) erro
 	}
 	rep := &Report{
 		Results: results, Env: Env(), Command: c.Command,
-		Count: count, Benchtime: c.Benchtime, Filter: c.Run, PeersNote: c.PeersNote,
+		Count: count, Benchtime: c.Benchtime, Filter: c.Run, Sequential: c.Sequential, PeersNote: c.PeersNote,
 		Started: started, Elapsed: time.Since(started), Interrupted: ctx.Err() != nil,
 	}
 	if err := writeReport(filepath.Join(c.OutDir, ReportFile), rep); err != nil {

@@ -70,6 +70,11 @@ type checkDef struct {
 	kind  kind
 	goal  *goal
 	note  string
+	// noSlower, on a ratio of two sizes of one figure with the goal ≤ 1×,
+	// makes the goal "the numerator no slower than the denominator": also
+	// met above 1× when the numerator's runs are not significantly slower
+	// than the denominator's (slower).
+	noSlower *[2]string
 }
 
 // figures are a run's results, for the checks to read.
@@ -79,19 +84,29 @@ type figures struct {
 	peersNote string
 }
 
-// median returns the median of the figure key in unit, or an error that
-// says why there is none.
-func (fs *figures) median(key, unit string) (float64, error) {
+// result returns the figure key's result, or an error that says why
+// there is none.
+func (fs *figures) result(key string) (Result, error) {
 	r, ok := fs.byKey[key]
 	switch {
 	case !ok && isPeer(key) && fs.peersNote != "":
-		return 0, fmt.Errorf("%s: peers not run (%s)", key, fs.peersNote)
+		return r, fmt.Errorf("%s: peers not run (%s)", key, fs.peersNote)
 	case !ok:
-		return 0, fmt.Errorf("%s was not run", key)
+		return r, fmt.Errorf("%s was not run", key)
 	case r.Failed:
-		return 0, fmt.Errorf("%s failed", key)
+		return r, fmt.Errorf("%s failed", key)
 	case r.Skipped:
-		return 0, fmt.Errorf("%s was skipped", key)
+		return r, fmt.Errorf("%s was skipped", key)
+	}
+	return r, nil
+}
+
+// median returns the median of the figure key in unit, or an error that
+// says why there is none.
+func (fs *figures) median(key, unit string) (float64, error) {
+	r, err := fs.result(key)
+	if err != nil {
+		return 0, err
 	}
 	v, ok := r.Median(unit)
 	if !ok {
@@ -142,6 +157,31 @@ func quotient(numKey, numUnit, denKey, denUnit string) func(*figures) (float64, 
 		}
 		return a / b, nil
 	}
+}
+
+// slower says whether the runs of the figure numKey are significantly
+// slower (ns/op) than those of denKey: the one-sided Mann–Whitney U test's
+// p-value, and whether the runs were enough for it to tell (with too few,
+// even runs all slower are not below alpha: 3 of each, p = 0.05).
+func (fs *figures) slower(numKey, denKey string) (p float64, enough bool, err error) {
+	num, err := fs.result(numKey)
+	if err != nil {
+		return 0, false, err
+	}
+	den, err := fs.result(denKey)
+	if err != nil {
+		return 0, false, err
+	}
+	p, minP := uTestGreater(num.Values("ns/op"), den.Values("ns/op"))
+	return p, minP < alpha, nil
+}
+
+// noSlower makes a check of the ratio of the figure numKey's median to
+// denKey's whose goal is ≤ 1×, met also when numKey's runs are not
+// significantly slower (checkDef.noSlower).
+func noSlower(name, numKey, denKey, note string) checkDef {
+	return checkDef{name: name, value: quotient(numKey, "ns/op", denKey, "ns/op"), goal: &goal{"<=", 1},
+		note: note, noSlower: &[2]string{numKey, denKey}}
 }
 
 // Sizes the checks read.
@@ -237,32 +277,16 @@ func checkDefs() []checkDef {
 			goal:  &goal{"<", 2e6},
 			note:  "the same on a store that does not fsync",
 		},
-		{
-			name:  "warm resume n=10000 / n=10, no fsync (Go guest, wazero)",
-			value: quotient(warmNoSync(largeN), "ns/op", warmNoSync(smallN), "ns/op"),
-			goal:  &goal{"<=", 1},
-			note: "a resume should not cost more for a longer history; without fsync, so that the disk's noise does not " +
-				"hide it (medians of a few runs still differ by a few percent)",
-		},
-		{
-			name:  "cold resume n=10000 / n=10 (Go guest, wazero)",
-			value: quotient(cold(largeN), "ns/op", cold(smallN), "ns/op"),
-			goal:  &goal{"<=", 1},
-			note:  "a cold resume with nothing kept reads the log and replays the history, so this grows with n",
-		},
-		{
-			name:  "resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)",
-			value: quotient(snapNoSync(largeN), "ns/op", snapNoSync(smallN), "ns/op"),
-			goal:  &goal{"<=", 1},
-			note:  "restored instead of replayed; the snapshot of a longer run's guest holds more touched memory",
-		},
-		{
-			name:  "resume from a snapshot after a restart n=10000 / n=10 (Go guest, wazero)",
-			value: quotient(snapReload(largeN), "ns/op", snapReload(smallN), "ns/op"),
-			goal:  &goal{"<=", 1},
-			note: "as the first resume after a restart: the run's state is loaded from its state image and the events " +
-				"after it (at most 64), then its guest from the snapshot",
-		},
+		noSlower("warm resume n=10000 / n=10, no fsync (Go guest, wazero)", warmNoSync(largeN), warmNoSync(smallN),
+			"a resume should not cost more for a longer history; without fsync, so that the disk's noise does not "+
+				"hide it (medians of a few runs still differ by a few percent)"),
+		noSlower("cold resume n=10000 / n=10 (Go guest, wazero)", cold(largeN), cold(smallN),
+			"a cold resume with nothing kept reads the log and replays the history, so this grows with n"),
+		noSlower("resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)", snapNoSync(largeN), snapNoSync(smallN),
+			"restored instead of replayed; the snapshot of a longer run's guest holds more touched memory"),
+		noSlower("resume from a snapshot after a restart n=10000 / n=10 (Go guest, wazero)", snapReload(largeN), snapReload(smallN),
+			"as the first resume after a restart: the run's state is loaded from its state image and the events "+
+				"after it (at most 64), then its guest from the snapshot"),
 		{
 			name:  "trivial tool call, no fsync (Go guest, wazero) / Extism call",
 			value: quotient(figureKey(workload.GroupToolCallNoSync, workload.GoWazero, 0), "ns/op", extismCall, "ns/op"),
@@ -320,12 +344,30 @@ func Checks(results []Result, peersNote string) []Check {
 			c.Value = d.kind.format(v)
 		case d.goal.met(v):
 			c.Value, c.Status = d.kind.format(v), StatusMet
+		case d.noSlower != nil:
+			c.Value, c.Status = noSlowerStatus(fs, d.noSlower, d.kind.format(v))
 		default:
 			c.Value, c.Status = d.kind.format(v), StatusNotMet
 		}
 		cs = append(cs, c)
 	}
 	return cs
+}
+
+// noSlowerStatus judges a ratio of medians above 1× of a noSlower check
+// (keys: numerator, denominator) by its runs: met when the numerator's are
+// not significantly slower, with the p-value after the ratio.
+func noSlowerStatus(fs *figures, keys *[2]string, ratio string) (value, status string) {
+	p, enough, err := fs.slower(keys[0], keys[1])
+	switch {
+	case err != nil:
+		return ratio, StatusNotMet
+	case !enough:
+		return ratio + ", too few runs to test", StatusNotMet
+	case p < alpha:
+		return fmt.Sprintf("%s, slower (p = %.3f)", ratio, p), StatusNotMet
+	}
+	return fmt.Sprintf("%s, not significantly slower (p = %.2f)", ratio, p), StatusMet
 }
 
 // formatGoal formats a goal with its bound as written: "≥ 20×", "< 2 ms".

@@ -21,6 +21,9 @@ type Report struct {
 	// default bench time, or no filter).
 	Count             int
 	Benchtime, Filter string
+	// Sequential says that each figure's runs ran one after another, not
+	// in rounds (Options.Sequential).
+	Sequential bool
 	// PeersNote says why the peers were not run; "" when they were.
 	PeersNote string
 	Started   time.Time
@@ -147,7 +150,8 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 <code>{{.R.Command}}</code><br>
 {{.Started}}, {{.Elapsed}}; {{.R.Env.GOOS}}/{{.R.Env.GOARCH}}{{if .R.Env.CPU}}, {{.R.Env.CPU}}{{end}},
 GOMAXPROCS {{.R.Env.Procs}}, {{.R.Env.GoVersion}}.<br>
-Each figure ran {{.R.Count}} times, with -benchtime {{.Benchtime}}{{if .R.Filter}}; figures matching <code>{{.R.Filter}}</code>{{end}}.
+Each figure ran {{.R.Count}} times, with -benchtime {{.Benchtime}}{{if .R.Filter}}; figures matching <code>{{.R.Filter}}</code>{{end}};
+{{if .R.Sequential}}each figure's runs one after another{{else}}in rounds, every figure once a round{{end}}.
 Values are medians, with the least and greatest run.
 </p>
 {{if .R.PeersNote}}<p><strong>Peers were not run</strong> ({{.R.PeersNote}}): the rows that compare with Temporal, Extism or a raw wazero host call are not measured.</p>
@@ -157,7 +161,11 @@ Values are medians, with the least and greatest run.
 {{end}}{{if .Skipped}}<p class="other">Skipped (runtime not available here): {{range $i, $k := .Skipped}}{{if $i}}, {{end}}{{$k}}{{end}}</p>
 {{end}}
 <h2>Goals</h2>
-<p class="note">Computed within this run, from medians.</p>
+<p class="note">Computed within this run, from medians. A goal that a figure be no slower at n=10000 than at n=10 (≤ 1×)
+is also met above 1× when its n=10000 runs are not significantly slower than its n=10 runs: a one-sided Mann–Whitney U
+test of the two sets of runs gives p ≥ 0.05. Medians of a few runs of the same work differ by a few percent either way
+on a shared machine; the test needs at least four runs of each to tell a difference, and with fewer the ratio alone
+decides.</p>
 <table>
 <tr><th>what</th><th>value</th><th>goal</th><th>status</th><th>note</th></tr>
 {{range .Checks}}<tr class="check"><td>{{.Name}}</td><td class="num">{{.Value}}</td><td class="num">{{.Goal}}</td><td class="{{statusClass .Status}}">{{.Status}}</td><td class="note">{{.Note}}</td></tr>

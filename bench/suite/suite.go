@@ -46,6 +46,9 @@ type Options struct {
 	// Progress, if not nil, shows which figure runs: a bar redrawn in
 	// place when it is a terminal, a line per run otherwise.
 	Progress io.Writer
+	// Sequential runs each figure's runs one after another instead of in
+	// rounds (Run).
+	Sequential bool
 }
 
 // Result is what one figure's runs gave.
@@ -164,13 +167,16 @@ func initTesting() {
 	}
 }
 
-// Run runs the figures that o.Filter selects, each o.Count times one after
-// another, as go test -bench -benchmem does, and writes a header and a
-// benchstat line per run to o.Out as each finishes. It returns every
-// selected figure's result, in order; when ctx is cancelled, it stops
-// after the run in progress and returns the results so far with ctx's
-// error. A figure that fails is reported in its result, in o.Out and on
-// o.Progress, and does not stop the others.
+// Run runs the figures that o.Filter selects, o.Count times each, and
+// writes a header and a benchstat line per run to o.Out as each finishes.
+// It runs them in rounds, every figure once a round, so that the runs of
+// two figures a ratio compares are spread over the same stretch of the
+// machine's time; with o.Sequential, each figure's runs one after another,
+// as go test -bench -count does. It returns every selected figure's
+// result, in order; when ctx is cancelled, it stops after the run in
+// progress and returns the results of the figures that ran so far with
+// ctx's error. A figure that fails or skips is reported in its result, in
+// o.Out and on o.Progress, is not run again, and does not stop the others.
 func Run(ctx context.Context, figures []workload.Figure, o Options) ([]Result, error) {
 	initTesting()
 	if o.Benchtime != "" {
@@ -199,46 +205,66 @@ func Run(ctx context.Context, figures []workload.Figure, o Options) ([]Result, e
 	}
 	p := newProgress(o.Progress, len(fs)*count)
 	defer p.finish()
-	results := make([]Result, 0, len(fs))
-	for _, f := range fs {
-		res := Result{Figure: f}
-		for i := range count {
-			if err := ctx.Err(); err != nil {
-				if len(res.Runs) > 0 {
-					results = append(results, res)
+	results := make([]Result, len(fs))
+	for i, f := range fs {
+		results[i].Figure = f
+	}
+	rounds, each := count, 1
+	if o.Sequential {
+		rounds, each = 1, count
+	}
+	for round := range rounds {
+		for i, f := range fs {
+			res := &results[i]
+			for j := range each {
+				if res.Failed || res.Skipped {
+					break
 				}
-				return results, err
-			}
-			p.start(Key(f), i+1, count)
-			r, skipped, failed := benchmark(f.Bench)
-			name := BenchmarkName(f, procs)
-			switch {
-			case failed:
-				res.Failed = true
-				p.clear()
-				if _, err := fmt.Fprintf(o.Out, "--- FAIL: %s\n", name); err != nil {
-					return append(results, res), err
+				if err := ctx.Err(); err != nil {
+					return ran(results), err
 				}
-				p.note("FAIL " + Key(f) + failHint(f))
-			case skipped:
-				res.Skipped = true
-				p.note("skipped " + Key(f) + " (its runtime is not available here)")
-			default:
-				res.Runs = append(res.Runs, r)
-				p.clear()
-				if err := writeLine(o.Out, name, width, r); err != nil {
-					return append(results, res), err
+				run := round + j + 1
+				p.start(Key(f), run, count)
+				r, skipped, failed := benchmark(f.Bench)
+				name := BenchmarkName(f, procs)
+				switch {
+				case failed:
+					res.Failed = true
+					p.clear()
+					if _, err := fmt.Fprintf(o.Out, "--- FAIL: %s\n", name); err != nil {
+						return ran(results), err
+					}
+					p.note("FAIL " + Key(f) + failHint(f))
+				case skipped:
+					res.Skipped = true
+					p.note("skipped " + Key(f) + " (its runtime is not available here)")
+				default:
+					res.Runs = append(res.Runs, r)
+					p.clear()
+					if err := writeLine(o.Out, name, width, r); err != nil {
+						return ran(results), err
+					}
 				}
-			}
-			p.done()
-			if failed || skipped {
-				p.skipRuns(count - i - 1)
-				break
+				p.done()
+				if failed || skipped {
+					p.skipRuns(count - run)
+				}
 			}
 		}
-		results = append(results, res)
 	}
 	return results, nil
+}
+
+// ran returns the results of the figures that ran, or began to: those
+// with a run, or that failed or skipped.
+func ran(results []Result) []Result {
+	var rs []Result
+	for _, r := range results {
+		if len(r.Runs) > 0 || r.Failed || r.Skipped {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 // failHint says how to see why a figure failed: testing.Benchmark keeps

@@ -76,7 +76,17 @@ func fig(group string, rt workload.Runtime, n int, body func(*testing.B)) worklo
 	return workload.Figure{Group: group, Runtime: rt, N: n, Bench: body}
 }
 
+// Run runs the figures in rounds, or each figure's runs in a row with
+// Sequential; either way a figure that skips or fails runs once.
 func TestRun(t *testing.T) {
+	for _, sequential := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rounds", true: "sequential"}[sequential], func(t *testing.T) {
+			testRun(t, sequential)
+		})
+	}
+}
+
+func testRun(t *testing.T, sequential bool) {
 	setBenchtime(t, "3x")
 	spin := func(b *testing.B) {
 		for b.Loop() {
@@ -94,7 +104,7 @@ func TestRun(t *testing.T) {
 	}
 	var out, prog bytes.Buffer
 	results, err := Run(context.Background(), figures, Options{
-		Count: 2, Filter: regexp.MustCompile(`^(replay|op-roundtrip)/`), Out: &out, Progress: &prog,
+		Count: 2, Filter: regexp.MustCompile(`^(replay|op-roundtrip)/`), Out: &out, Progress: &prog, Sequential: sequential,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -119,16 +129,21 @@ func TestRun(t *testing.T) {
 		t.Errorf("header %v", config)
 	}
 	procs := Env().Procs
-	wantNames := []string{
-		BenchmarkName(figures[0], procs), BenchmarkName(figures[0], procs),
-		BenchmarkName(figures[2], procs), BenchmarkName(figures[2], procs),
+	// Which result and run each line is: in rounds, figure 0's and 2's
+	// first runs, then their second; in sequence, figure 0's two, then
+	// figure 2's.
+	type at struct{ result, run int }
+	order := []at{{0, 0}, {2, 0}, {0, 1}, {2, 1}}
+	if sequential {
+		order = []at{{0, 0}, {0, 1}, {2, 0}, {2, 1}}
 	}
-	if len(lines) != len(wantNames) {
-		t.Fatalf("%d result lines, want %d:\n%s", len(lines), len(wantNames), out.String())
+	if len(lines) != len(order) {
+		t.Fatalf("%d result lines, want %d:\n%s", len(lines), len(order), out.String())
 	}
 	for i, l := range lines {
-		if l.name != wantNames[i] || l.iters != 3 {
-			t.Errorf("line %d: %s with %d iterations, want %s with 3", i, l.name, l.iters, wantNames[i])
+		a := order[i]
+		if want := BenchmarkName(figures[a.result], procs); l.name != want || l.iters != 3 {
+			t.Errorf("line %d: %s with %d iterations, want %s with 3", i, l.name, l.iters, want)
 		}
 		for _, u := range []string{"ns/op", "ns/step", "B/op", "allocs/op"} {
 			if _, ok := l.values[u]; !ok {
@@ -138,7 +153,7 @@ func TestRun(t *testing.T) {
 		if l.values["ns/step"] != 42.5 {
 			t.Errorf("line %d: ns/step %v, want 42.5", i, l.values["ns/step"])
 		}
-		r := results[[]int{0, 0, 2, 2}[i]].Runs[i%2]
+		r := results[a.result].Runs[a.run]
 		if got, want := l.values["ns/op"], float64(r.NsPerOp()); math.Abs(got-want) > 0.01*want {
 			t.Errorf("line %d: ns/op %v, the result says %v", i, got, want)
 		}
@@ -149,6 +164,16 @@ func TestRun(t *testing.T) {
 	if p := prog.String(); !strings.Contains(p, "[1/8] replay/wazero/n=10 (1/2)") || !strings.Contains(p, "skipped replay/js/n=10") ||
 		!strings.Contains(p, "FAIL op-roundtrip/wazero-raw\n") {
 		t.Errorf("progress:\n%s", p)
+	}
+	// The last run started, counting the runs the skipped and failed
+	// figures gave up as done: in rounds, figure 2's second; in sequence,
+	// figure 3's first.
+	last := "[8/8] op-roundtrip/go (2/2)\n"
+	if sequential {
+		last = "[7/8] op-roundtrip/wazero-raw (1/2)\n"
+	}
+	if p := prog.String(); !strings.HasSuffix(strings.TrimSuffix(p, "FAIL op-roundtrip/wazero-raw\n"), last) {
+		t.Errorf("progress does not end with %q:\n%s", last, p)
 	}
 }
 
@@ -180,7 +205,7 @@ func TestRunCancelled(t *testing.T) {
 		}),
 		fig("b", workload.PlainGo, 0, func(b *testing.B) { t.Error("ran after the cancel") }),
 	}
-	results, err := Run(ctx, figures, Options{Count: 1, Out: &bytes.Buffer{}})
+	results, err := Run(ctx, figures, Options{Count: 2, Out: &bytes.Buffer{}})
 	if !errors.Is(err, context.Canceled) || len(results) != 1 || len(results[0].Runs) != 1 {
 		t.Fatalf("%v, %+v", err, results)
 	}

@@ -23,6 +23,7 @@ const peersDir = "bench/peers"
 
 func benchCmd(a *app) *cobra.Command {
 	var count int
+	var sequential bool
 	var benchtime, filter, out, peers string
 	c := &cobra.Command{
 		Use:   "bench",
@@ -41,7 +42,12 @@ off, or auto when go or bench/peers is missing, it runs sandflow's figures in th
 process and the report says that the peers were not run.
 
 --run selects figures by a regular expression on group/name, as listed in the report:
-replay/wazero/n=1000, op-roundtrip/go, tool-call/extism, ...`,
+replay/wazero/n=1000, op-roundtrip/go, tool-call/extism, ...
+
+The figures run in rounds: every figure once, then every figure again, --count
+times, so that two figures a goal compares (a resume at n=10,000 and at n=10,
+sandflow's replay and Temporal's) share the machine's slow and fast minutes alike.
+--sequential runs each figure --count times in a row instead, as go test -count does.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 {
@@ -67,7 +73,7 @@ replay/wazero/n=1000, op-roundtrip/go, tool-call/extism, ...`,
 				return err
 			}
 			cfg := suite.Config{
-				Count: count, Benchtime: benchtime, Run: filter, OutDir: outDir,
+				Count: count, Benchtime: benchtime, Run: filter, Sequential: sequential, OutDir: outDir,
 				Command: suite.CommandLine(os.Args), Stdout: a.out, Stderr: a.errOut,
 			}
 			note := peersMissing(root)
@@ -86,6 +92,7 @@ replay/wazero/n=1000, op-roundtrip/go, tool-call/extism, ...`,
 		},
 	}
 	c.Flags().IntVar(&count, "count", suite.DefaultCount, "run each figure `n` times")
+	c.Flags().BoolVar(&sequential, "sequential", false, "run each figure's runs one after another (as go test -count) instead of in rounds")
 	c.Flags().StringVar(&benchtime, "benchtime", "", "run each figure for `d`: a duration, or Nx for N iterations (default 1s)")
 	c.Flags().StringVar(&filter, "run", "", "run only the figures whose group/name matches `regexp`")
 	c.Flags().StringVar(&out, "out", "bench-results", "write results.txt, report.html and command.txt in `dir`")
@@ -130,6 +137,9 @@ func runWithPeers(ctx context.Context, a *app, dir string, c suite.Config) error
 	}
 	if c.Run != "" {
 		argv = append(argv, "--run", c.Run)
+	}
+	if c.Sequential {
+		argv = append(argv, "--sequential")
 	}
 	run := exec.CommandContext(ctx, bin, argv...)
 	run.Dir = dir

@@ -35,6 +35,7 @@ func main() {
 	benchtime := fs.String("benchtime", "", "run each figure for `d` (a duration, or Nx for N iterations; default 1s)")
 	run := fs.String("run", "", "run only the figures whose group/name matches `regexp`")
 	out := fs.String("out", "bench-results", "write results.txt, report.html and command.txt in `dir`")
+	sequential := fs.Bool("sequential", false, "run each figure's runs one after another instead of in rounds")
 	command := fs.String("command", "", "the command line to record (default: this one)")
 	if err := fs.Parse(os.Args[1:]); errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -56,7 +57,7 @@ func main() {
 	}.AddTo(workload.Suite())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := suite.RunAndReport(ctx, figures, suite.Config{
-		Count: *count, Benchtime: *benchtime, Run: *run, OutDir: *out, Command: *command,
+		Count: *count, Benchtime: *benchtime, Run: *run, Sequential: *sequential, OutDir: *out, Command: *command,
 		Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 	stop()
