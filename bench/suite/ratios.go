@@ -253,8 +253,8 @@ func checkDefs() []checkDef {
 			name:  "cold resume (Go guest, wazero), n=10",
 			value: median(cold(smallN), "ns/op"),
 			kind:  kindDuration,
-			goal:  &goal{"<", 2e6},
-			note:  "answer a question of a run with no instance (fsync on): instantiate, replay, next wait",
+			note: "answer a question of a run with no instance (fsync on): instantiate, replay, next wait; the " +
+				"2 ms goal is for a host that keeps instances pre-initialised, the next row",
 		},
 		{
 			name:  "cold resume, instances pre-initialised (Go guest, wazero), n=10",
@@ -280,8 +280,13 @@ func checkDefs() []checkDef {
 		noSlower("warm resume n=10000 / n=10, no fsync (Go guest, wazero)", warmNoSync(largeN), warmNoSync(smallN),
 			"a resume should not cost more for a longer history; without fsync, so that the disk's noise does not "+
 				"hide it (medians of a few runs still differ by a few percent)"),
-		noSlower("cold resume n=10000 / n=10 (Go guest, wazero)", cold(largeN), cold(smallN),
-			"a cold resume with nothing kept reads the log and replays the history, so this grows with n"),
+		{
+			name:  "cold resume n=10000 / n=10 (Go guest, wazero)",
+			value: quotient(cold(largeN), "ns/op", cold(smallN), "ns/op"),
+			note: "a cold resume with nothing kept reads the log and replays the history, so this grows with n, " +
+				"linearly as the replay goals ask; the resumes that must not grow are the warm one and those from " +
+				"a snapshot (the rows around this one)",
+		},
 		noSlower("resume from a snapshot n=10000 / n=10, no fsync (Go guest, wazero)", snapNoSync(largeN), snapNoSync(smallN),
 			"restored instead of replayed; the snapshot of a longer run's guest holds more touched memory"),
 		noSlower("resume from a snapshot after a restart n=10000 / n=10 (Go guest, wazero)", snapReload(largeN), snapReload(smallN),
