@@ -34,13 +34,15 @@ func decodeAnswer(raw []byte, a *abi.AskAnswer) bool {
 		return false
 	}
 	out := *a // as json.Unmarshal, keys not given leave fields as they are
-	body := raw[1 : len(raw)-1]
+	// One copy of the answer, whose parts the values are: one allocation
+	// instead of one a key and one a value.
+	body := string(raw[1 : len(raw)-1])
 	for len(body) > 0 {
-		key, rest, ok := plainStringAt(body)
+		key, rest, ok := plainAt(body)
 		if !ok || len(rest) == 0 || rest[0] != ':' {
 			return false
 		}
-		val, rest, ok := plainStringAt(rest[1:])
+		val, rest, ok := plainAt(rest[1:])
 		if !ok {
 			return false
 		}
@@ -66,21 +68,27 @@ func decodeAnswer(raw []byte, a *abi.AskAnswer) bool {
 	return true
 }
 
-// plainStringAt reads a JSON string without escapes or non-ASCII bytes at
-// the start of b.
-func plainStringAt(b []byte) (s string, rest []byte, ok bool) {
+// plainAt reads a JSON string without escapes or non-ASCII bytes at the
+// start of b: its contents and what follows, parts of b.
+func plainAt[T string | []byte](b T) (s, rest T, ok bool) {
 	if len(b) < 2 || b[0] != '"' {
-		return "", nil, false
+		return s, rest, false
 	}
 	for i := 1; i < len(b); i++ {
 		switch c := b[i]; {
 		case c == '"':
-			return string(b[1:i]), b[i+1:], true
+			return b[1:i], b[i+1:], true
 		case c == '\\' || c < 0x20 || c >= 0x80:
-			return "", nil, false
+			return s, rest, false
 		}
 	}
-	return "", nil, false
+	return s, rest, false
+}
+
+// plainStringAt is plainAt on bytes, with the contents as a string.
+func plainStringAt(b []byte) (s string, rest []byte, ok bool) {
+	v, rest, ok := plainAt(b)
+	return string(v), rest, ok
 }
 
 // decodeStepInput decodes a step attempt's input as the host writes it
