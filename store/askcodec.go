@@ -92,10 +92,6 @@ func encodeAskFast(a Ask) ([]byte, bool) {
 	if !jsonfast.PlainRaw(a.Request) {
 		return nil, false
 	}
-	created, err := a.CreatedAt.MarshalJSON()
-	if err != nil {
-		return nil, false
-	}
 	b := make([]byte, 0, 100+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
 	b = append(append(append(b, `{"id":"`...), a.ID...), `","runId":"`...)
 	b = append(append(b, a.RunID...), `","tool":"`...)
@@ -107,6 +103,9 @@ func encodeAskFast(a Ask) ([]byte, bool) {
 		b = append(b, `,"open":false`...)
 	}
 	b = append(append(append(b, `,"request":`...), a.Request...), askTail...)
-	b = append(b, created...)
+	b, ok := appendTimeJSON(b, a.CreatedAt)
+	if !ok {
+		return nil, false
+	}
 	return append(b, '}'), true
 }

@@ -115,6 +115,8 @@ func TestEncodeAskLikeJSON(t *testing.T) {
 		{with(func(a *Ask) { a.Request = nil }), false},
 		{with(func(a *Ask) { a.Tool = `q"uote` }), false},
 		{with(func(a *Ask) { a.CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }), false},
+		{with(func(a *Ask) { a.CreatedAt = time.Date(2026, 12, 2, 1, 2, 3, 4, time.FixedZone("", 5*3600+45*60)) }), true},
+		{with(func(a *Ask) { a.CreatedAt = time.Time{} }), true},
 	}
 	for i, c := range cases {
 		want, errWant := json.Marshal(c.a)

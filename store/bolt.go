@@ -74,11 +74,15 @@ type Bolt struct {
 	tx      *bolt.Tx
 	pending [][]byte
 	jbytes  int // bytes in pending
-	j       *journal
-	timer   *time.Timer // checkpoints delay after the first pending record
-	delay   time.Duration
-	armed   bool
-	broken  error
+	// recCap is the capacity a write's record starts with: the size of
+	// the last one, within limits, so that a run's commits, alike from one
+	// to the next, do not grow theirs by doubling.
+	recCap int
+	j      *journal
+	timer  *time.Timer // checkpoints delay after the first pending record
+	delay  time.Duration
+	armed  bool
+	broken error
 
 	// Group commit: a write appends its record under wmu, lets go of it,
 	// and then waits until the journal is synced past its record; one
@@ -252,13 +256,14 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 	if err := s.begin(); err != nil {
 		return 0, err
 	}
-	w := wtx{tx: s.tx, rec: make([]byte, journalHeader, 512)}
+	w := wtx{tx: s.tx, rec: make([]byte, journalHeader, max(s.recCap, minRecCap))}
 	err := fn(&w)
 	if !w.changed() {
 		return 0, err
 	}
 	if err == nil {
 		r := w.seal(s.j.next)
+		s.recCap = min(len(r), maxRecCap)
 		if err = s.j.append(r); err == nil {
 			end := s.j.written.Load()
 			s.pending = append(s.pending, r)
@@ -285,6 +290,12 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 	}
 	return 0, err
 }
+
+// The bounds of Bolt.recCap.
+const (
+	minRecCap = 512
+	maxRecCap = 64 << 10
+)
 
 // durable returns when the journal is synced up to count end (at once
 // without fsync). The first writer to find no sync running syncs

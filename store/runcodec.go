@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/sandflow/sandflow/internal/jsonfast"
 )
@@ -110,14 +111,6 @@ func encodeRunFast(r Run) ([]byte, bool) {
 	if len(r.Detail) > 0 && !jsonfast.PlainRaw(r.Detail) {
 		return nil, false
 	}
-	created, err := r.CreatedAt.MarshalJSON()
-	if err != nil {
-		return nil, false
-	}
-	updated, err := r.UpdatedAt.MarshalJSON()
-	if err != nil {
-		return nil, false
-	}
 	b := make([]byte, 0, 160+len(r.ID)+len(r.Tool)+len(r.Plugin)+len(r.ModuleHash)+len(r.Detail))
 	b = append(append(append(b, `{"id":"`...), r.ID...), `","tool":"`...)
 	b = append(append(b, r.Tool...), `","plugin":"`...)
@@ -125,11 +118,26 @@ func encodeRunFast(r Run) ([]byte, bool) {
 	b = strconv.AppendInt(b, int64(r.Version), 10)
 	b = append(append(append(b, `,"moduleHash":"`...), r.ModuleHash...), `","status":"`...)
 	b = append(append(b, r.Status...), `","createdAt":`...)
-	b = append(append(b, created...), `,"updatedAt":`...)
-	b = append(append(b, updated...), `,"lastSeq":`...)
+	b, ok := appendTimeJSON(b, r.CreatedAt)
+	if !ok {
+		return nil, false
+	}
+	b = append(b, `,"updatedAt":`...)
+	if b, ok = appendTimeJSON(b, r.UpdatedAt); !ok {
+		return nil, false
+	}
+	b = append(b, `,"lastSeq":`...)
 	b = strconv.AppendUint(b, r.LastSeq, 10)
 	if len(r.Detail) > 0 {
 		b = append(append(b, `,"detail":`...), r.Detail...)
 	}
 	return append(b, '}'), true
+}
+
+// appendTimeJSON appends t as json.Marshal writes it, without its
+// allocation; false where json.Marshal fails (a year outside 0-9999).
+// A time's JSON is its text in quotes.
+func appendTimeJSON(b []byte, t time.Time) ([]byte, bool) {
+	b, err := t.AppendText(append(b, '"'))
+	return append(b, '"'), err == nil
 }

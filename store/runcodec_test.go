@@ -180,6 +180,8 @@ func TestEncodeRunLikeJSON(t *testing.T) {
 		{with(func(r *Run) { r.Detail = json.RawMessage(`{"result":`) }), false},
 		{with(func(r *Run) { r.Detail = json.RawMessage(`1 2`) }), false},
 		{with(func(r *Run) { r.UpdatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }), false},
+		{with(func(r *Run) { r.CreatedAt = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC) }), false},
+		{with(func(r *Run) { r.CreatedAt = at.In(time.FixedZone("", -(3*3600 + 30*60))) }), true},
 	}
 	for i, c := range cases {
 		want, errWant := json.Marshal(c.r)
