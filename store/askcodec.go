@@ -92,7 +92,9 @@ func encodeAskFast(a Ask) ([]byte, bool) {
 	if !jsonfast.PlainRaw(a.Request) {
 		return nil, false
 	}
-	b := make([]byte, 0, 100+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
+	// The keys and punctuation, the position, and a time with
+	// nanoseconds and a zone (maxTimeJSON): one allocation.
+	b := make([]byte, 0, 80+10+maxTimeJSON+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
 	b = append(append(append(b, `{"id":"`...), a.ID...), `","runId":"`...)
 	b = append(append(b, a.RunID...), `","tool":"`...)
 	b = append(append(b, a.Tool...), `","position":`...)

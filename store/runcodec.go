@@ -111,7 +111,9 @@ func encodeRunFast(r Run) ([]byte, bool) {
 	if len(r.Detail) > 0 && !jsonfast.PlainRaw(r.Detail) {
 		return nil, false
 	}
-	b := make([]byte, 0, 160+len(r.ID)+len(r.Tool)+len(r.Plugin)+len(r.ModuleHash)+len(r.Detail))
+	// The keys and punctuation, two numbers, the status and two times:
+	// one allocation.
+	b := make([]byte, 0, 120+2*20+len(r.Status)+2*maxTimeJSON+len(r.ID)+len(r.Tool)+len(r.Plugin)+len(r.ModuleHash)+len(r.Detail))
 	b = append(append(append(b, `{"id":"`...), r.ID...), `","tool":"`...)
 	b = append(append(b, r.Tool...), `","plugin":"`...)
 	b = append(append(b, r.Plugin...), `","version":`...)
@@ -133,6 +135,10 @@ func encodeRunFast(r Run) ([]byte, bool) {
 	}
 	return append(b, '}'), true
 }
+
+// maxTimeJSON is the longest JSON of a time json.Marshal writes:
+// "2006-01-02T15:04:05.999999999-07:00", in quotes.
+const maxTimeJSON = 37
 
 // appendTimeJSON appends t as json.Marshal writes it, without its
 // allocation; false where json.Marshal fails (a year outside 0-9999).

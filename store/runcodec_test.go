@@ -200,3 +200,18 @@ func TestEncodeRunLikeJSON(t *testing.T) {
 		}
 	}
 }
+
+// The hand encoders size their buffer once, for the longest numbers and
+// times json.Marshal writes.
+func TestEncodeFastAllocatesOnce(t *testing.T) {
+	at := time.Date(2026, 12, 1, 14, 7, 36, 931291011, time.FixedZone("", -(3*3600+30*60)))
+	r := Run{ID: "run_1", Tool: "deploy", Plugin: "deploy", Version: -1 << 63, ModuleHash: strings.Repeat("ab", 32),
+		Status: StatusWaiting, CreatedAt: at, UpdatedAt: at, LastSeq: 1<<64 - 1, Detail: json.RawMessage(`{"a":1}`)}
+	a := Ask{ID: "ask_1", RunID: "run_1", Tool: "deploy", Position: 1<<32 - 1, Request: json.RawMessage(`{"prompt":"x"}`), CreatedAt: at}
+	if n := testing.AllocsPerRun(10, func() { encodeRunFast(r) }); n != 1 {
+		t.Errorf("encodeRunFast: %v allocations, want 1", n)
+	}
+	if n := testing.AllocsPerRun(10, func() { encodeAskFast(a) }); n != 1 {
+		t.Errorf("encodeAskFast: %v allocations, want 1", n)
+	}
+}
