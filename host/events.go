@@ -133,7 +133,14 @@ func mkEvent(kind string, t time.Time, d *evData) store.Event {
 	if data, ok := encodeHot(d); ok {
 		return store.Event{Time: t.UTC(), Kind: kind, Data: data}
 	}
-	data, err := json.Marshal(d)
+	return mkEventJSON(kind, t, *d)
+}
+
+// mkEventJSON is mkEvent by encoding/json, on a copy of the data: what
+// json.Marshal is given escapes to the heap, and so the callers' evData
+// would on every event, which encodeHot nearly always takes.
+func mkEventJSON(kind string, t time.Time, d evData) store.Event {
+	data, err := json.Marshal(&d)
 	if err != nil {
 		// evData holds only marshalable fields; RawMessages are validated
 		// before they get here.
