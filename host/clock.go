@@ -3,7 +3,6 @@ package host
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -42,11 +41,22 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 
 // newID returns prefix followed by n random bytes in lower-case base32.
 func newID(prefix string, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
+	return string(appendRandom(append(make([]byte, 0, len(prefix)+idEncoding.EncodedLen(n)), prefix...), n))
+}
+
+// appendRandom appends n random bytes in idEncoding to b, which has room
+// for them.
+func appendRandom(b []byte, n int) []byte {
+	var buf [32]byte
+	r := buf[:0]
+	if n > len(buf) {
+		r = make([]byte, n)
+	}
+	r = r[:n]
+	if _, err := rand.Read(r); err != nil {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
-	return prefix + strings.ToLower(idEncoding.EncodeToString(b))
+	return idEncoding.AppendEncode(b, r)
 }
 
 // sortedDigits are base32 digits in the order of their bytes.
@@ -56,10 +66,11 @@ const sortedDigits = "234567abcdefghijklmnopqrstuvwxyz"
 // part (10 digits that sort as the times do), so that IDs made later sort
 // later.
 func newTimedID(prefix string, n int) string {
+	const digits = 10
 	ms := uint64(time.Now().UnixMilli())
-	var t [10]byte
-	for i := range t {
-		t[len(t)-1-i] = sortedDigits[ms>>(5*i)&31]
+	b := append(make([]byte, 0, len(prefix)+digits+idEncoding.EncodedLen(n)), prefix...)
+	for i := digits - 1; i >= 0; i-- {
+		b = append(b, sortedDigits[ms>>(5*i)&31])
 	}
-	return newID(prefix+string(t[:]), n)
+	return string(appendRandom(b, n))
 }

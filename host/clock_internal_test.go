@@ -37,3 +37,21 @@ func TestTimedIDs(t *testing.T) {
 		t.Fatalf("ID %s holds time %d, made at %d", id, got, ms)
 	}
 }
+
+// Plain IDs are the prefix and n random bytes in lower-case base32, of
+// any length.
+func TestNewID(t *testing.T) {
+	for _, n := range []int{0, 1, 16, 32, 40} {
+		id := newID("whk_", n)
+		body, ok := strings.CutPrefix(id, "whk_")
+		if !ok || len(body) != idEncoding.EncodedLen(n) || strings.Trim(body, sortedDigits) != "" {
+			t.Errorf("newID(whk_, %d) = %q", n, id)
+		}
+		if raw, err := idEncoding.DecodeString(body); err != nil || len(raw) != n {
+			t.Errorf("newID(whk_, %d) = %q: %d bytes, %v", n, id, len(raw), err)
+		}
+	}
+	if a, b := newID("", 16), newID("", 16); a == b {
+		t.Errorf("two IDs alike: %s", a)
+	}
+}
