@@ -52,6 +52,7 @@ const (
 	kindRatio    kind = iota // a dimensionless ratio, "23.4×"
 	kindDuration             // nanoseconds
 	kindBytes                // bytes
+	kindCount                // a count, "0.5"
 )
 
 func (k kind) format(v float64) string {
@@ -60,6 +61,8 @@ func (k kind) format(v float64) string {
 		return formatDuration(v)
 	case kindBytes:
 		return formatBytes(v)
+	case kindCount:
+		return formatNumber(v)
 	}
 	return formatNumber(v) + "×"
 }
@@ -189,6 +192,9 @@ const (
 	smallN = 10
 	midN   = 1000
 	largeN = 10_000
+
+	fewSuspended  = 100
+	manySuspended = 10_000
 )
 
 // checkDefs are the goals the suite is judged by.
@@ -203,6 +209,7 @@ func checkDefs() []checkDef {
 	snapNoSync := func(n int) string { return figureKey(workload.GroupSnapshotNoSync, workload.GoWazero, n) }
 	snapReload := func(n int) string { return figureKey(workload.GroupSnapshotReload, workload.GoWazero, n) }
 	extismCall := figureKey(GroupToolCall, Extism, 0)
+	suspended := func(rt workload.Runtime, n int) string { return figureKey(workload.GroupSuspendedMemory, rt, n) }
 	return []checkDef{
 		{
 			name:  "Temporal replay / sandflow replay (Go guest, wazero, pre-initialised), n=1000",
@@ -312,10 +319,27 @@ func checkDefs() []checkDef {
 				"most of what is left is the host's part (Extism's plugin is the Go guest, so this is not the same guest work)",
 		},
 		{
-			name:  "memory per suspended run (Go guest, wazero)",
-			value: onlyMedian(workload.GroupSuspendedMemory, workload.GoWazero, "B/run"),
+			name:  "memory per suspended run, 100 runs (Go guest, wazero)",
+			value: median(suspended(workload.GoWazero, fewSuspended), "B/run"),
 			kind:  kindBytes,
 			note:  "Go heap and goroutine stacks per run waiting on a question, no instance held (rss-B/run in the table of figures)",
+		},
+		{
+			name:  "goroutines per suspended run, 10,000 runs (C guest, wazero)",
+			value: median(suspended(workload.CWazero, manySuspended), "goroutines/run"),
+			kind:  kindCount,
+			goal:  &goal{"<", 0.01},
+			note: "10,000 runs waiting on a question hold no goroutine (plain Go, the floor, holds one a run); nor an " +
+				"instance: the host parks none here. A waiting run's instance is gone, so what the host keeps of it " +
+				"does not depend on the guest; the C guest starts 10,000 runs in about a second",
+		},
+		{
+			name: "memory per suspended run, 10,000 runs / 100 runs (C guest, wazero)",
+			value: quotient(suspended(workload.CWazero, manySuspended), "B/run",
+				suspended(workload.CWazero, fewSuspended), "B/run"),
+			goal: &goal{"<=", 1},
+			note: "the host's memory stays flat as runs wait: a run costs no more at 10,000 than at 100 (the host " +
+				"keeps the states of the last 64 runs to go idle; past them a waiting run is in the store only)",
 		},
 		{
 			name:  "memory per parked run (Go guest, wazero)",
@@ -383,6 +407,8 @@ func formatGoal(g goal, k kind) string {
 		return cmp + " " + durationTick(g.bound)
 	case kindBytes:
 		return cmp + " " + formatBytes(g.bound)
+	case kindCount:
+		return fmt.Sprintf("%s %g", cmp, g.bound)
 	}
 	return fmt.Sprintf("%s %g×", cmp, g.bound)
 }

@@ -55,6 +55,8 @@ func synthetic() []Result {
 		result(workload.GroupToolCall, g, 0, []float64{ms(1)}, nil),
 		result(workload.GroupToolCallNoSync, g, 0, []float64{80e3}, nil),
 		result(workload.GroupSuspendedMemory, g, 100, []float64{ms(5)}, map[string][]float64{"B/run": {2048}, "rss-B/run": {4096}}),
+		result(workload.GroupSuspendedMemory, workload.CWazero, 100, []float64{ms(5)}, map[string][]float64{"B/run": {1600}, "goroutines/run": {0}}),
+		result(workload.GroupSuspendedMemory, workload.CWazero, 10_000, []float64{ms(500)}, map[string][]float64{"B/run": {2000}, "goroutines/run": {0}}),
 	}
 }
 
@@ -127,7 +129,9 @@ func TestChecks(t *testing.T) {
 		"trivial tool call, no fsync (Go guest, wazero) / Extism call":                   {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
 		"trivial tool call, fsync (Go guest, wazero) / Extism call":                      {"", StatusNotMeasured + ": tool-call/extism: peers not run (test)"},
 		"trivial tool call, no fsync (C guest, wazero) / Extism call":                    {"", StatusNotMeasured + ": tool-call-nosync/c-wazero was not run"},
-		"memory per suspended run (Go guest, wazero)":                                    {"2.00 KiB", StatusNoGoal},
+		"memory per suspended run, 100 runs (Go guest, wazero)":                          {"2.00 KiB", StatusNoGoal},
+		"goroutines per suspended run, 10,000 runs (C guest, wazero)":                    {"0", StatusMet},
+		"memory per suspended run, 10,000 runs / 100 runs (C guest, wazero)":             {"1.25×", StatusNotMet},
 		"memory per parked run (Go guest, wazero)":                                       {"", StatusNotMeasured + ": memory-parked/wazero was not run"},
 	}
 	cs := Checks(synthetic(), "test")
@@ -149,7 +153,7 @@ func TestChecks(t *testing.T) {
 	for _, c := range cs {
 		goals[c.Goal] = c.Name
 	}
-	for _, g := range []string{"≥ 20×", "≥ 100×", "≤ 10×", "< 100 µs", "< 2 ms", "≤ 1×", ""} {
+	for _, g := range []string{"≥ 20×", "≥ 100×", "≤ 10×", "< 100 µs", "< 2 ms", "≤ 1×", "< 0.01", ""} {
 		if _, ok := goals[g]; !ok {
 			t.Errorf("no check has the goal %q: %v", g, goals)
 		}
@@ -224,8 +228,8 @@ func TestWriteHTML(t *testing.T) {
 	if got, want := strings.Count(page, `<tr class="figure">`), len(r.Results); got != want {
 		t.Errorf("%d figure rows, want %d", got, want)
 	}
-	if got := strings.Count(page, `class="met"`); got != 5 {
-		t.Errorf("%d rows MET, want 5", got)
+	if got := strings.Count(page, `class="met"`); got != 6 {
+		t.Errorf("%d rows MET, want 6", got)
 	}
 }
 
