@@ -47,12 +47,7 @@ func newID(prefix string, n int) string {
 // appendRandom appends n random bytes in idEncoding to b, which has room
 // for them.
 func appendRandom(b []byte, n int) []byte {
-	var buf [32]byte
-	r := buf[:0]
-	if n > len(buf) {
-		r = make([]byte, n)
-	}
-	r = r[:n]
+	r := make([]byte, n) // on the stack for the sizes IDs use
 	if _, err := rand.Read(r); err != nil {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}

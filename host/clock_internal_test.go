@@ -54,4 +54,11 @@ func TestNewID(t *testing.T) {
 	if a, b := newID("", 16), newID("", 16); a == b {
 		t.Errorf("two IDs alike: %s", a)
 	}
+	// A token's and a question's ID are one allocation each: the string.
+	if n := testing.AllocsPerRun(20, func() { newID("whk_", 16) }); n != 1 {
+		t.Errorf("newID: %v allocations, want 1", n)
+	}
+	if n := testing.AllocsPerRun(20, func() { newTimedID("ask_", 8) }); n != 1 {
+		t.Errorf("newTimedID: %v allocations, want 1", n)
+	}
 }
