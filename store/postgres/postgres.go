@@ -101,23 +101,13 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	// server's default.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	if o.Schema != "" {
-		ident := pgx.Identifier{o.Schema}.Sanitize()
-		conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
-		if err != nil {
-			return nil, fmt.Errorf("postgres: connect: %w", err)
-		}
-		_, err = conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident)
-		conn.Close(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: create schema %s: %w", ident, err)
-		}
-		cfg.ConnConfig.RuntimeParams["search_path"] = ident
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.Schema}.Sanitize()
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	err = pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return migrate(ctx, c.Conn()) })
+	err = pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return migrate(ctx, c.Conn(), o.Schema) })
 	if err != nil {
 		pool.Close()
 		if errors.Is(err, ErrSchemaTooNew) {

@@ -122,17 +122,24 @@ CREATE TABLE states (
 // SchemaVersion is the newest schema this build writes and reads.
 const SchemaVersion = 1
 
-// migrate brings the schema on search_path up to SchemaVersion, or
-// refuses a newer one. Hosts opening one database at once take turns on
-// an advisory lock named for the schema, so each migration runs once.
-func migrate(ctx context.Context, conn *pgx.Conn) error {
+// migrate creates schema (when not "") and brings the store's tables in
+// the schema on search_path up to SchemaVersion, or refuses a newer one.
+// Hosts opening one database at once take turns on an advisory lock named
+// for the schema, so that each migration runs once, and CREATE SCHEMA IF
+// NOT EXISTS, which two sessions cannot run at once, runs once.
+func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('sandflow schema ' || current_schema()))`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('sandflow schema ' || coalesce(nullif($1, ''), current_schema())))`, schema); err != nil {
 		return fmt.Errorf("postgres: schema lock: %w", err)
+	}
+	if schema != "" {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return fmt.Errorf("postgres: create schema %s: %w", schema, err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS sandflow_schema (version integer NOT NULL)`); err != nil {
 		return fmt.Errorf("postgres: schema table: %w", err)
