@@ -77,11 +77,6 @@ func TestCorruptValues(t *testing.T) {
 	if err := conn.QueryRow(ctxBG, `SELECT zstd FROM `+q+`.events WHERE run_id = 'r' AND seq = 2`).Scan(&z); err != nil || !z {
 		t.Errorf("the damaged event was changed: zstd %v, %v", z, err)
 	}
-	// The invariants check would not object to these: restore the plugin
-	// row it does check.
-	if _, err := conn.Exec(ctxBG, `DELETE FROM `+q+`.plugins WHERE version = 2`); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // errRecorder is a testing.TB that collects Errorf calls, to test the
@@ -104,7 +99,7 @@ func TestInvariantCheckerCatchesDamage(t *testing.T) {
 		"event gap":             `DELETE FROM %s.events WHERE seq = 1`,
 		"event beyond last_seq": `INSERT INTO %s.events (run_id, seq, time_ns, kind, zstd, data) VALUES ('r', 3, 0, 'x', false, '')`,
 		"record behind its row": `UPDATE %s.runs SET last_seq = 4`,
-		"plugin version gap":    `INSERT INTO %s.plugins (name, version, module_hash, record) VALUES ('p', 3, 'h', '{}')`,
+		"orphan module":         `INSERT INTO %s.modules (hash, zstd, data) VALUES ('other', false, '')`,
 		"schema version":        `UPDATE %s.sandflow_schema SET version = 0`,
 	}
 	for name, damage := range damages {

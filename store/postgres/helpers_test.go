@@ -102,7 +102,8 @@ func opener(opts Options) storetest.Opener {
 // of its contents beyond what the schema's keys enforce:
 //   - every run's events are exactly 1..last_seq, and its record says the
 //     same id and last_seq as its columns;
-//   - every plugin's versions are dense from 1;
+//   - every module's bytes are used by a plugin version (a delete drops
+//     them with the last);
 //   - the schema version is this build's.
 func checkInvariants(t testing.TB, conn *pgx.Conn, schema string) {
 	t.Helper()
@@ -122,8 +123,9 @@ LEFT JOIN (SELECT run_id, count(*) n, min(seq) lo, max(seq) hi FROM ` + q + `.ev
 WHERE coalesce(e.n, 0) <> r.last_seq OR (e.n > 0 AND (e.lo <> 1 OR e.hi <> r.last_seq))`,
 		"run record that disagrees with its columns": `SELECT id FROM ` + q + `.runs
 WHERE convert_from(record, 'UTF8')::jsonb ->> 'id' <> id OR (convert_from(record, 'UTF8')::jsonb ->> 'lastSeq')::bigint <> last_seq`,
-		"plugin whose versions are not dense": `SELECT encode(name, 'escape') FROM ` + q + `.plugins GROUP BY name HAVING count(*) <> max(version) OR min(version) <> 1`,
-		"schema version":                      `SELECT version::text FROM ` + q + `.sandflow_schema WHERE version <> ` + fmt.Sprint(SchemaVersion),
+		"module no plugin version uses": `SELECT encode(hash, 'escape') FROM ` + q + `.modules m
+WHERE NOT EXISTS (SELECT 1 FROM ` + q + `.plugins p WHERE p.module_hash = m.hash)`,
+		"schema version": `SELECT version::text FROM ` + q + `.sandflow_schema WHERE version <> ` + fmt.Sprint(SchemaVersion),
 	}
 	for what, sql := range checks {
 		rows, err := conn.Query(ctx, sql)
