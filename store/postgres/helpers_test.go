@@ -24,7 +24,7 @@ func testDSN(t testing.TB) string {
 		if os.Getenv("SANDFLOW_CI") == "1" {
 			t.Fatal("SANDFLOW_TEST_POSTGRES not set, and SANDFLOW_CI=1 requires the PostgreSQL tests to run")
 		}
-		t.Skip("SANDFLOW_TEST_POSTGRES not set: the PostgreSQL store's tests need a server, e.g. postgres://postgres@127.0.0.1:5432/test")
+		t.Skip("SANDFLOW_TEST_POSTGRES not set: the PostgreSQL store's tests need a server, named by a URL such as postgres://USER@127.0.0.1:5432/DBNAME")
 	}
 	return dsn
 }
