@@ -45,7 +45,10 @@ func (s *Store) PutPlugin(ctx context.Context, p store.Plugin, module []byte) (s
 		// DeletePluginVersion dropping the hash's last other version
 		// cannot delete it under this version. If such a delete won the
 		// row first, the row is gone once it commits: insert it again.
-		for {
+		for try := 0; ; try++ {
+			if try == 10 {
+				return fmt.Errorf("postgres: module %s deleted under PutPlugin 10 times", p.ModuleHash)
+			}
 			if _, err := tx.Exec(ctx, `INSERT INTO modules (hash, zstd, data) VALUES ($1, $2, $3) ON CONFLICT (hash) DO NOTHING`,
 				[]byte(p.ModuleHash), z, stored); err != nil {
 				return err

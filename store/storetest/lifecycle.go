@@ -183,3 +183,64 @@ func testLargeValues(t *testing.T, open Opener) {
 		t.Errorf("large state image came back changed (%d bytes, %v)", len(v.Data), err)
 	}
 }
+
+func init() { cases = append(cases, testCase{"BatchHookClaims", testBatchHookClaims}) }
+
+// A batch's hook claims: a token free or already the run's is given to
+// it (with the new hook id); one another run holds fails the whole batch
+// with ErrHookTaken; a release in the same batch comes first.
+func testBatchHookClaims(t *testing.T, open Opener) {
+	ts := begin(t, open)
+	s := ts.S
+	claim := func(tok, run string, id uint32) store.Hook { return store.Hook{Token: tok, RunID: run, HookID: id} }
+	if err := s.CreateRun(ctxBG, store.Run{ID: "a"}, store.Batch{ClaimHooks: []store.Hook{claim("x", "a", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, "b", 0)
+	b := store.Batch{
+		Events:     []store.Event{{Seq: 1, Time: time.Unix(1, 0), Kind: "k"}},
+		PutTimers:  []store.Timer{{RunID: "b", ID: "t", FireAt: time.Unix(9, 0)}},
+		ClaimHooks: []store.Hook{claim("y", "b", 2), claim("x", "b", 3)},
+	}
+	if err := s.Append(ctxBG, "b", 0, b); !errors.Is(err, store.ErrHookTaken) {
+		t.Fatalf("a batch claiming another run's token = %v, want ErrHookTaken", err)
+	}
+	if r, err := s.Run(ctxBG, "b"); err != nil || r.LastSeq != 0 {
+		t.Fatalf("the refused batch moved the log: %+v, %v", r, err)
+	}
+	if _, err := s.Hook(ctxBG, "y"); !errors.Is(err, store.ErrHookNotFound) {
+		t.Errorf("the refused batch kept its other claim: %v", err)
+	}
+	if _, ok, err := s.NextTimer(ctxBG); ok || err != nil {
+		t.Errorf("the refused batch kept its timer (%v)", err)
+	}
+	if h, err := s.Hook(ctxBG, "x"); err != nil || h != claim("x", "a", 1) {
+		t.Errorf("Hook(x) = %+v, %v; want a's", h, err)
+	}
+	// a claims x again with a new hook id, and b gets y.
+	if err := s.Append(ctxBG, "a", 0, store.Batch{ClaimHooks: []store.Hook{claim("x", "a", 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	b.ClaimHooks = b.ClaimHooks[:1]
+	if err := s.Append(ctxBG, "b", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	// a releases x and b claims it: the release in b's batch does
+	// nothing (b does not hold it); a's release frees it.
+	if err := s.Append(ctxBG, "b", 1, store.Batch{ReleaseHooks: []string{"x"}, ClaimHooks: []store.Hook{claim("x", "b", 5)}}); !errors.Is(err, store.ErrHookTaken) {
+		t.Fatalf("claiming a's token after releasing it for b = %v, want ErrHookTaken", err)
+	}
+	if err := s.Append(ctxBG, "a", 0, store.Batch{ReleaseHooks: []string{"x"}, ClaimHooks: []store.Hook{claim("x", "a", 6)}}); err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]store.Hook{"x": claim("x", "a", 6), "y": claim("y", "b", 2)} {
+		if h, err := s.Hook(ctxBG, tok); err != nil || h != want {
+			t.Errorf("Hook(%s) = %+v, %v; want %+v", tok, h, err, want)
+		}
+	}
+	for _, bad := range []store.Hook{claim("", "a", 1), claim("z", "b", 1)} {
+		if err := s.Append(ctxBG, "a", 0, store.Batch{ClaimHooks: []store.Hook{bad}}); !errors.Is(err, store.ErrBadBatch) {
+			t.Errorf("claim %+v in a batch of a = %v, want ErrBadBatch", bad, err)
+		}
+	}
+}
