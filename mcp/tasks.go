@@ -1,0 +1,272 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/store"
+)
+
+// A task is a run: its id is the run's id, so a task outlives the
+// process that created it, and tasks/get after a restart reads the run.
+// The SDK has no tasks; they are custom methods, one handler for both
+// eras, shaped by the era of the request:
+//
+//	2026-07-28 (extension)  tasks/get, tasks/update, tasks/cancel
+//	2025-11-25 (core)       tasks/get, tasks/result, tasks/list, tasks/cancel
+
+// pollInterval is the polling interval tasks suggest.
+const pollInterval = 500
+
+type taskParams struct {
+	sdk.ParamsBase
+	TaskID         string               `json:"taskId"`
+	InputResponses sdk.InputResponseMap `json:"inputResponses,omitempty"`
+	Cursor         string               `json:"cursor,omitempty"`
+}
+
+type extraKey struct{}
+
+// extraOf is the HTTP request's extra a custom method's handler does not
+// get: the middleware puts it in the context.
+func extraOf(ctx context.Context) *sdk.RequestExtra {
+	e, _ := ctx.Value(extraKey{}).(*sdk.RequestExtra)
+	return e
+}
+
+func (s *Server) addTaskMethods() error {
+	type handler = func(context.Context, *sdk.ServerSession, *taskParams) (*rawResult, error)
+	for name, h := range map[string]handler{
+		"tasks/get": s.taskGet, "tasks/update": s.taskUpdate, "tasks/cancel": s.taskCancel,
+		"tasks/result": s.taskResult, "tasks/list": s.taskList,
+	} {
+		if err := sdk.AddReceivingCustomMethod(s.sdk, name, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run is a task's run; an unknown task is a protocol error.
+func (s *Server) run(ctx context.Context, p *taskParams) (host.RunInfo, error) {
+	if p == nil || p.TaskID == "" {
+		return host.RunInfo{}, invalidParams("a task request needs \"taskId\"")
+	}
+	ri, err := s.h.Run(ctx, p.TaskID)
+	if errors.Is(err, host.ErrRunNotFound) {
+		return host.RunInfo{}, invalidParams("unknown task %q", p.TaskID)
+	}
+	return ri, err
+}
+
+// taskFields is a run as an era's Task: its status, and on 2026-07-28 the
+// questions as input requests and the result inlined.
+func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo) (map[string]any, error) {
+	f := map[string]any{
+		"taskId":        ri.ID,
+		"createdAt":     ri.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"lastUpdatedAt": ri.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if c.mrtr {
+		f["ttlMs"], f["pollIntervalMs"] = nil, pollInterval
+	} else {
+		f["ttl"], f["pollInterval"] = nil, pollInterval
+	}
+	switch ri.Status {
+	case store.StatusCompleted:
+		f["status"] = "completed"
+	case store.StatusFailed:
+		// 2026-07-28 keeps failed for protocol errors: a failed run is a
+		// completed task whose result is a tool error.
+		f["status"] = "failed"
+		if c.mrtr {
+			f["status"] = "completed"
+		}
+		if ri.Error != nil {
+			f["statusMessage"] = ri.Error.Message
+		}
+	case store.StatusCancelled:
+		f["status"] = "cancelled"
+	default:
+		f["status"] = "working"
+		asks, err := s.openAsks(ctx, ri)
+		if err != nil {
+			return nil, err
+		}
+		if len(asks) > 0 {
+			f["status"] = "input_required"
+			f["statusMessage"] = asks[0].Request.Prompt
+			if c.mrtr {
+				reqs := sdk.InputRequestMap{}
+				for _, q := range asks {
+					reqs[q.ID] = elicitParams(q)
+				}
+				f["inputRequests"] = reqs
+			}
+		}
+	}
+	if c.mrtr && ri.Status.Terminal() && ri.Status != store.StatusCancelled {
+		f["result"] = toolResult(ri)
+	}
+	return f, nil
+}
+
+// createTask is the answer to a call that became a task.
+func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo) (*sdk.CallToolResult, error) {
+	f, err := s.taskFields(ctx, c, ri)
+	if err != nil {
+		return nil, err
+	}
+	delete(f, "result")
+	delete(f, "inputRequests")
+	out := f
+	if c.mrtr {
+		f["resultType"] = "task"
+	} else {
+		out = map[string]any{"task": f}
+	}
+	out["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": ri.ID}}
+	return &sdk.CallToolResult{Meta: sdk.Meta{createTaskMeta: out, relatedTask: map[string]any{"taskId": ri.ID}}}, nil
+}
+
+func complete(f map[string]any, c client) *rawResult {
+	if f == nil {
+		f = map[string]any{}
+	}
+	if c.mrtr {
+		f["resultType"] = "complete"
+	}
+	return &rawResult{fields: f}
+}
+
+func (s *Server) taskGet(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+	ri, err := s.run(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c := clientOf(ss, p.Meta)
+	f, err := s.taskFields(ctx, c, ri)
+	if err != nil {
+		return nil, err
+	}
+	return complete(f, c), nil
+}
+
+// taskUpdate delivers answers to a task's questions (2026-07-28).
+func (s *Server) taskUpdate(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+	ri, err := s.run(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.answer(ctx, ri, p.InputResponses); err != nil {
+		return nil, err
+	}
+	return complete(nil, clientOf(ss, p.Meta)), nil
+}
+
+// taskCancel aborts the run as task_cancel does: its abort signal fires
+// and its questions are withdrawn.
+func (s *Server) taskCancel(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+	ri, err := s.run(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c := clientOf(ss, p.Meta)
+	sess, err := s.sessionFor(ctx, ss, p.Meta, extraOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := sess.Task(ctx, ri.ID); ok {
+		_, err = sess.TaskCancel(ctx, ri.ID)
+	} else {
+		_, err = s.detached(ctx, func(ctx context.Context) (host.RunInfo, error) { return s.h.Abort(ctx, ri.ID, "task_cancel") })
+	}
+	if err != nil && !errors.Is(err, host.ErrRunEnded) {
+		return nil, err
+	}
+	if c.mrtr {
+		return complete(nil, c), nil
+	}
+	if ri, err = s.waitEnd(ctx, ri, 2*time.Second); err != nil {
+		return nil, err
+	}
+	f, err := s.taskFields(ctx, c, ri)
+	if err != nil {
+		return nil, err
+	}
+	return complete(f, c), nil
+}
+
+// waitEnd waits up to d for the run to end.
+func (s *Server) waitEnd(ctx context.Context, ri host.RunInfo, d time.Duration) (host.RunInfo, error) {
+	deadline := time.Now().Add(d)
+	var err error
+	for !ri.Status.Terminal() && time.Now().Before(deadline) {
+		if ri, err = s.waitChange(ctx, ri, deadline); err != nil {
+			return ri, err
+		}
+	}
+	return ri, nil
+}
+
+// taskResult waits for a task's result (2025-11-25), asking its questions
+// on the way as elicitations related to the task.
+func (s *Server) taskResult(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+	ri, err := s.run(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c := clientOf(ss, p.Meta)
+	for !ri.Status.Terminal() {
+		asks, err := s.openAsks(ctx, ri)
+		if err != nil {
+			return nil, err
+		}
+		if len(asks) > 0 && c.elicit {
+			for _, q := range asks {
+				er, err := ss.Elicit(ctx, elicitParams(q))
+				if err != nil {
+					return nil, err
+				}
+				if ri, err = s.settleAsk(ctx, q, er); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if ri, err = s.waitChange(ctx, ri, time.Now().Add(time.Minute)); err != nil {
+			return nil, err
+		}
+	}
+	res := toolResult(ri)
+	res.Meta = sdk.Meta{relatedTask: map[string]any{"taskId": ri.ID}}
+	return &rawResult{fields: map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
+		"isError": res.IsError, "_meta": res.Meta}}, nil
+}
+
+// taskList lists the tasks of the request's sandflow session.
+func (s *Server) taskList(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+	c := clientOf(ss, p.Meta)
+	sess, err := s.sessionFor(ctx, ss, p.Meta, extraOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	tasks := []any{}
+	for _, t := range sess.Tasks(ctx) {
+		ri, err := s.h.Run(ctx, t.RunID)
+		if err != nil {
+			continue
+		}
+		f, err := s.taskFields(ctx, c, ri)
+		if err != nil {
+			return nil, err
+		}
+		delete(f, "result")
+		tasks = append(tasks, f)
+	}
+	return complete(map[string]any{"tasks": tasks}, c), nil
+}
