@@ -272,6 +272,8 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	case <-t.C:
 	case <-ctx.Done():
 		return host.RunInfo{}, ctx.Err()
+	case <-s.ctx.Done():
+		return host.RunInfo{}, ErrClosed
 	}
 	return s.h.Run(ctx, ri.ID)
 }

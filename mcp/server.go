@@ -18,6 +18,7 @@ package mcp
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -82,6 +83,10 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
+// ErrClosed is returned to a request still waiting when the server
+// closes; its run goes on after a restart.
+var ErrClosed = errors.New("mcp: the server is shutting down")
+
 // Server is an MCP server over a host. It is safe for concurrent use.
 type Server struct {
 	h        *host.Host
@@ -97,7 +102,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	tools toolSet
+	tools     toolSet
+	closeOnce sync.Once
 }
 
 // New makes a server over h.
@@ -158,9 +164,14 @@ func New(h *host.Host, opts *Options) (*Server, error) {
 // Close stops the server's runs at their next commit (they resume with
 // the host's recovery) and waits for its goroutines.
 func (s *Server) Close() {
-	s.cancel()
-	s.wg.Wait()
-	s.sessions.Close()
+	s.closeOnce.Do(func() {
+		s.cancel()
+		for ss := range s.sdk.Sessions() {
+			ss.Close()
+		}
+		s.wg.Wait()
+		s.sessions.Close()
+	})
 }
 
 // Handler serves streamable HTTP. A request needs one of the tokens as
@@ -232,5 +243,7 @@ func (s *Server) detached(ctx context.Context, f func(context.Context) (host.Run
 		return o.ri, o.err
 	case <-ctx.Done():
 		return host.RunInfo{}, ctx.Err()
+	case <-s.ctx.Done():
+		return host.RunInfo{}, ErrClosed
 	}
 }
