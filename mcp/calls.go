@@ -49,9 +49,12 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 		if c.mrtr {
 			_, c.tasks = caps.Extensions[TasksExtension]
 		} else {
+			// capabilities.tasks (lifted), or the extension declared at
+			// initialize, as some clients of this era do.
 			_, declared := caps.Experimental[taskMeta]
+			_, ext := caps.Extensions[TasksExtension]
 			_, asked := meta[taskMeta]
-			c.tasks = declared && asked
+			c.tasks = (declared || ext) && asked
 		}
 	}
 	return c

@@ -426,3 +426,25 @@ func TestCancelledCallKeepsItsRun(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Regression: a 2025-11-25 client that only polls tasks/get (the MCP
+// Inspector's) never saw its task's question; it is sent as an
+// elicitation request of its own, once, and the answer reaches the run.
+func TestPollingClientIsAskedItsTasksQuestion(t *testing.T) {
+	e := newEnv(t, nil)
+	el := &elicitations{answer: func(*sdk.ElicitParams) *sdk.ElicitResult {
+		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}
+	}}
+	cs := e.connect(mcp.Version20251125, &sdk.ClientOptions{ElicitationHandler: el.handler}, false)
+	id := taskID(t, call(t, cs, "approval", map[string]any{"what": "the plan"}))
+	poll(t, cs, id, "completed")
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	if len(el.seen) != 1 || el.seen[0].Message != "Approve the plan?" {
+		t.Fatalf("forms %+v", el.seen)
+	}
+	ri, err := e.h.Run(context.Background(), id)
+	if err != nil || !strings.Contains(string(ri.Result), `"optionId":"yes"`) {
+		t.Fatalf("run %v %s", err, ri.Result)
+	}
+}

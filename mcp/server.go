@@ -102,7 +102,10 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	tools     toolSet
+	tools toolSet
+	// asking holds the ids of the questions asked outside a request
+	// (2025-11-25 tasks), so that each is asked once at a time.
+	asking    sync.Map
 	closeOnce sync.Once
 }
 

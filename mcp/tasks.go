@@ -153,8 +153,45 @@ func (s *Server) taskGet(ctx context.Context, ss *sdk.ServerSession, p *taskPara
 	if err != nil {
 		return nil, err
 	}
+	if f["status"] == "input_required" && !c.mrtr && c.elicit {
+		// 2025-11-25: a client that only polls is sent the questions as
+		// elicitation requests of their own, related to the task.
+		asks, err := s.openAsks(ctx, ri)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range asks {
+			s.elicitAsync(ss, q)
+		}
+	}
 	return complete(f, c), nil
 }
+
+// elicitAsync asks a question through a 2025-11-25 session outside any
+// request, once at a time for each question.
+func (s *Server) elicitAsync(ss *sdk.ServerSession, q host.Question) {
+	if _, busy := s.asking.LoadOrStore(q.ID, true); busy {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.asking.Delete(q.ID)
+		ctx, cancel := context.WithTimeout(s.ctx, elicitTimeout)
+		defer cancel()
+		er, err := ss.Elicit(ctx, elicitParams(q))
+		if err != nil {
+			return
+		}
+		if _, err := s.settleAsk(ctx, q, er); err != nil {
+			s.opts.Logger.Warn("mcp: answering a question", "ask", q.ID, "err", err)
+		}
+	}()
+}
+
+// elicitTimeout bounds how long a question asked outside a request waits
+// for its form; the question stays open after, and is asked again.
+const elicitTimeout = 10 * time.Minute
 
 // taskUpdate delivers answers to a task's questions (2026-07-28).
 func (s *Server) taskUpdate(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
@@ -226,16 +263,25 @@ func (s *Server) taskResult(ctx context.Context, ss *sdk.ServerSession, p *taskP
 		if err != nil {
 			return nil, err
 		}
-		if len(asks) > 0 && c.elicit {
-			for _, q := range asks {
-				er, err := ss.Elicit(ctx, elicitParams(q))
-				if err != nil {
-					return nil, err
-				}
-				if ri, err = s.settleAsk(ctx, q, er); err != nil {
-					return nil, err
-				}
+		asked := false
+		for _, q := range asks {
+			if !c.elicit {
+				break
 			}
+			if _, busy := s.asking.LoadOrStore(q.ID, true); busy {
+				continue // asked already, outside this request
+			}
+			er, err := ss.Elicit(ctx, elicitParams(q))
+			if err == nil {
+				ri, err = s.settleAsk(ctx, q, er)
+			}
+			s.asking.Delete(q.ID)
+			if err != nil {
+				return nil, err
+			}
+			asked = true
+		}
+		if asked {
 			continue
 		}
 		if ri, err = s.waitChange(ctx, ri, time.Now().Add(time.Minute)); err != nil {

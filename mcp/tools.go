@@ -159,6 +159,10 @@ func (s *Server) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 				}}, nil
 			}
 		case "tools/list":
+			// 2026-07-28 has no taskSupport: the server decides.
+			if ss, ok := req.GetSession().(*sdk.ServerSession); ok && clientOf(ss, nil).mrtr {
+				break
+			}
 			if lr, ok := res.(*sdk.ListToolsResult); ok {
 				return &extended{Result: lr, add: s.addTaskSupport}, nil
 			}
