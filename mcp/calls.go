@@ -153,26 +153,38 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		out.StructuredContent = map[string]any{"status": res.Status, "taskId": res.TaskID}
 		return s.withResults(ctx, sess, out), nil
 	}
-	ri, err := sess.Start(ctx, t.Name, args)
+	// An execute call is not a task: the session keeps no record of it
+	// (RATIONALE.md, "Why is an MCP execute call not in the session's
+	// record?").
+	ri, err := s.h.Start(ctx, t.Name, args, nil)
 	if err != nil {
 		return nil, callError(t.Name, err)
 	}
+	drove := s.driveInBackground(ri.ID)
 	if c.tasks && !c.mrtr {
-		// 2025-11-25: the client asked for a task; the run is driven in
-		// the background.
-		s.driveInBackground(ri.ID)
+		// 2025-11-25: the client asked for a task.
 		return s.createTask(ctx, c, ri)
 	}
-	s.driveInBackground(ri.ID)
-	return s.settle(ctx, req, c, sess, ri)
+	return s.settle(ctx, req, c, sess, ri, drove)
 }
 
-func (s *Server) driveInBackground(runID string) {
+// driveInBackground drives a run on the server's context; the channel
+// gets the run once it waits or ends.
+func (s *Server) driveInBackground(runID string) <-chan host.RunInfo {
+	ch := make(chan host.RunInfo, 1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		_, _ = s.h.Drive(s.ctx, runID)
+		ri, err := s.h.Drive(s.ctx, runID)
+		if err != nil {
+			ri, err = s.h.Run(s.ctx, runID)
+		}
+		if err == nil {
+			ch <- ri
+		}
+		close(ch)
 	}()
+	return ch
 }
 
 // resume is a call retried with the answers to its input requests: the
@@ -191,7 +203,7 @@ func (s *Server) resume(ctx context.Context, req *sdk.CallToolRequest, c client)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, req, c, sess, ri)
+	return s.settle(ctx, req, c, sess, ri, nil)
 }
 
 // answer delivers a client's responses to a run's open questions; a
@@ -220,13 +232,19 @@ func (s *Server) answer(ctx context.Context, ri host.RunInfo, responses sdk.Inpu
 // of their own on 2025-11-25). A run that waits on anything else past
 // CallWait becomes a task, or, for a client without tasks, a result that
 // says what the run waits on.
-func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client, sess *session.Session, ri host.RunInfo) (*sdk.CallToolResult, error) {
+//
+// drove, when not nil, gets the run when the drive that started it
+// returns: the call waits on it rather than on each change, unless the
+// client asked for progress.
+func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client, sess *session.Session, ri host.RunInfo, drove <-chan host.RunInfo) (*sdk.CallToolResult, error) {
 	deadline := time.Now().Add(s.opts.CallWait)
 	prog := progress{token: req.Params.GetProgressToken()}
+	if prog.token != nil {
+		drove = nil
+	}
 	for {
 		prog.send(ctx, req.Session, ri)
 		if ri.Status.Terminal() {
-			_, _ = sess.Await(ctx, ri.ID) // the turn no longer waits on it
 			return s.withResults(ctx, sess, toolResult(ri)), nil
 		}
 		asks, err := s.openAsks(ctx, ri)
@@ -254,11 +272,40 @@ func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client,
 			}
 			return waitingResult(ri, asks), nil
 		}
+		if drove != nil {
+			if ri, err = s.waitDrive(ctx, ri, drove, deadline); err != nil {
+				return nil, err
+			}
+			drove = nil
+			continue
+		}
 		if ri, err = s.waitChange(ctx, ri, deadline); err != nil {
 			return nil, err
 		}
 	}
 }
+
+// waitDrive waits for a drive to return, or the deadline.
+func (s *Server) waitDrive(ctx context.Context, ri host.RunInfo, drove <-chan host.RunInfo, deadline time.Time) (host.RunInfo, error) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case got, ok := <-drove:
+		if ok {
+			return got, nil
+		}
+	case <-t.C:
+	case <-ctx.Done():
+		return host.RunInfo{}, ctx.Err()
+	case <-s.ctx.Done():
+		return host.RunInfo{}, ErrClosed
+	}
+	return s.h.Run(ctx, ri.ID)
+}
+
+// changeGather is how long a waiter lets a run's changes gather before
+// it reads the run again.
+const changeGather = 2 * time.Millisecond
 
 // waitChange returns the run once its log changed, or at the deadline.
 func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.Time) (host.RunInfo, error) {
@@ -272,6 +319,10 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	defer t.Stop()
 	select {
 	case <-ch:
+		// A busy run changes many times a millisecond (a fan-out's agent
+		// calls); reading it on each change takes its lock from the drive.
+		// Let changes gather first.
+		time.Sleep(changeGather)
 	case <-t.C:
 	case <-ctx.Done():
 		return host.RunInfo{}, ctx.Err()

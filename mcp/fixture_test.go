@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const token = "sfa_test"
+const token = "sfa_test_token_0123456"
 
 // eras are the protocol revisions every test runs on.
 var eras = []string{mcp.Version20260728, mcp.Version20251125}
@@ -85,7 +85,7 @@ async function spin() { "use step"; const end = Date.now() + 300; let n = 0; whi
 }
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	opts mcp.Options
 	js   *jsprogram.Engine
@@ -99,7 +99,7 @@ var agents = host.AgentFunc{List: []host.AgentInfo{{Name: "triage", Description:
 		return abi.AgentResult{Status: abi.AgentCompleted, Reply: "triaged " + turn.Message}, nil
 	}}
 
-func newEnv(t *testing.T, opts *mcp.Options) *env {
+func newEnv(t testing.TB, opts *mcp.Options) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir()}
 	if opts != nil {

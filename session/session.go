@@ -389,35 +389,6 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 	return s.startTask(ctx, t, input)
 }
 
-// Start starts an execute call's run without driving it, and records
-// it as a call the turn waits on; the caller drives the run (Host.Drive)
-// on a context that outlives its request, so a client that goes away
-// loses nothing, and reads the result with Await. A task or serve tool
-// is refused: Call starts those.
-func (s *Session) Start(ctx context.Context, tool string, input json.RawMessage) (host.RunInfo, error) {
-	t, err := s.tool(ctx, tool)
-	if err != nil {
-		return host.RunInfo{}, err
-	}
-	if t.Entry != host.EntryExecute {
-		return host.RunInfo{}, &Error{CodeBadRequest, fmt.Sprintf("%s is a %s tool: Call starts it as a task", tool, t.Entry)}
-	}
-	ri, err := s.m.h.Start(ctx, tool, input, nil)
-	if err != nil {
-		return host.RunInfo{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.awaiting == nil {
-		s.awaiting = map[string]bool{}
-	}
-	s.awaiting[ri.ID] = true
-	s.emit(Event{Type: EvCallStarted, CallID: ri.ID, RunID: ri.ID, Tool: tool})
-	s.track(ri.ID, "", tool, false)
-	s.sync(ctx)
-	return ri, s.save(ctx)
-}
-
 // Task returns the session's task with that id.
 func (s *Session) Task(ctx context.Context, id string) (Task, bool) {
 	s.mu.Lock()
