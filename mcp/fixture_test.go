@@ -76,6 +76,18 @@ async function add(a, b) { "use step"; return a + b; }`,
   },
 });
 async function spin() { "use step"; const end = Date.now() + 300; let n = 0; while (Date.now() < end) n++; return n > 0; }`,
+	// doubler is a serve tool: each call is answered with its n doubled.
+	"doubler": `defineWorkflowTool({
+  description: "Doubles each call's n.",
+  inputSchema: {type: "object", properties: {n: {type: "number"}}, required: ["n"]},
+  async serve(receive, ctx) {
+    "use workflow";
+    for (;;) {
+      const { input } = await receive();
+      ctx.reply({ doubled: input.n * 2 });
+    }
+  },
+});`,
 	// echo answers its input at once.
 	"echo": `defineWorkflowTool({
   description: "Echoes its input.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func TestToolsListAndListChanged(t *testing.T) {
 				}
 			}
 			slices.Sort(names)
-			if want := "approval,asker,busy,deploy,echo,sum,task_cancel,task_wait,workflow"; strings.Join(names, ",") != want {
+			if want := "approval,asker,busy,deploy,doubler,echo,sum,task_cancel,task_wait,workflow"; strings.Join(names, ",") != want {
 				t.Fatalf("tools %v, want %s", names, want)
 			}
 			e.addTool("late", tools["echo"])
@@ -446,5 +447,56 @@ func TestPollingClientIsAskedItsTasksQuestion(t *testing.T) {
 	ri, err := e.h.Run(context.Background(), id)
 	if err != nil || !strings.Contains(string(ri.Result), `"optionId":"yes"`) {
 		t.Fatalf("run %v %s", err, ri.Result)
+	}
+}
+
+// A session runs at most 32 tasks: the 33rd call is refused, with why,
+// and starts nothing.
+func TestSessionTaskLimit(t *testing.T) {
+	e := newEnv(t, nil)
+	cs := e.connect(mcp.Version20260728, nil, true)
+	for i := range 32 {
+		taskID(t, call(t, cs, "approval", map[string]any{"what": fmt.Sprint(i)}))
+	}
+	before := e.runs()
+	_, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "approval", Arguments: map[string]any{"what": "one more"}})
+	if wireCode(err) != -32602 || !strings.Contains(err.Error(), "already runs 32 tasks") {
+		t.Fatalf("33rd task: %v", err)
+	}
+	if e.runs() != before {
+		t.Fatal("the refused call started a run")
+	}
+	// Another session has room of its own.
+	p := &sdk.CallToolParams{Name: "approval", Arguments: map[string]any{"what": "elsewhere"}, Meta: sdk.Meta{mcp.SessionMeta: "other"}}
+	if _, err := cs.CallTool(context.Background(), p); err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+}
+
+// A serve tool's call is a task, and so is each later call sent to it by
+// taskId: each ends when its reply answers it, while the run goes on.
+func TestServeCallsAreTasks(t *testing.T) {
+	e := newEnv(t, nil)
+	cs := e.connect(mcp.Version20260728, nil, true)
+	first := taskID(t, call(t, cs, "doubler", map[string]any{"n": 1}))
+	var out struct{ Doubled int }
+	structured(t, poll(t, cs, first, "completed").Result.StructuredContent, &out)
+	if out.Doubled != 2 {
+		t.Fatalf("first call: %+v", out)
+	}
+	second := taskID(t, call(t, cs, "doubler", map[string]any{"n": 5, "taskId": first}))
+	if second != first+":1" {
+		t.Fatalf("the second call's task is %q", second)
+	}
+	structured(t, poll(t, cs, second, "completed").Result.StructuredContent, &out)
+	if out.Doubled != 10 {
+		t.Fatalf("second call: %+v", out)
+	}
+	if _, err := taskCall(t, cs, "tasks/get", first+":7", nil); wireCode(err) != -32602 {
+		t.Fatalf("a call never sent: %v", err)
+	}
+	ri, err := e.h.Run(context.Background(), first)
+	if err != nil || ri.Status.Terminal() {
+		t.Fatalf("the serve run ended: %v %+v", err, ri)
 	}
 }

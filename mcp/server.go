@@ -220,8 +220,8 @@ func (s *Server) authorized(r *http.Request) bool {
 	return false
 }
 
-// ServeStdio serves one client on a pair of streams (stdin and stdout)
-// until it closes them or ctx ends.
+// ServeStdio serves one client on a transport of its own (sandflow mcp:
+// stdin and stdout) until the client closes it or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport) error {
 	return s.sdk.Run(ctx, &liftTransport{t})
 }

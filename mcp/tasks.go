@@ -3,6 +3,8 @@ package mcp
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -51,23 +53,67 @@ func (s *Server) addTaskMethods() error {
 	return nil
 }
 
-// run is a task's run; an unknown task is a protocol error.
-func (s *Server) run(ctx context.Context, p *taskParams) (host.RunInfo, error) {
+// run is a task's run as the task sees it, and the task's call: a serve
+// run's first task is its run's id, each later call's the session's call
+// id (run:N); such a task ends when its call is answered. An unknown task
+// is a protocol error.
+func (s *Server) run(ctx context.Context, p *taskParams) (host.RunInfo, int, error) {
 	if p == nil || p.TaskID == "" {
-		return host.RunInfo{}, invalidParams("a task request needs \"taskId\"")
+		return host.RunInfo{}, 0, invalidParams("a task request needs \"taskId\"")
 	}
-	ri, err := s.h.Run(ctx, p.TaskID)
+	runID, call := p.TaskID, 0
+	ri, err := s.h.Run(ctx, runID)
 	if errors.Is(err, host.ErrRunNotFound) {
-		return host.RunInfo{}, invalidParams("unknown task %q", p.TaskID)
+		if i := strings.LastIndexByte(p.TaskID, ':'); i > 0 {
+			if n, nerr := strconv.Atoi(p.TaskID[i+1:]); nerr == nil && n > 0 {
+				runID, call = p.TaskID[:i], n
+				ri, err = s.h.Run(ctx, runID)
+				if err == nil && n >= len(ri.Calls) {
+					err = host.ErrRunNotFound
+				}
+			}
+		}
 	}
-	return ri, err
+	if errors.Is(err, host.ErrRunNotFound) {
+		return host.RunInfo{}, 0, invalidParams("unknown task %q", p.TaskID)
+	}
+	return view(ri, call), call, err
+}
+
+// view is a run as the task of one of its calls sees it: a serve run's
+// call ends when a reply answers it, while the run goes on.
+func view(ri host.RunInfo, call int) host.RunInfo {
+	if call >= len(ri.Calls) {
+		return ri
+	}
+	c := ri.Calls[call]
+	switch c.Status {
+	case "completed":
+		ri.Status, ri.Result, ri.Error = store.StatusCompleted, c.Output, nil
+	case "failed":
+		ri.Status = store.StatusFailed
+		if c.Error != nil {
+			ri.Error = c.Error
+		}
+	case "cancelled":
+		ri.Status = store.StatusCancelled
+	}
+	return ri
+}
+
+// taskID is the task id of a run's call.
+func taskID(runID string, call int) string {
+	if call == 0 {
+		return runID
+	}
+	return runID + ":" + strconv.Itoa(call)
 }
 
 // taskFields is a run as an era's Task: its status, and on 2026-07-28 the
 // questions as input requests and the result inlined.
-func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo) (map[string]any, error) {
+func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call int) (map[string]any, error) {
 	f := map[string]any{
-		"taskId":        ri.ID,
+		"taskId":        taskID(ri.ID, call),
 		"createdAt":     ri.CreatedAt.UTC().Format(time.RFC3339Nano),
 		"lastUpdatedAt": ri.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	}
@@ -116,8 +162,9 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo) (map
 }
 
 // createTask is the answer to a call that became a task.
-func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo) (*sdk.CallToolResult, error) {
-	f, err := s.taskFields(ctx, c, ri)
+func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
+	ri = view(ri, call)
+	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
 	}
@@ -129,8 +176,9 @@ func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo) (*sd
 	} else {
 		out = map[string]any{"task": f}
 	}
-	out["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": ri.ID}}
-	return &sdk.CallToolResult{Meta: sdk.Meta{createTaskMeta: out, relatedTask: map[string]any{"taskId": ri.ID}}}, nil
+	id := taskID(ri.ID, call)
+	out["_meta"] = map[string]any{relatedTask: map[string]any{"taskId": id}}
+	return &sdk.CallToolResult{Meta: sdk.Meta{createTaskMeta: out, relatedTask: map[string]any{"taskId": id}}}, nil
 }
 
 func complete(f map[string]any, c client) *rawResult {
@@ -144,12 +192,12 @@ func complete(f map[string]any, c client) *rawResult {
 }
 
 func (s *Server) taskGet(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
-	ri, err := s.run(ctx, p)
+	ri, call, err := s.run(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	c := clientOf(ss, p.Meta)
-	f, err := s.taskFields(ctx, c, ri)
+	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +243,7 @@ const elicitTimeout = 10 * time.Minute
 
 // taskUpdate delivers answers to a task's questions (2026-07-28).
 func (s *Server) taskUpdate(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
-	ri, err := s.run(ctx, p)
+	ri, _, err := s.run(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +256,7 @@ func (s *Server) taskUpdate(ctx context.Context, ss *sdk.ServerSession, p *taskP
 // taskCancel aborts the run as task_cancel does: its abort signal fires
 // and its questions are withdrawn.
 func (s *Server) taskCancel(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
-	ri, err := s.run(ctx, p)
+	ri, call, err := s.run(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -228,24 +276,25 @@ func (s *Server) taskCancel(ctx context.Context, ss *sdk.ServerSession, p *taskP
 	if c.mrtr {
 		return complete(nil, c), nil
 	}
-	if ri, err = s.waitEnd(ctx, ri, 2*time.Second); err != nil {
+	if ri, err = s.waitEnd(ctx, ri, call, 2*time.Second); err != nil {
 		return nil, err
 	}
-	f, err := s.taskFields(ctx, c, ri)
+	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
 	}
 	return complete(f, c), nil
 }
 
-// waitEnd waits up to d for the run to end.
-func (s *Server) waitEnd(ctx context.Context, ri host.RunInfo, d time.Duration) (host.RunInfo, error) {
+// waitEnd waits up to d for the task to end.
+func (s *Server) waitEnd(ctx context.Context, ri host.RunInfo, call int, d time.Duration) (host.RunInfo, error) {
 	deadline := time.Now().Add(d)
 	var err error
 	for !ri.Status.Terminal() && time.Now().Before(deadline) {
 		if ri, err = s.waitChange(ctx, ri, deadline); err != nil {
 			return ri, err
 		}
+		ri = view(ri, call)
 	}
 	return ri, nil
 }
@@ -253,7 +302,7 @@ func (s *Server) waitEnd(ctx context.Context, ri host.RunInfo, d time.Duration) 
 // taskResult waits for a task's result (2025-11-25), asking its questions
 // on the way as elicitations related to the task.
 func (s *Server) taskResult(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
-	ri, err := s.run(ctx, p)
+	ri, call, err := s.run(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +323,7 @@ func (s *Server) taskResult(ctx context.Context, ss *sdk.ServerSession, p *taskP
 			er, err := ss.Elicit(ctx, elicitParams(q))
 			if err == nil {
 				ri, err = s.settleAsk(ctx, q, er)
+				ri = view(ri, call)
 			}
 			s.asking.Delete(q.ID)
 			if err != nil {
@@ -287,9 +337,10 @@ func (s *Server) taskResult(ctx context.Context, ss *sdk.ServerSession, p *taskP
 		if ri, err = s.waitChange(ctx, ri, time.Now().Add(time.Minute)); err != nil {
 			return nil, err
 		}
+		ri = view(ri, call)
 	}
 	res := toolResult(ri)
-	res.Meta = sdk.Meta{relatedTask: map[string]any{"taskId": ri.ID}}
+	res.Meta = sdk.Meta{relatedTask: map[string]any{"taskId": taskID(ri.ID, call)}}
 	return &rawResult{fields: map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
 		"isError": res.IsError, "_meta": res.Meta}}, nil
 }
@@ -307,7 +358,7 @@ func (s *Server) taskList(ctx context.Context, ss *sdk.ServerSession, p *taskPar
 		if err != nil {
 			continue
 		}
-		f, err := s.taskFields(ctx, c, ri)
+		f, err := s.taskFields(ctx, c, view(ri, 0), 0)
 		if err != nil {
 			return nil, err
 		}

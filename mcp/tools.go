@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,15 +49,15 @@ func (s *Server) syncTools(ctx context.Context) error {
 	}
 	outputs := map[string]json.RawMessage{}
 	for _, p := range plugins {
-		if p.Version >= 0 && len(p.Manifest.OutputSchema) > 0 {
-			outputs[p.Manifest.Name+"@"+itoa(p.Version)] = p.Manifest.OutputSchema
+		if len(p.Manifest.OutputSchema) > 0 {
+			outputs[p.Manifest.Name+"@"+strconv.Itoa(p.Version)] = p.Manifest.OutputSchema
 		}
 	}
 	var sig strings.Builder
 	next := map[string]host.Tool{}
 	for _, t := range tools {
 		next[t.Name] = t
-		sig.WriteString(t.Name + "@" + itoa(t.Version) + ",")
+		sig.WriteString(t.Name + "@" + strconv.Itoa(t.Version) + ",")
 	}
 	s.tools.mu.Lock()
 	defer s.tools.mu.Unlock()
@@ -77,7 +78,7 @@ func (s *Server) syncTools(ctx context.Context) error {
 			continue
 		}
 		st := &sdk.Tool{Name: t.Name, Description: t.Description, InputSchema: objectSchema(t.InputSchema)}
-		if out := outputs[t.Name+"@"+itoa(t.Version)]; out != nil {
+		if out := outputs[t.Name+"@"+strconv.Itoa(t.Version)]; out != nil {
 			st.OutputSchema = out
 		}
 		s.sdk.AddTool(st, s.callTool)
@@ -93,11 +94,6 @@ func objectSchema(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage(`{"type":"object"}`)
 	}
 	return raw
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 // pollTools syncs the tool list every ToolPoll, so that a plugin upload
