@@ -137,6 +137,16 @@ func (h *Host) WithdrawAsk(ctx context.Context, askID string) (RunInfo, error) {
 	})
 }
 
+// AskUnavailable settles an open question as "unavailable": whoever was
+// asked cannot answer (an MCP client that cancelled the form), and the
+// run continues until it ends or waits again. Errors: ErrUnknownAsk;
+// ErrAskClosed when it was already answered or withdrawn.
+func (h *Host) AskUnavailable(ctx context.Context, askID string) (RunInfo, error) {
+	return h.settleAsk(ctx, askID, func(abi.AskRequest, Limits) (abi.AskAnswer, error) {
+		return abi.AskAnswer{Status: abi.AnswerUnavailable}, nil
+	})
+}
+
 func checkAnswer(req abi.AskRequest, a Answer, maxText int) (abi.AskAnswer, error) {
 	switch {
 	case a.OptionID != "" && a.Text != "":

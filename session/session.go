@@ -389,6 +389,18 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 	return s.startTask(ctx, t, input)
 }
 
+// Task returns the session's task with that id.
+func (s *Session) Task(ctx context.Context, id string) (Task, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh(ctx)
+	t := s.task(id)
+	if t == nil {
+		return Task{}, false
+	}
+	return *t, true
+}
+
 func (s *Session) tool(ctx context.Context, name string) (host.Tool, error) {
 	tools, err := s.m.h.Tools(ctx)
 	if err != nil {

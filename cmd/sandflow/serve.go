@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/mcp"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -88,6 +90,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 
 			var srv *http.Server
 			var api *httpapi.Server
+			var mcpSrv *mcp.Server
 			if ln != nil {
 				if apiToken == "" && adminToken == "" {
 					t, path, err := loadOrMakeTokens(a.dataDir)
@@ -110,7 +113,15 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 				if api, err = httpapi.New(h, cfg); err != nil {
 					return err
 				}
-				srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+				// The MCP server at /mcp takes the API's tokens as bearer tokens.
+				if mcpSrv, err = mcp.New(h, &mcp.Options{Tokens: append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), Logger: logger}); err != nil {
+					return err
+				}
+				defer mcpSrv.Close()
+				mux := http.NewServeMux()
+				mux.Handle("/mcp", mcpSrv.Handler())
+				mux.Handle("/", api)
+				srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 				go func() {
 					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						logger.Error("http", "err", err)
@@ -128,6 +139,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 			defer cancel()
 			if srv != nil {
+				mcpSrv.Close() // ends its streams, so that Shutdown need not wait for them
 				if err := srv.Shutdown(sctx); err != nil {
 					logger.Warn("http shutdown", "err", err)
 				}
