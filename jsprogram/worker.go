@@ -178,6 +178,9 @@ type session struct {
 	calls   int
 	pending []*call
 	written int
+	// unhandled are the program's rejected promises nothing has handled
+	// yet, in the order they were rejected.
+	unhandled []*goja.Promise
 
 	// An authored tool's prelude, and the futures of its ops not yet
 	// delivered.
@@ -418,10 +421,50 @@ func (s *session) activate() error {
 	if p.State() == goja.PromiseStateRejected {
 		return s.completeUncaught(p.Result())
 	}
+	if v := s.unhandledAgentError(); v != nil {
+		return s.completeUncaught(v)
+	}
 	if len(s.pending) > 0 {
 		return s.complete(nil, s.pendingAtReturn())
 	}
 	return s.completeValue(p.Result())
+}
+
+// trackRejection keeps the program's unhandled rejections
+// (goja.PromiseRejectionTracker).
+func (s *session) trackRejection(p *goja.Promise, op goja.PromiseRejectionOperation) {
+	switch op {
+	case goja.PromiseRejectionReject:
+		s.unhandled = append(s.unhandled, p)
+	case goja.PromiseRejectionHandle:
+		for i, q := range s.unhandled {
+			if q == p {
+				s.unhandled = append(s.unhandled[:i], s.unhandled[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// unhandledAgentError is the first ctx.agent failure the program never
+// handled, or nil. ctx.agent rejects its promise for every failure; one
+// nothing awaits or catches still fails the run, as it did when a bad call
+// threw, instead of vanishing.
+func (s *session) unhandledAgentError() goja.Value {
+	desc, _ := goja.AssertFunction(s.shim.Get("describe"))
+	for _, p := range s.unhandled {
+		if p.State() != goja.PromiseStateRejected {
+			continue
+		}
+		r, err := desc(goja.Undefined(), p.Result())
+		if err != nil {
+			continue
+		}
+		if code := r.ToObject(s.vm).Get("3").String(); agentCodes[code] {
+			return p.Result()
+		}
+	}
+	return nil
 }
 
 // pendingAtReturn is the error of a program that returned with calls
@@ -443,9 +486,12 @@ func (s *session) completeValue(v goja.Value) error {
 		return s.fail(err)
 	}
 	arr := r.ToObject(s.vm)
+	// Encoding ran the program's toJSON methods and getters, which may
+	// have called ctx.agent.
+	if v := s.unhandledAgentError(); v != nil {
+		return s.completeUncaught(v)
+	}
 	if len(s.pending) > 0 {
-		// Encoding ran the program's toJSON methods and getters, which
-		// may have called ctx.agent.
 		return s.complete(nil, s.pendingAtReturn())
 	}
 	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
@@ -574,6 +620,9 @@ func (s *session) setup() error {
 		vm.SetTimeSource(stepNow)
 	} else {
 		vm.SetTimeSource(func() time.Time { return time.Unix(0, s.now).UTC() })
+	}
+	if s.act.Kind == kindProgram {
+		vm.SetPromiseRejectionTracker(s.trackRejection)
 	}
 	s.mu.Lock()
 	s.vm = vm
