@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
@@ -205,6 +206,11 @@ func (s *session) run() (d doneMsg) {
 			// A panic in goja itself (it converts most into exceptions):
 			// the program cannot continue, and the worker is suspect.
 			s.broken = true
+			if tooBig(x) {
+				d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeMemory,
+					Message: fmt.Sprintf("the program asked for more memory than there is (%v); the limit is %d MiB", x, s.lim.MemoryBytes>>20)}}
+				return
+			}
 			d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the JavaScript engine failed: %v", x)}}
 		}
 	}()
@@ -246,6 +252,24 @@ func (s *session) run() (d doneMsg) {
 	}
 	s.broken = true
 	return doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: err.Error()}}
+}
+
+// tooBig reports whether a panic is the Go runtime refusing an allocation
+// larger than any address space ("makeslice: len out of range"), as goja
+// makes for 'x'.repeat(2**62): the program asked for too much memory,
+// which is memory_limit, not a crash.
+func tooBig(x any) bool {
+	re, ok := x.(runtime.Error)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"makeslice: ", "growslice: ", "makemap: ", "makechan: "} {
+		if strings.Contains(msg, p) && strings.Contains(msg, "out of range") {
+			return true
+		}
+	}
+	return false
 }
 
 // activationNoun names what an activation of kind runs, for messages.
