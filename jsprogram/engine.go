@@ -228,6 +228,9 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 		e.pool.put(w, false)
 		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object()}
 	}
+	// inFlight is what this activation carried between the program and
+	// the host: op frames and their answers (see Limits.InFlightBytes).
+	var inFlight int64
 	for {
 		select {
 		case f, ok := <-w.frames:
@@ -240,6 +243,11 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				body, err := i.op(ctx, f.body)
 				if err != nil {
 					return i.abort(w, err)
+				}
+				if inFlight += int64(len(f.body) + len(body)); inFlight > lim.InFlightBytes {
+					return fail(&WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
+						"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; each start or resume replays every call so far); the limit is %.1f MiB",
+						activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))})
 				}
 				typ := byte(frameReply)
 				if fresh {

@@ -206,8 +206,9 @@ func (w *worker) alive() bool {
 	}
 }
 
+// send writes a frame, in parts when it is too large for one.
 func (w *worker) send(typ byte, parts ...[]byte) error {
-	return writeFrame(w.in, typ, parts...)
+	return writeLarge(w.in, typ, parts...)
 }
 
 // kill ends the process and waits for it.

@@ -326,7 +326,9 @@ func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, erro
 		s.broken = true
 		return nil, fmt.Errorf("jsprogram worker: sending op: %w", err)
 	}
-	typ, body, err := readFrame(s.r)
+	// The host bounds what it sends by InFlightBytes; the frames around
+	// it are small.
+	typ, body, err := readLarge(s.r, int(min(s.lim.InFlightBytes, 1<<40))+maxFrame)
 	if err != nil {
 		s.broken = true
 		return nil, fmt.Errorf("jsprogram worker: reading reply: %w", err)
