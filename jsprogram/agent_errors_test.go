@@ -59,6 +59,7 @@ func TestUnhandledAgentFailureFailsTheRun(t *testing.T) {
 	for _, tc := range []struct{ name, js, code string }{
 		{"bad call never awaited", `ctx.agent(42, { message: "x" }); return 1;`, jsprogram.CodeInvalidCall},
 		{"failed turn never awaited", `const p = ctx.agent("echo", { message: "fail" }); await ctx.agent("echo", { message: "ok" }); return 1;`, abi.AgentErrFailed},
+		{"the first of two unhandled", `ctx.agent("echo", { message: "x".repeat(1048576) }); ctx.agent(42, {}); return 1;`, jsprogram.CodeInputTooLarge},
 		{"bad call from toJSON", `return { toJSON() { ctx.agent("", {}); return 1; } };`, jsprogram.CodeInvalidCall},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

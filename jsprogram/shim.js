@@ -210,6 +210,13 @@
     parse,
     agentError,
     describe,
+    // agentCode is the code of a genuine agent error, or "": it runs none
+    // of the program's code.
+    agentCode(v) {
+      if (v === null || typeof v !== "object") return "";
+      const code = apply(genuineGet, genuine, [v]);
+      return code === undefined ? "" : code;
+    },
     flush() {},
   };
 })

@@ -180,8 +180,9 @@ type session struct {
 	pending []*call
 	written int
 	// unhandled are the program's rejected promises nothing has handled
-	// yet, in the order they were rejected.
-	unhandled []*goja.Promise
+	// yet, each with its rank in the order they were rejected.
+	unhandled map[*goja.Promise]int
+	rejected  int
 
 	// An authored tool's prelude, and the futures of its ops not yet
 	// delivered.
@@ -461,14 +462,13 @@ func (s *session) activate() error {
 func (s *session) trackRejection(p *goja.Promise, op goja.PromiseRejectionOperation) {
 	switch op {
 	case goja.PromiseRejectionReject:
-		s.unhandled = append(s.unhandled, p)
-	case goja.PromiseRejectionHandle:
-		for i, q := range s.unhandled {
-			if q == p {
-				s.unhandled = append(s.unhandled[:i], s.unhandled[i+1:]...)
-				break
-			}
+		if s.unhandled == nil {
+			s.unhandled = map[*goja.Promise]int{}
 		}
+		s.rejected++
+		s.unhandled[p] = s.rejected
+	case goja.PromiseRejectionHandle:
+		delete(s.unhandled, p)
 	}
 }
 
@@ -477,20 +477,22 @@ func (s *session) trackRejection(p *goja.Promise, op goja.PromiseRejectionOperat
 // nothing awaits or catches still fails the run, as it did when a bad call
 // threw, instead of vanishing.
 func (s *session) unhandledAgentError() goja.Value {
-	desc, _ := goja.AssertFunction(s.shim.Get("describe"))
-	for _, p := range s.unhandled {
-		if p.State() != goja.PromiseStateRejected {
+	codeOf, _ := goja.AssertFunction(s.shim.Get("agentCode"))
+	var first goja.Value
+	rank := 0
+	for p, n := range s.unhandled {
+		if first != nil && n > rank || p.State() != goja.PromiseStateRejected {
 			continue
 		}
-		r, err := desc(goja.Undefined(), p.Result())
+		c, err := codeOf(goja.Undefined(), p.Result())
 		if err != nil {
 			continue
 		}
-		if code := r.ToObject(s.vm).Get("3").String(); agentCodes[code] {
-			return p.Result()
+		if agentCodes[c.String()] {
+			first, rank = p.Result(), n
 		}
 	}
-	return nil
+	return first
 }
 
 // pendingAtReturn is the error of a program that returned with calls
