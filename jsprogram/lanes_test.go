@@ -76,3 +76,26 @@ func TestDefaultMaxWorkers(t *testing.T) {
 		t.Fatalf("DefaultMaxWorkers() = %d, want max(4, 2 × CPUs)", n)
 	}
 }
+
+// The lanes bound the workers: with one slot in each, four loops never
+// run more than two workers, one of them in the long lane, and each loop
+// still ends at its time limit.
+func TestLanesBoundTheWorkers(t *testing.T) {
+	f := newFixtureWith(t, jsprogram.Options{MaxWorkers: 1, LongWorkers: 1, IdleWorkers: 1, LongAfter: 200 * time.Millisecond,
+		Limits: jsprogram.Limits{JSTime: 2 * time.Second, TotalTime: time.Minute}})
+	wait := spin(t, f, 4)
+	sawLong := false
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		st := f.eng.Stats()
+		if st.Workers > 2 || st.Long > 1 {
+			t.Fatalf("stats %+v: over one worker per lane", st)
+		}
+		sawLong = sawLong || st.Long == 1
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !sawLong {
+		t.Error("no loop moved to the long lane")
+	}
+	wait()
+}
