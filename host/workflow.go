@@ -688,20 +688,40 @@ func (w *wfInstance) awaitSatisfied(mode abi.AwaitMode, futures []uint32) bool {
 }
 
 // awaitBody is an await's answer: each visible future's state and value.
+// It is made at its final size: a fan-out's answer holds every reply, and
+// growing it by appends would allocate it about twice over. One larger
+// than keepBuf is not kept as w.buf, where an instance that waits would
+// hold it.
 func (w *wfInstance) awaitBody(futures []uint32) []byte {
-	w.buf = appendHeader(w.buf[:0], abi.StatusOK, 0)
+	n := abi.BodyHeaderSize
+	for _, f := range futures {
+		if o := w.rs.op(f); w.rs.visible(o, w.act, w.cursor) {
+			n += 12 + len(o.value)
+		}
+	}
+	b := w.buf[:0]
+	if n > cap(b) {
+		b = make([]byte, 0, n)
+	}
+	b = appendHeader(b, abi.StatusOK, 0)
 	for _, f := range futures {
 		o := w.rs.op(f)
 		if !w.rs.visible(o, w.act, w.cursor) {
 			continue
 		}
-		w.buf = binary.LittleEndian.AppendUint32(w.buf, f)
-		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(o.state))
-		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(len(o.value)))
-		w.buf = append(w.buf, o.value...)
+		b = binary.LittleEndian.AppendUint32(b, f)
+		b = binary.LittleEndian.AppendUint32(b, uint32(o.state))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(o.value)))
+		b = append(b, o.value...)
 	}
-	return w.buf
+	if cap(b) <= keepBuf {
+		w.buf = b
+	}
+	return b
 }
+
+// keepBuf is the largest answer buffer an instance keeps for the next op.
+const keepBuf = 1 << 20
 
 // cpuOf is the CPU budget ctx carries, as RestartCPU finds it.
 func (w *wfInstance) cpuOf(ctx context.Context) cpuClock {

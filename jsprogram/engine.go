@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -40,8 +41,16 @@ type Options struct {
 	// WorkerPath is the binary started as a worker; it must call
 	// MaybeWorker first thing. Empty means this process's executable.
 	WorkerPath string
-	// MaxWorkers bounds the programs running at once (4); more wait.
+	// MaxWorkers bounds the programs that start at once: max(4, 2 ×
+	// CPUs) by default; more wait. (sandflow serve --js-workers.)
 	MaxWorkers int
+	// LongWorkers bounds the programs that have run longer than
+	// LongAfter and moved to the long lane, where they no longer hold
+	// one of MaxWorkers (MaxWorkers by default).
+	LongWorkers int
+	// LongAfter is how long an activation computes before it moves to the
+	// long lane (1 s).
+	LongAfter time.Duration
 	// IdleWorkers is how many started workers are kept ready (2).
 	IdleWorkers int
 	// KillGrace is how long past a time limit a worker that has not
@@ -52,9 +61,10 @@ type Options struct {
 // Engine implements host.Engine (and host.SourceEngine) for JavaScript
 // programs. It is safe for concurrent use.
 type Engine struct {
-	lim   Limits
-	grace time.Duration
-	pool  *pool
+	lim       Limits
+	grace     time.Duration
+	longAfter time.Duration
+	pool      *pool
 }
 
 var _ host.SourceEngine = (*Engine)(nil)
@@ -74,7 +84,13 @@ func NewEngine(opts *Options) (*Engine, error) {
 		o.WorkerPath = exe
 	}
 	if o.MaxWorkers <= 0 {
-		o.MaxWorkers = 4
+		o.MaxWorkers = DefaultMaxWorkers()
+	}
+	if o.LongWorkers <= 0 {
+		o.LongWorkers = o.MaxWorkers
+	}
+	if o.LongAfter <= 0 {
+		o.LongAfter = time.Second
 	}
 	if o.IdleWorkers <= 0 {
 		o.IdleWorkers = 2
@@ -82,8 +98,13 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if o.KillGrace <= 0 {
 		o.KillGrace = time.Second
 	}
-	return &Engine{lim: o.Limits, grace: o.KillGrace, pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.IdleWorkers)}, nil
+	return &Engine{lim: o.Limits, grace: o.KillGrace, longAfter: o.LongAfter,
+		pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.LongWorkers, o.IdleWorkers)}, nil
 }
+
+// DefaultMaxWorkers is Options.MaxWorkers when it is 0: max(4, 2 × the
+// CPUs this process may use).
+func DefaultMaxWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
 // Stats reports the engine's workers.
 func (e *Engine) Stats() Stats { return e.pool.stats() }
@@ -224,10 +245,17 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	ctx = host.WithCPUClock(ctx, host.CPUClock{Restart: func() { fresh = true }})
 	total := time.NewTimer(lim.TotalTime + e.grace)
 	defer total.Stop()
+	// lane runs with js: past longAfter of computing, the program moves to
+	// the long lane (see pool).
+	lane := newStopwatch(e.longAfter)
+	defer lane.stop()
 	fail := func(pe *WorkflowProgramError) (int32, error) {
 		e.pool.put(w, false)
 		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object()}
 	}
+	// inFlight is what this activation carried between the program and
+	// the host: op frames and their answers (see Limits.InFlightBytes).
+	var inFlight int64
 	for {
 		select {
 		case f, ok := <-w.frames:
@@ -237,9 +265,15 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 			switch f.typ {
 			case frameOp:
 				js.pause()
+				lane.pause()
 				body, err := i.op(ctx, f.body)
 				if err != nil {
 					return i.abort(w, err)
+				}
+				if inFlight += int64(len(f.body) + len(body)); inFlight > lim.InFlightBytes {
+					return fail(&WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
+						"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; each start or resume replays every call so far); the limit is %.1f MiB",
+						activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))})
 				}
 				typ := byte(frameReply)
 				if fresh {
@@ -253,6 +287,7 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				// JavaScript time; neither does this backstop.
 				js.left += opTransit
 				js.resume()
+				lane.resume()
 			case frameWrite:
 				if len(f.body) > 0 {
 					out := i.cfg.Stdout
@@ -279,6 +314,14 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker ended the activation as %q", d.Status)})
 			default:
 				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker sent frame %q", f.typ)})
+			}
+		case <-lane.c:
+			if e.pool.promote(w) {
+				lane.c = nil
+			} else {
+				// The long lane is full: try again a little later.
+				lane.left = laneRetry
+				lane.resume()
 			}
 		case <-js.c:
 			return fail(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the program ran JavaScript for more than %s in one %s (stopped inside a built-in)", lim.JSTime, activationNoun(kind))})
@@ -336,6 +379,10 @@ func (i *instance) abort(w *worker, cause error) (int32, error) {
 		}
 	}
 }
+
+// laneRetry is how long a program that could not move to the full long
+// lane computes before it tries again.
+const laneRetry = 100 * time.Millisecond
 
 // opTransit is what the backstop allows per op for the frames' transit.
 const opTransit = 200 * time.Microsecond

@@ -34,8 +34,14 @@ const (
 	CodeTotalTime = "total_time_limit"
 	// CodeMemory: the program's worker went over Limits.MemoryBytes.
 	CodeMemory = "memory_limit"
-	// CodeWorkerCrashed: the worker died for another reason.
+	// CodeWorkerCrashed: the worker died for another reason, or broke the
+	// protocol with the host: a fault of the engine, not of the program
+	// (its message carries what the worker said last).
 	CodeWorkerCrashed = "worker_crashed"
+	// CodeInFlight: one start or resume carried more than
+	// Limits.InFlightBytes between the program and the host (ctx.agent
+	// inputs and replies: for a fan-out, the replies of every call).
+	CodeInFlight = "in_flight_limit"
 	// CodeOutputTooLarge: the return value is over Limits.ValueBytes as
 	// JSON.
 	CodeOutputTooLarge = "output_too_large"

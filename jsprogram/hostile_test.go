@@ -36,6 +36,10 @@ func TestHostilePrograms(t *testing.T) {
 		{"infinite loop", `for (;;) {}`, jsprogram.CodeJSTime, nil},
 		{"infinite loop in a catch-all", `for (;;) { try { for (;;) {} } catch (e) {} finally { continue; } }`, jsprogram.CodeJSTime, nil},
 		{"huge repeat", `return 'x'.repeat(2**40);`, jsprogram.CodeMemory, nil},
+		// Regression: a length past any address space made goja panic
+		// ("makeslice: len out of range"), which ended as worker_crashed.
+		{"repeat past any address space", `return 'x'.repeat(2**62);`, jsprogram.CodeMemory, nil},
+		{"padStart past any address space", `return 'x'.padStart(2**62);`, jsprogram.CodeMemory, nil},
 		{"array fill loop", `const keep = []; for (;;) keep.push(new Array(1e7).fill(0));`, jsprogram.CodeMemory, nil},
 		{"string doubling", `let s = 'x'; for (;;) s += s; `, jsprogram.CodeMemory, nil},
 		{"catastrophic regex", `return /^(a+)+(?=b)c/.test('a'.repeat(40) + 'b');`, jsprogram.CodeJSTime, nil},

@@ -31,6 +31,13 @@ type Limits struct {
 	MaxSubagents int `json:"maxSubagents"`
 	// OutputBytes bounds console output per start or resume (1 MiB).
 	OutputBytes int `json:"outputBytes"`
+	// InFlightBytes bounds what one start or resume carries between the
+	// program and the host (256 MiB): its ops' payloads, ctx.agent inputs
+	// among them, and their answers, the replies. A start or resume
+	// replays the run from the top, so this is every call the run has
+	// made so far, and it bounds the host's memory for the program, not
+	// only the worker's.
+	InFlightBytes int64 `json:"inFlightBytes"`
 }
 
 // DefaultLimits are the spec's limits.
@@ -46,6 +53,8 @@ var DefaultLimits = Limits{
 	StackDepth:   2000,
 	MaxSubagents: 100,
 	OutputBytes:  1 << 20,
+
+	InFlightBytes: 256 << 20,
 }
 
 // MaxSubagentsCap is the largest maxSubagents a workflow tool may have.
@@ -74,6 +83,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MemoryBytes <= 0 {
 		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.InFlightBytes <= 0 {
+		l.InFlightBytes = d.InFlightBytes
 	}
 	return l
 }

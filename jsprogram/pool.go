@@ -35,6 +35,8 @@ type worker struct {
 	stderr *tail
 	// readDone is closed when the frame reader stopped (end of output).
 	readDone chan struct{}
+	// long: the worker holds a slot of the long lane, not the short one.
+	long bool
 }
 
 // tail keeps the first and the last bytes written to it: a Go runtime's
@@ -77,11 +79,22 @@ func (t *tail) reset() {
 
 // pool supervises workers: it starts them, keeps a few idle, bounds how
 // many run at once, and replaces dead ones.
+//
+// Programs run in two lanes. Every activation starts in the short lane,
+// whose slots (maxWorkers) bound how many programs start at once. One that
+// has computed for a while (Options.LongAfter) moves to the long lane when
+// it has room, freeing its short slot, and its worker's CPU priority is
+// lowered: programs that spin for their whole JavaScript time cannot hold
+// every slot, so short programs keep starting while they run, and get the
+// CPU first. When the long lane is full a long program stays in its short
+// slot. At most maxWorkers + maxLong workers run. See RATIONALE.md, "Why
+// two lanes of JavaScript workers?".
 type pool struct {
 	path    string
 	memory  int64
 	maxIdle int
 	slots   chan struct{}
+	long    chan struct{}
 
 	mu     sync.Mutex
 	idle   []*worker
@@ -89,8 +102,25 @@ type pool struct {
 	closed bool
 }
 
-func newPool(path string, memory int64, maxWorkers, maxIdle int) *pool {
-	return &pool{path: path, memory: memory, maxIdle: maxIdle, slots: make(chan struct{}, maxWorkers), live: map[*worker]bool{}}
+func newPool(path string, memory int64, maxWorkers, maxLong, maxIdle int) *pool {
+	return &pool{path: path, memory: memory, maxIdle: maxIdle, slots: make(chan struct{}, maxWorkers), long: make(chan struct{}, maxLong), live: map[*worker]bool{}}
+}
+
+// promote moves a running worker to the long lane if it has room, and
+// reports whether it did.
+func (p *pool) promote(w *worker) bool {
+	if w.long {
+		return true
+	}
+	select {
+	case p.long <- struct{}{}:
+	default:
+		return false
+	}
+	w.long = true
+	lowerPriority(w.cmd.Process.Pid)
+	<-p.slots
+	return true
 }
 
 // get takes a worker, starting one if none is idle; it waits for a slot
@@ -126,9 +156,14 @@ func (p *pool) get(ctx context.Context) (*worker, error) {
 	return w, nil
 }
 
-// put gives a worker back; one that is not healthy is killed.
+// put gives a worker back; one that is not healthy is killed, and so is
+// one from the long lane, whose priority cannot be raised again.
 func (p *pool) put(w *worker, healthy bool) {
-	defer func() { <-p.slots }()
+	slot := p.slots
+	if w.long {
+		slot, healthy = p.long, false
+	}
+	defer func() { <-slot }()
 	p.mu.Lock()
 	if healthy && !p.closed && len(p.idle) < p.maxIdle && w.alive() {
 		p.idle = append(p.idle, w)
@@ -206,8 +241,9 @@ func (w *worker) alive() bool {
 	}
 }
 
+// send writes a frame, in parts when it is too large for one.
 func (w *worker) send(typ byte, parts ...[]byte) error {
-	return writeFrame(w.in, typ, parts...)
+	return writeLarge(w.in, typ, parts...)
 }
 
 // kill ends the process and waits for it.
@@ -258,8 +294,9 @@ func (w *worker) death(lim Limits) *WorkflowProgramError {
 // Stats describe an engine's workers.
 type Stats struct {
 	// Workers is how many worker processes are alive, Idle how many of
-	// them wait for a program.
-	Workers, Idle int
+	// them wait for a program, Long how many run programs in the long
+	// lane.
+	Workers, Idle, Long int
 	// RSSBytes is the resident memory of all of them (0 where the
 	// system does not say).
 	RSSBytes int64
@@ -268,7 +305,7 @@ type Stats struct {
 func (p *pool) stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := Stats{Workers: len(p.live), Idle: len(p.idle)}
+	st := Stats{Workers: len(p.live), Idle: len(p.idle), Long: len(p.long)}
 	for w := range p.live {
 		st.RSSBytes += rssBytes(w.cmd.Process.Pid)
 	}

@@ -5,3 +5,5 @@ package jsprogram
 import "os/exec"
 
 func setProcAttr(*exec.Cmd) {}
+
+func lowerPriority(int) {}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // The parent and a worker speak in frames over the worker's stdin and
@@ -24,6 +25,9 @@ import (
 //	              host's replay passed a recorded activation, or its end)
 //	'K' abort     empty: the host ended the activation (the run waits, or the
 //	              op failed); the worker stops the program and answers 'D'
+//	'P' part      u64 n | bytes: a piece of the next 'R' or 'F' frame, which is
+//	              too large for one frame (an await's answer to a fan-out); that
+//	              frame's body is the parts' bytes, then its own, n bytes in all
 //
 // Worker to parent:
 //
@@ -35,6 +39,7 @@ const (
 	frameReply      = 'R'
 	frameReplyFresh = 'F'
 	frameAbort      = 'K'
+	framePart       = 'P'
 	frameOp         = 'O'
 	frameWrite      = 'W'
 	frameDone       = 'D'
@@ -68,6 +73,84 @@ func writeFrame(w *bufio.Writer, typ byte, parts ...[]byte) error {
 	return w.Flush()
 }
 
+// partBytes is the most a 'P' frame carries.
+const partBytes = maxFrame / 2
+
+// writeLarge writes a frame of any size: one frame when it fits, else 'P'
+// frames of up to partBytes and the rest in a frame of type typ.
+func writeLarge(w *bufio.Writer, typ byte, parts ...[]byte) error {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	if 1+total <= maxFrame {
+		return writeFrame(w, typ, parts...)
+	}
+	parts = slices.Clone(parts) // cut below
+	n := u64(uint64(total))
+	left := total
+	for left > partBytes {
+		// The next partBytes of the concatenated parts.
+		var piece [][]byte
+		want := partBytes
+		for want > 0 {
+			k := min(want, len(parts[0]))
+			piece = append(piece, parts[0][:k])
+			parts[0] = parts[0][k:]
+			if len(parts[0]) == 0 {
+				parts = parts[1:]
+			}
+			want -= k
+		}
+		if err := writeFrame(w, framePart, append([][]byte{n}, piece...)...); err != nil {
+			return err
+		}
+		left -= partBytes
+	}
+	return writeFrame(w, typ, parts...)
+}
+
+// errPartsTooLarge is returned when parts announce a frame over the
+// reader's limit, or do not add up to what they announced.
+var errPartsTooLarge = errors.New("jsprogram: parts of a frame over the size limit")
+
+// readLarge reads a frame that may come in parts (see writeLarge), of at
+// most max bytes in all.
+func readLarge(r *bufio.Reader, max int) (byte, []byte, error) {
+	var buf []byte
+	want := -1
+	for {
+		typ, body, err := readFrame(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		if typ != framePart {
+			if buf == nil {
+				return typ, body, nil
+			}
+			if len(buf)+len(body) != want {
+				return 0, nil, fmt.Errorf("%w: %d bytes announced, %d sent", errPartsTooLarge, want, len(buf)+len(body))
+			}
+			return typ, append(buf, body...), nil
+		}
+		if len(body) < 8 {
+			return 0, nil, fmt.Errorf("%w: a part of %d bytes", errPartsTooLarge, len(body))
+		}
+		n := binary.LittleEndian.Uint64(body)
+		if buf == nil {
+			if n > uint64(max) {
+				return 0, nil, fmt.Errorf("%w: %d bytes, over %d", errPartsTooLarge, n, max)
+			}
+			want = int(n)
+			buf = make([]byte, 0, want)
+		}
+		if n != uint64(want) || len(buf)+len(body)-8 > want {
+			return 0, nil, fmt.Errorf("%w: parts of %d bytes go past the %d announced", errPartsTooLarge, len(buf)+len(body)-8, want)
+		}
+		buf = append(buf, body[8:]...)
+	}
+}
+
 func readFrame(r *bufio.Reader) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -85,6 +168,8 @@ func readFrame(r *bufio.Reader) (byte, []byte, error) {
 }
 
 func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 
 func i64(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }
 

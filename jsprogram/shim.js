@@ -16,6 +16,7 @@
   const setAdd = Set.prototype.add;
   const StringCtor = String;
   const apply = Reflect.apply;
+  const promiseReject = Promise.reject.bind(Promise);
 
   // Properties are defined, not assigned: an assignment would call a
   // setter the program put on Object.prototype.
@@ -141,7 +142,18 @@
     return [s];
   }
 
+  // agent is ctx.agent: every failure, a bad call as much as a failed
+  // turn, is a rejected promise, so .catch, .then(ok, err) and
+  // Promise.allSettled see all of them alike.
   function agent(name, options) {
+    try {
+      return call(name, options);
+    } catch (e) {
+      return promiseReject(e);
+    }
+  }
+
+  function call(name, options) {
     if (typeof name !== "string" || name === "") {
       throw agentError("invalid_call", "ctx.agent: the first argument must be an agent name, a non-empty string");
     }
@@ -198,6 +210,13 @@
     parse,
     agentError,
     describe,
+    // agentCode is the code of a genuine agent error, or "": it runs none
+    // of the program's code.
+    agentCode(v) {
+      if (v === null || typeof v !== "object") return "";
+      const code = apply(genuineGet, genuine, [v]);
+      return code === undefined ? "" : code;
+    },
     flush() {},
   };
 })

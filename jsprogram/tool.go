@@ -73,6 +73,8 @@ func (e *Engine) define(ctx context.Context, source string) (*Definition, error)
 	}
 	backstop := time.NewTimer(e.lim.JSTime + e.grace)
 	defer backstop.Stop()
+	lane := time.NewTimer(e.longAfter) // as in instance.run
+	defer lane.Stop()
 	refuse := func(perr *WorkflowProgramError) (*Definition, error) {
 		return nil, &host.PluginError{Reason: "bad_program", Detail: "the script cannot be loaded: " + perr.Message + " [" + perr.Code + "]"}
 	}
@@ -104,6 +106,10 @@ func (e *Engine) define(ctx context.Context, source string) (*Definition, error)
 			}
 			e.pool.put(w, false)
 			return refuse(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker sent frame %q while the script loaded", f.typ)})
+		case <-lane.C:
+			if !e.pool.promote(w) {
+				lane.Reset(laneRetry)
+			}
 		case <-backstop.C:
 			e.pool.put(w, false)
 			return refuse(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the script's top level ran JavaScript for more than %s (stopped inside a built-in)", e.lim.JSTime)})

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
@@ -178,6 +179,10 @@ type session struct {
 	calls   int
 	pending []*call
 	written int
+	// unhandled are the program's rejected promises nothing has handled
+	// yet, each with its rank in the order they were rejected.
+	unhandled map[*goja.Promise]int
+	rejected  int
 
 	// An authored tool's prelude, and the futures of its ops not yet
 	// delivered.
@@ -202,6 +207,11 @@ func (s *session) run() (d doneMsg) {
 			// A panic in goja itself (it converts most into exceptions):
 			// the program cannot continue, and the worker is suspect.
 			s.broken = true
+			if tooBig(x) {
+				d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeMemory,
+					Message: fmt.Sprintf("the program asked for more memory than there is (%v); the limit is %d MiB", x, s.lim.MemoryBytes>>20)}}
+				return
+			}
 			d = doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the JavaScript engine failed: %v", x)}}
 		}
 	}()
@@ -243,6 +253,24 @@ func (s *session) run() (d doneMsg) {
 	}
 	s.broken = true
 	return doneMsg{Status: "failed", Error: &WorkflowProgramError{Code: CodeWorkerCrashed, Message: err.Error()}}
+}
+
+// tooBig reports whether a panic is the Go runtime refusing an allocation
+// larger than any address space ("makeslice: len out of range"), as goja
+// makes for 'x'.repeat(2**62): the program asked for too much memory,
+// which is memory_limit, not a crash.
+func tooBig(x any) bool {
+	re, ok := x.(runtime.Error)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"makeslice: ", "growslice: ", "makemap: ", "makechan: "} {
+		if strings.Contains(msg, p) && strings.Contains(msg, "out of range") {
+			return true
+		}
+	}
+	return false
 }
 
 // activationNoun names what an activation of kind runs, for messages.
@@ -299,7 +327,9 @@ func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, erro
 		s.broken = true
 		return nil, fmt.Errorf("jsprogram worker: sending op: %w", err)
 	}
-	typ, body, err := readFrame(s.r)
+	// The host bounds what it sends by InFlightBytes; the frames around
+	// it are small.
+	typ, body, err := readLarge(s.r, int(min(s.lim.InFlightBytes, 1<<40))+maxFrame)
 	if err != nil {
 		s.broken = true
 		return nil, fmt.Errorf("jsprogram worker: reading reply: %w", err)
@@ -418,10 +448,51 @@ func (s *session) activate() error {
 	if p.State() == goja.PromiseStateRejected {
 		return s.completeUncaught(p.Result())
 	}
+	if v := s.unhandledAgentError(); v != nil {
+		return s.completeUncaught(v)
+	}
 	if len(s.pending) > 0 {
 		return s.complete(nil, s.pendingAtReturn())
 	}
 	return s.completeValue(p.Result())
+}
+
+// trackRejection keeps the program's unhandled rejections
+// (goja.PromiseRejectionTracker).
+func (s *session) trackRejection(p *goja.Promise, op goja.PromiseRejectionOperation) {
+	switch op {
+	case goja.PromiseRejectionReject:
+		if s.unhandled == nil {
+			s.unhandled = map[*goja.Promise]int{}
+		}
+		s.rejected++
+		s.unhandled[p] = s.rejected
+	case goja.PromiseRejectionHandle:
+		delete(s.unhandled, p)
+	}
+}
+
+// unhandledAgentError is the first ctx.agent failure the program never
+// handled, or nil. ctx.agent rejects its promise for every failure; one
+// nothing awaits or catches still fails the run, as it did when a bad call
+// threw, instead of vanishing.
+func (s *session) unhandledAgentError() goja.Value {
+	codeOf, _ := goja.AssertFunction(s.shim.Get("agentCode"))
+	var first goja.Value
+	rank := 0
+	for p, n := range s.unhandled {
+		if first != nil && n > rank || p.State() != goja.PromiseStateRejected {
+			continue
+		}
+		c, err := codeOf(goja.Undefined(), p.Result())
+		if err != nil {
+			continue
+		}
+		if agentCodes[c.String()] {
+			first, rank = p.Result(), n
+		}
+	}
+	return first
 }
 
 // pendingAtReturn is the error of a program that returned with calls
@@ -443,9 +514,12 @@ func (s *session) completeValue(v goja.Value) error {
 		return s.fail(err)
 	}
 	arr := r.ToObject(s.vm)
+	// Encoding ran the program's toJSON methods and getters, which may
+	// have called ctx.agent.
+	if v := s.unhandledAgentError(); v != nil {
+		return s.completeUncaught(v)
+	}
 	if len(s.pending) > 0 {
-		// Encoding ran the program's toJSON methods and getters, which
-		// may have called ctx.agent.
 		return s.complete(nil, s.pendingAtReturn())
 	}
 	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
@@ -574,6 +648,9 @@ func (s *session) setup() error {
 		vm.SetTimeSource(stepNow)
 	} else {
 		vm.SetTimeSource(func() time.Time { return time.Unix(0, s.now).UTC() })
+	}
+	if s.act.Kind == kindProgram {
+		vm.SetPromiseRejectionTracker(s.trackRejection)
 	}
 	s.mu.Lock()
 	s.vm = vm

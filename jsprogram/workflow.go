@@ -45,10 +45,10 @@ func (t WorkflowTool) Manifest() (host.Manifest, []byte, error) {
 		"its only capability is `await ctx.agent(name, { message, outputSchema? })`, which sends `message` to a new session with the "+
 		"named agent and resolves to its reply (a string), or to the structured value when `outputSchema` (a JSON Schema object) is given. "+
 		"Pending calls in a batch run at once, so `Promise.all` fans out. Await every call: one still pending when the program returns fails it. "+
-		"A failed or invalid call throws a catchable WorkflowProgramAgentError (its `code` says why). "+
+		"A failed or invalid call rejects with a WorkflowProgramAgentError (its `code` says why), which await throws and .catch catches. "+
 		"The return value passes through JSON.stringify and is the result. "+
 		"No imports, timers, eval or I/O; Math.random and Date are replay-safe. "+
-		"Limits: %d agent calls, 1 MiB return value and agent input as JSON, 4 MiB reply, 256 KiB source, "+
+		"Limits: %d agent calls, 1 MiB return value and agent input as JSON, 4 MiB reply, 256 KiB source, 256 MiB of agent inputs and replies per start or resume, "+
 		"30 s of JavaScript and 5 min in all per start or resume (waiting for agents counts toward neither).", n)
 	if len(t.Agents) > 0 {
 		b.WriteString("\nAgents:")

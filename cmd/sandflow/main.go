@@ -90,6 +90,7 @@ type app struct {
 	agentsPath string
 	agents     *agents.Backends
 	js         *jsprogram.Engine
+	jsWorkers  int // jsprogram.Options.MaxWorkers (serve --js-workers)
 	asJSON     bool
 	out        io.Writer
 	errOut     io.Writer
@@ -116,7 +117,10 @@ func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error)
 	}
 	// JavaScript programs run in workers: this binary, re-executed.
 	if a.js == nil {
-		js, err := jsprogram.NewEngine(nil)
+		if a.jsWorkers < 0 {
+			return nil, withCode(exitUsage, fmt.Errorf("--js-workers must be 0 (the default) or more, not %d", a.jsWorkers))
+		}
+		js, err := jsprogram.NewEngine(&jsprogram.Options{MaxWorkers: a.jsWorkers})
 		if err != nil {
 			return nil, err
 		}

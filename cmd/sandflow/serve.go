@@ -21,6 +21,7 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/httpapi"
 	"github.com/sandflow/sandflow/mcp"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -160,6 +161,7 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 	c.Flags().Int64Var(&maxUpload, "max-upload", 64<<20, "largest plugin module accepted, in bytes")
 	c.Flags().IntVar(&snapshots, "snapshots", 0, "snapshot a suspended wazero instance that is not kept parked once its run has this many ops, so its resume restores it instead of replaying (0: 64; -1: never)")
 	c.Flags().IntVar(&preInit, "preinit", 0, "initialised instances each WebAssembly tool in use keeps ready for starts and resumes by replay (0: none; runs created with it share the guest runtime's initialisation randomness)")
+	c.Flags().IntVar(&a.jsWorkers, "js-workers", 0, fmt.Sprintf("JavaScript programs that start at once; as many again that have computed over 1 s run beside them (0: max(4, 2 × CPUs), here %d)", jsprogram.DefaultMaxWorkers()))
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
 	return c
 }
