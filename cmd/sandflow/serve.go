@@ -20,8 +20,8 @@ import (
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/httpapi"
-	"github.com/sandflow/sandflow/mcp"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/mcp"
 	"github.com/sandflow/sandflow/store"
 )
 
