@@ -5,8 +5,10 @@
 // that a guest can be written in any language from that document alone; the
 // constants here are spelled like the wire names they stand for.
 //
-// This package imports nothing but the standard library and compiles under
-// GOOS=wasip1, so both the host and the Go guest SDK share one definition.
+// The module (this package and abi/jsonwire) imports nothing but the
+// standard library and compiles under GOOS=wasip1, so both the host and the
+// Go guest SDK share one definition, and a tool that requires the SDK gets
+// nothing of the host with it.
 package abi
 
 // Version is the ABI version this package describes. A guest reports the

@@ -1,6 +1,6 @@
 package abi
 
-import "github.com/sandflow/sandflow/internal/jsonfast"
+import "github.com/sandflow/sandflow/abi/jsonwire"
 
 // AppendAskRequestJSON appends r's JSON encoding as json.Marshal makes it,
 // byte for byte, without its reflection (which costs tens of
@@ -9,11 +9,11 @@ import "github.com/sandflow/sandflow/internal/jsonfast"
 // the caller uses json.Marshal. The guest SDK encodes its questions with
 // it, and the host the questions it records.
 func AppendAskRequestJSON(dst []byte, r AskRequest) (b []byte, ok bool) {
-	if !jsonfast.PlainString(r.Prompt) || !jsonfast.PlainString(r.Title) || !jsonfast.PlainString(r.Display) {
+	if !jsonwire.PlainString(r.Prompt) || !jsonwire.PlainString(r.Title) || !jsonwire.PlainString(r.Display) {
 		return dst, false
 	}
 	for _, o := range r.Options {
-		if !jsonfast.PlainString(o.ID) || !jsonfast.PlainString(o.Label) || !jsonfast.PlainString(o.Description) || !jsonfast.PlainString(o.Style) {
+		if !jsonwire.PlainString(o.ID) || !jsonwire.PlainString(o.Label) || !jsonwire.PlainString(o.Description) || !jsonwire.PlainString(o.Style) {
 			return dst, false
 		}
 	}

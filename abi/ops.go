@@ -65,12 +65,12 @@ const (
 	// receive and reply. Recorded.
 	OpReply OpKind = 18
 	// OpSignal makes a future that fulfils with an AbortInfo when the run
-	// is next aborted (cancelled with time to unwind): the spec's
+	// is next aborted (cancelled with time to unwind): JavaScript's
 	// abortSignal. Recorded.
 	OpSignal OpKind = 19
 	// OpStepAborted reports, in a step attempt, whether the run has been
-	// aborted since the step was called: the spec's "a step that receives
-	// the signal sees the abort". The body is a StepAborted. Step context
+	// aborted since the step was called, so that a step
+	// sees the abort of its run. The body is a StepAborted. Step context
 	// only; not recorded (a step's result is).
 	OpStepAborted OpKind = 20
 )

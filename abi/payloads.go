@@ -175,7 +175,7 @@ type HookRef struct {
 	Hook uint32 `json:"hook"`
 }
 
-// Metadata is the value of OpMetadata, the spec's getWorkflowMetadata.
+// Metadata is the value of OpMetadata, what JavaScript's getWorkflowMetadata returns.
 type Metadata struct {
 	WorkflowName      string `json:"workflowName"`
 	WorkflowRunID     string `json:"workflowRunId"`
@@ -252,7 +252,7 @@ type AgentRequest struct {
 	Session string `json:"session,omitempty"`
 	// Model overrides the agent's model for the session.
 	Model *AgentModel `json:"model,omitempty"`
-	// CancelOnAbort ties the turn to the run's abort signal (the spec's
+	// CancelOnAbort ties the turn to the run's abort signal (JavaScript's
 	// send option signal): when the run is aborted while the turn runs,
 	// or was aborted when it is sent, the turn ends cancelled.
 	CancelOnAbort bool `json:"cancelOnAbort,omitempty"`

@@ -25,7 +25,7 @@
 // and the ratios the suite is judged by, with their goals). `sandflow
 // bench` runs it:
 //
-//	go run ./cmd/sandflow bench --out bench-results
+//	go run ./cmd/sandflow-bench --out bench-results
 //
 // It builds and runs bench/peers' cmd/suite when it can, and runs
 // sandflow's figures alone otherwise (--peers off).

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/sandflow/sandflow/abi"
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // unencodable is the payload sent for a value that could not be encoded:
@@ -34,7 +34,7 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 			return strconv.AppendInt(dst, int64(x), 10), nil
 		}
 	case string:
-		if jsonfast.PlainString(x) {
+		if jsonwire.PlainString(x) {
 			dst = append(dst, '"')
 			dst = append(dst, x...)
 			return append(dst, '"'), nil
@@ -67,7 +67,7 @@ func appendTyped[T any](dst []byte, v T) ([]byte, error) {
 	case *bool:
 		return strconv.AppendBool(dst, *p), nil
 	case *string:
-		if jsonfast.PlainString(*p) {
+		if jsonwire.PlainString(*p) {
 			dst = append(dst, '"')
 			dst = append(dst, *p...)
 			return append(dst, '"'), nil

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/abi"
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // The SDK's own decoding of integers agrees with encoding/json on every
@@ -119,7 +119,7 @@ func TestStepInputLikeJSON(t *testing.T) {
 }
 
 func plainFields(in abi.StepInput) bool {
-	return jsonfast.PlainString(in.Name) && jsonfast.PlainString(in.StepID) && jsonfast.PlainString(in.RunID)
+	return jsonwire.PlainString(in.Name) && jsonwire.PlainString(in.StepID) && jsonwire.PlainString(in.RunID)
 }
 
 // Strings decode as encoding/json decodes them.

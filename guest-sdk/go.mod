@@ -2,6 +2,4 @@ module github.com/sandflow/sandflow/guest-sdk
 
 go 1.26.8
 
-require github.com/sandflow/sandflow v0.0.0
-
-replace github.com/sandflow/sandflow => ../
+require github.com/sandflow/sandflow/abi v0.0.0

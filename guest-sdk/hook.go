@@ -117,7 +117,7 @@ func (r Request) Respond(ctx *Context, resp Response) error {
 	return nil
 }
 
-// Webhook receives HTTP requests at a URL the host serves (the spec's
+// Webhook receives HTTP requests at a URL the host serves (JavaScript's
 // createWebhook): hand out URL, and await Next for each request.
 type Webhook struct {
 	id  uint32

@@ -483,7 +483,7 @@ func Ask(ctx *Context, req AskRequest) *Future[Answer] {
 	return f
 }
 
-// Progress publishes a progress snapshot (the spec's yield). When the body
+// Progress publishes a progress snapshot (a JavaScript body's yield). When the body
 // returns nothing (null), the last snapshot is the run's result.
 func Progress(ctx *Context, v any) error {
 	b, err := encodeValue(v) // on replay too: see Step.Start
@@ -497,7 +497,7 @@ func Progress(ctx *Context, v any) error {
 	return nil
 }
 
-// Metadata describes the run (the spec's getWorkflowMetadata).
+// Metadata describes the run (JavaScript's getWorkflowMetadata).
 type Metadata = abi.Metadata
 
 // GetMetadata returns the run's metadata.
@@ -515,7 +515,7 @@ type (
 )
 
 // Agent sends req.Message to a new session with the named agent (the
-// spec's ctx.agent) and returns a future for the turn's result. A failed
+// JavaScript tool's ctx.agent) and returns a future for the turn's result. A failed
 // turn fulfils the future too, with Status "failed" and an Error: only a
 // refused op (an empty name, an invalid outputSchema) rejects it.
 func Agent(ctx *Context, name string, req AgentRequest) *Future[AgentResult] {
@@ -531,7 +531,7 @@ func Agent(ctx *Context, name string, req AgentRequest) *Future[AgentResult] {
 }
 
 // Serve registers the tool's entry point for a resumable task (the
-// spec's serve): fn takes calls from calls.Receive, the first being the
+// JavaScript tool's serve): fn takes calls from calls.Receive, the first being the
 // one that started the task, and answers them with Reply; the model sends
 // more calls by the task's id. Returning answers the calls still waiting
 // with the result and ends the task; an error fails them. Call it once,
@@ -612,7 +612,7 @@ func Reply(ctx *Context, output any) (int, error) {
 type AbortInfo = abi.AbortInfo
 
 // Signal returns a future that fulfils when the run is next aborted (the
-// spec's abortSignal: a task_cancel, a cancelled or failed turn, the end
+// JavaScript tool's abortSignal: a task_cancel, a cancelled or failed turn, the end
 // of the session, a steer), with the reason. The run then has the host's
 // grace period (30 s by default) to unwind before it is cancelled; a serve
 // body that goes back to Receive stays available. Race it against the

@@ -231,7 +231,7 @@ func (sc *StepContext) Metadata() Metadata {
 	return m
 }
 
-// Aborted reports whether the run has been aborted (the spec's
+// Aborted reports whether the run has been aborted (JavaScript's
 // abortSignal: a task_cancel, a cancelled or failed turn, the end of the
 // session, a steer) since the step was called, and why: a long step can
 // check it and stop early. An abort before the call does not count; the

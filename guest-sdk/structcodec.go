@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // Plain structs (a tool's input and output, a step's) are decoded and
@@ -145,7 +145,7 @@ func plainName(s string) bool {
 // caller decodes with encoding/json from the value it started with.
 func decodeStruct(raw []byte, rv reflect.Value) bool {
 	p := planOf(rv.Type())
-	if p == nil || !jsonfast.PlainRaw(raw) || raw[0] != '{' {
+	if p == nil || !jsonwire.PlainRaw(raw) || raw[0] != '{' {
 		return false
 	}
 	// raw is one compact, valid JSON value of printable ASCII.
@@ -154,7 +154,7 @@ func decodeStruct(raw []byte, rv reflect.Value) bool {
 		return true
 	}
 	for {
-		key, j, ok := jsonfast.StringAt(raw, i)
+		key, j, ok := jsonwire.StringAt(raw, i)
 		if !ok {
 			return false
 		}
@@ -164,7 +164,7 @@ func decodeStruct(raw []byte, rv reflect.Value) bool {
 			if p.folded[strings.ToLower(string(key))] {
 				return false // a case-insensitive match: encoding/json's rules
 			}
-			i = jsonfast.ValueEnd(raw, i)
+			i = jsonwire.ValueEnd(raw, i)
 		} else if i, ok = p.fields[n].decode(raw, i, rv); !ok {
 			return false
 		}
@@ -184,7 +184,7 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 	fv := rv.Field(f.index)
 	switch f.kind {
 	case reflect.String:
-		s, j, ok := jsonfast.StringAt(raw, i)
+		s, j, ok := jsonwire.StringAt(raw, i)
 		if !ok {
 			return 0, false
 		}
@@ -201,7 +201,7 @@ func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
 		}
 		return 0, false
 	}
-	j := jsonfast.NumberEnd(raw, i)
+	j := jsonwire.NumberEnd(raw, i)
 	if j == i {
 		return 0, false // not a number: encoding/json's type error
 	}
@@ -257,7 +257,7 @@ func appendStruct(dst []byte, v any) ([]byte, bool) {
 		switch f.kind {
 		case reflect.String:
 			s := fv.String()
-			if !jsonfast.PlainString(s) {
+			if !jsonwire.PlainString(s) {
 				return dst, false
 			}
 			b = append(append(append(b, '"'), s...), '"')

@@ -2,7 +2,7 @@ package host
 
 import (
 	"github.com/sandflow/sandflow/abi"
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // A question's payload is decoded when the guest asks, encoded into its
@@ -16,7 +16,7 @@ import (
 // layout of an AskRequest with plain strings, reporting whether it was;
 // req is then what decodeStrict would make of it.
 func decodeAskFast(payload []byte, req *abi.AskRequest) bool {
-	p := jsonfast.Reader{B: payload}
+	p := jsonwire.Reader{B: payload}
 	if !p.Lit(`{"prompt":`) || !p.Str(&req.Prompt) {
 		return false
 	}
@@ -71,7 +71,7 @@ func encodeAskRequest(req abi.AskRequest) []byte {
 func decodeOutcome(payload []byte, out *abi.Outcome) string {
 	const head = `{"result":`
 	if len(payload) > len(head)+1 && string(payload[:len(head)]) == head && payload[len(payload)-1] == '}' {
-		if v := payload[len(head) : len(payload)-1]; jsonfast.PlainRaw(v) {
+		if v := payload[len(head) : len(payload)-1]; jsonwire.PlainRaw(v) {
 			*out = abi.Outcome{Result: v}
 			return ""
 		}

@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"github.com/sandflow/sandflow/abi"
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // encodeHot encodes the event data of the kinds most events are (a run
@@ -31,7 +31,7 @@ func encodeHot(d *evData) ([]byte, bool) {
 		if v == "" {
 			return true
 		}
-		if !jsonfast.PlainString(v) {
+		if !jsonwire.PlainString(v) {
 			return false
 		}
 		key(k)
@@ -42,7 +42,7 @@ func encodeHot(d *evData) ([]byte, bool) {
 		if len(v) == 0 {
 			return true
 		}
-		if !jsonfast.PlainRaw(v) {
+		if !jsonwire.PlainRaw(v) {
 			return false
 		}
 		key(k)
@@ -76,7 +76,7 @@ func encodeHot(d *evData) ([]byte, bool) {
 		key("agents")
 		b = append(b, '[')
 		for i, a := range d.Agents {
-			if !jsonfast.PlainString(a.Name) || !jsonfast.PlainString(a.Description) {
+			if !jsonwire.PlainString(a.Name) || !jsonwire.PlainString(a.Description) {
 				return nil, false
 			}
 			if i > 0 {
@@ -126,7 +126,7 @@ func (d *evData) onlyHot() bool {
 // commit, as json.Marshal does: by hand when it holds no error and its
 // result and stall reason need no escaping (TestDetailJSONLikeMarshal).
 func detailJSON(d runDetail) []byte {
-	if d.Error != nil || (len(d.Result) > 0 && !jsonfast.PlainRaw(d.Result)) || !jsonfast.PlainString(d.Stalled) {
+	if d.Error != nil || (len(d.Result) > 0 && !jsonwire.PlainRaw(d.Result)) || !jsonwire.PlainString(d.Stalled) {
 		return mustJSON(d)
 	}
 	b := make([]byte, 0, 48+len(d.Result)+len(d.Stalled))
@@ -176,7 +176,7 @@ func answerJSON(a *abi.AskAnswer) []byte {
 // plainAnswerStrings reports whether json.Marshal writes each of a's
 // strings as it is.
 func plainAnswerStrings(a *abi.AskAnswer) bool {
-	return jsonfast.PlainString(a.Status) && jsonfast.PlainString(a.OptionID) && jsonfast.PlainString(a.Text)
+	return jsonwire.PlainString(a.Status) && jsonwire.PlainString(a.OptionID) && jsonwire.PlainString(a.Text)
 }
 
 // appendAnswer appends a's encoding in json.Marshal's layout; its

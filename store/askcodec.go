@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // Question records are read and written at every answered question, as a
@@ -26,7 +26,7 @@ func decodeAsk(v []byte, a *Ask) error {
 // the store writes it and names run runID, without decoding the rest: the
 // check a write replacing the record makes. False means: decode it.
 func askOfRun(v []byte, id, runID string) bool {
-	p := jsonfast.Reader{B: v}
+	p := jsonwire.Reader{B: v}
 	return p.Lit(`{"id":"`) && p.Lit(id) && p.Lit(`","runId":"`) && p.Lit(runID) && p.Lit(`",`)
 }
 
@@ -34,7 +34,7 @@ func askOfRun(v []byte, id, runID string) bool {
 const askTail = `,"createdAt":`
 
 func decodeAskFast(v []byte, a *Ask) bool {
-	p := jsonfast.Reader{B: v}
+	p := jsonwire.Reader{B: v}
 	var pos uint64
 	ok := p.Lit(`{"id":`) && p.Str(&a.ID) &&
 		p.Lit(`,"runId":`) && p.Str(&a.RunID) &&
@@ -86,10 +86,10 @@ func encodeAsk(a Ask) ([]byte, error) {
 }
 
 func encodeAskFast(a Ask) ([]byte, bool) {
-	if !jsonfast.PlainString(a.ID) || !jsonfast.PlainString(a.RunID) || !jsonfast.PlainString(a.Tool) {
+	if !jsonwire.PlainString(a.ID) || !jsonwire.PlainString(a.RunID) || !jsonwire.PlainString(a.Tool) {
 		return nil, false
 	}
-	if !jsonfast.PlainRaw(a.Request) {
+	if !jsonwire.PlainRaw(a.Request) {
 		return nil, false
 	}
 	// The keys and punctuation, the position, and a time with

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // decodeRun decodes a stored run record. The records the store writes
@@ -27,7 +27,7 @@ func decodeRun(v []byte, r *Run) error {
 // decodeRunFast reads a record laid out as json.Marshal writes a Run,
 // reporting whether it did; it may leave r half set when it did not.
 func decodeRunFast(v []byte, r *Run) bool {
-	p := jsonfast.Reader{B: v}
+	p := jsonwire.Reader{B: v}
 	var createdAt, updatedAt []byte
 	ok := p.Lit(`{"id":`) && p.Str(&r.ID) &&
 		p.Lit(`,"tool":`) && p.Str(&r.Tool) &&
@@ -68,7 +68,7 @@ func decodeRunFast(v []byte, r *Run) bool {
 // write replaces them.
 func runLastSeq(v []byte, id string) (uint64, bool) {
 	const key = `,"lastSeq":`
-	p := jsonfast.Reader{B: v}
+	p := jsonwire.Reader{B: v}
 	if !p.Lit(`{"id":"`) || !p.Lit(id) || !p.Lit(`",`) {
 		return 0, false
 	}
@@ -90,13 +90,13 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // what encoding/json keeps of a RawMessage. What the store writes by hand
 // is plain and is checked without encoding/json's scanner.
 func oneValue(b []byte) bool {
-	return jsonfast.PlainRaw(b) || len(b) > 0 && !isSpace(b[0]) && !isSpace(b[len(b)-1]) && json.Valid(b)
+	return jsonwire.PlainRaw(b) || len(b) > 0 && !isSpace(b[0]) && !isSpace(b[len(b)-1]) && json.Valid(b)
 }
 
 // encodeRun encodes a run record as json.Marshal does, byte for byte: by
 // hand when every string is printable ASCII that json.Marshal writes as it
 // is (no quote, backslash or <, >, &) and json.Marshal would copy the
-// detail as it is (jsonfast.PlainRaw); else by json.Marshal. TestEncodeRunLikeJSON compares them.
+// detail as it is (jsonwire.PlainRaw); else by json.Marshal. TestEncodeRunLikeJSON compares them.
 func encodeRun(r Run) ([]byte, error) {
 	if b, ok := encodeRunFast(r); ok {
 		return b, nil
@@ -105,10 +105,10 @@ func encodeRun(r Run) ([]byte, error) {
 }
 
 func encodeRunFast(r Run) ([]byte, bool) {
-	if !jsonfast.PlainString(r.ID) || !jsonfast.PlainString(r.Tool) || !jsonfast.PlainString(r.Plugin) || !jsonfast.PlainString(r.ModuleHash) || !jsonfast.PlainString(string(r.Status)) {
+	if !jsonwire.PlainString(r.ID) || !jsonwire.PlainString(r.Tool) || !jsonwire.PlainString(r.Plugin) || !jsonwire.PlainString(r.ModuleHash) || !jsonwire.PlainString(string(r.Status)) {
 		return nil, false
 	}
-	if len(r.Detail) > 0 && !jsonfast.PlainRaw(r.Detail) {
+	if len(r.Detail) > 0 && !jsonwire.PlainRaw(r.Detail) {
 		return nil, false
 	}
 	// The keys and punctuation, two numbers, the status and two times:

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/extism/go-sdk v1.7.1
 	github.com/sandflow/sandflow v0.0.0
+	github.com/sandflow/sandflow/abi v0.0.0
 	github.com/tetratelabs/wazero v1.12.0
 	go.temporal.io/api v1.64.3
 	go.temporal.io/sdk v1.51.0
@@ -50,4 +51,7 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
-replace github.com/sandflow/sandflow => ../..
+replace (
+	github.com/sandflow/sandflow => ../..
+	github.com/sandflow/sandflow/abi => ../../abi
+)

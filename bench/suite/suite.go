@@ -4,7 +4,7 @@
 // benchstat reads the output, and writes an HTML report with charts,
 // tables and the ratios the suite is judged by.
 //
-// `sandflow bench` runs it: in its own process without the peers, or
+// `sandflow-bench` runs it: in its own process without the peers, or
 // through bench/peers' cmd/suite (a module of its own, which links Temporal
 // and Extism) with them. Both call RunAndReport.
 //

@@ -256,8 +256,9 @@ func repoFile(rel string) (string, error) {
 // GoGuest returns the Go guest's module, built once per process.
 func GoGuest() ([]byte, error) { return guest(goGuestDir, guestbuild.Build) }
 
-// CGuest returns the C guest's module, built once per process. The error
-// wraps guestbuild.ErrNoCToolchain when clang or wasi-libc is missing.
+// CGuest returns the C guest's module, built once per process, or the one
+// committed beside its source when the C toolchain is missing. The error
+// wraps guestbuild.ErrNoCToolchain when both are missing.
 func CGuest() ([]byte, error) { return guest(cGuestDir, guestbuild.BuildC) }
 
 func guest(rel string, build func(string) (string, error)) ([]byte, error) {

@@ -189,7 +189,7 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.agentsPath, "agents", os.Getenv("SANDFLOW_AGENTS"), "JSON file of scripted agents runs may call (env SANDFLOW_AGENTS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.AddCommand(
-		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), mcpCmd(a), demoCmd(a), benchCmd(a),
+		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), mcpCmd(a), demoCmd(a),
 		&cobra.Command{Use: "exit-codes", Short: "List the exit codes", Run: func(c *cobra.Command, _ []string) {
 			fmt.Fprint(a.out, exitCodesHelp)
 		}},

@@ -13,10 +13,16 @@ import (
 )
 
 // The README's HTTP walkthrough runs as written, and shows what it says.
+// It needs bash, curl and jq: without them it skips, saying which is
+// missing, except under SANDFLOW_CI=1 (.ci/run), where a skip would hide a
+// broken set-up.
 func TestREADMEWalkthrough(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("the walkthrough needs %s (.ci/run installs it): %v", tool, err)
+			if os.Getenv("SANDFLOW_CI") == "1" {
+				t.Fatalf("the walkthrough needs %s (.ci/run installs it): %v", tool, err)
+			}
+			t.Skipf("the walkthrough needs %s, which is not installed (%v); SANDFLOW_CI=1 makes this a failure", tool, err)
 		}
 	}
 	root, err := guestbuild.RepoRoot()
@@ -36,7 +42,6 @@ func TestREADMEWalkthrough(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -1,4 +1,4 @@
-// Command approve-deadline is the spec's "approve with a deadline and an
+// Command approve-deadline is the "approve with a deadline and an
 // escalation": one question stays open the whole time; if nobody answers
 // before the first deadline, page on-call and wait for the second.
 //

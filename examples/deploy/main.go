@@ -1,4 +1,4 @@
-// Command deploy is the spec's deploy tool: plan the deploy in a step, ask
+// Command deploy is the deploy tool: plan the deploy in a step, ask
 // a person to confirm it, and apply it in a step once approved.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o deploy.wasm .

@@ -1,4 +1,4 @@
-// approve-deadline: the spec's "approve with a deadline and an escalation".
+// approve-deadline: the "approve with a deadline and an escalation".
 // One question stays open the whole time; if nobody answers before the
 // first deadline, page on-call and wait until the second.
 //

@@ -1,4 +1,4 @@
-// deploy: the spec's deploy tool as an authored JavaScript tool. Plan the
+// deploy: the deploy tool as an authored JavaScript tool. Plan the
 // deploy in a step, ask a person to confirm it, and apply it in a step
 // once approved.
 //

@@ -1,4 +1,4 @@
-// release-notes: the spec's "review the release notes, then publish if
+// release-notes: the "review the release notes, then publish if
 // approved". The publish step can only run after the reviewer agent's
 // structured answer approves, whatever the model does.
 //

@@ -1,4 +1,4 @@
-// release-plan: the spec's resumable task. A serve body drafts a release
+// release-plan: the resumable task. A serve body drafts a release
 // plan for the first call, replies, and waits for the next call to the
 // same task (by its taskId) to revise it. The plan lives in a variable of
 // the body: replay rebuilds it from the recorded steps.

@@ -1,5 +1,5 @@
-// remind: the spec's reminder tool. Report progress, sleep durably, and
-// return the note. (The spec's body is an async generator that yields
+// remind: the reminder tool. Report progress, sleep durably, and
+// return the note. (A reminder is naturally an async generator that yields
 // progress; goja has no async generators, so progress is ctx.progress.)
 //
 //   sandflow tool add examples/js/remind.js

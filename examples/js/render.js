@@ -1,4 +1,4 @@
-// render: the spec's "wait for an external system to call back". Create a
+// render: the "wait for an external system to call back". Create a
 // webhook, submit the render job with its URL in a step, and wait, holding
 // no compute, until the render farm posts its result to the URL.
 //

@@ -1,4 +1,4 @@
-// router: the spec's agent router. A step picks the target agent (a
+// router: the agent router. A step picks the target agent (a
 // routing decision is a side effect of judgement, recorded once), and
 // ctx.agent sends the question there. Both get the call's abort signal:
 // the step sees an abort while it runs, and the child turn is cancelled.

@@ -1,4 +1,4 @@
-// Command release-plan is the spec's resumable task as a Go guest: a
+// Command release-plan is the resumable task as a Go guest: a
 // serve body drafts a release plan for the first call, replies, and waits
 // for the next call to the same task (by its taskId) to revise it. The
 // plan lives in a variable of the body; replay rebuilds it from the

@@ -1,4 +1,4 @@
-// Command remind is the spec's reminder tool: report progress, sleep
+// Command remind is the reminder tool: report progress, sleep
 // durably, and return the note.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o remind.wasm .

@@ -1,4 +1,4 @@
-// Command render is the spec's "wait for an external system to call back":
+// Command render is the "wait for an external system to call back":
 // it creates a webhook, submits a render job with the webhook's URL in a
 // step, and waits, holding no compute, until the render farm posts its
 // result to that URL.

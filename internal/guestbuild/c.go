@@ -30,11 +30,14 @@ var (
 	cOnce  bool
 )
 
-// BuildC builds the C guest in dir by running its build.sh with the output
-// path as its argument, and returns the path of the .wasm file. Builds are
-// cached for the process. When the compiler cannot build a wasm32-wasi
-// reactor (clang, wasm-ld, wasi-libc or compiler-rt's builtins missing) the
-// error wraps ErrNoCToolchain.
+// BuildC returns the path of the C guest in dir as a .wasm file. With the C
+// toolchain installed it rebuilds the guest by running dir's build.sh with
+// an output path as its argument; without it (clang, wasm-ld, wasi-libc or
+// compiler-rt's builtins missing) it returns the module committed beside
+// the source, dir/<base of dir>.wasm, which build.sh makes byte for byte
+// (.ci/run checks that). The error wraps ErrNoCToolchain only when the
+// toolchain and the committed module are both missing. Builds are cached
+// for the process.
 //
 // The compiler is clang-14, or $SANDFLOW_WASI_CC when set; build.sh gets it
 // as $CC. ($CC itself is not read: it names cgo's host compiler.)
@@ -57,7 +60,12 @@ func BuildC(dir string) (string, error) {
 		cProbe, cOnce = probeC(cTmp), true
 	}
 	if cProbe != nil {
-		return "", cProbe
+		committed := CommittedC(abs)
+		if _, err := os.Stat(committed); err != nil {
+			return "", fmt.Errorf("%w; and no committed module: %v", cProbe, err)
+		}
+		cBuilt[abs] = committed
+		return committed, nil
 	}
 	out := filepath.Join(cTmp, fmt.Sprintf("%s-%d.wasm", filepath.Base(abs), len(cBuilt)))
 	cmd := exec.Command("sh", "build.sh", out)
@@ -70,6 +78,15 @@ func BuildC(dir string) (string, error) {
 	}
 	cBuilt[abs] = out
 	return out, nil
+}
+
+// CommittedC is the path of the module committed beside the C guest in
+// dir: dir/<base of dir>.wasm, build.sh's default output.
+func CommittedC(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, filepath.Base(dir)+".wasm")
 }
 
 // probeC builds a minimal reactor that uses libc (malloc, write), which

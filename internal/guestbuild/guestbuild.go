@@ -1,6 +1,10 @@
-// Package guestbuild builds Go guest modules from source with the Go
-// toolchain: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared. Tests
-// and the demo use it so that no guest binary is committed.
+// Package guestbuild builds guest modules for tests and the demo. Go guests
+// are built from source with the Go toolchain (GOOS=wasip1 GOARCH=wasm go
+// build -buildmode=c-shared) in the repository's workspace (go.work), so
+// they compile against the working copies of guest-sdk and abi; no Go
+// guest binary is committed. C guests are rebuilt by their build.sh when
+// the C toolchain is installed and otherwise read from the .wasm committed
+// beside their source (see BuildC).
 package guestbuild
 
 import (
@@ -39,7 +43,13 @@ func Build(dir string) (string, error) {
 	out := filepath.Join(tmp, fmt.Sprintf("%s-%d.wasm", filepath.Base(abs), len(built)))
 	cmd := exec.Command(goTool(), "build", "-buildmode=c-shared", "-trimpath", "-o", out, ".")
 	cmd.Dir = abs
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off", "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	// The workspace is named, not found, so that a caller's GOWORK=off
+	// (bench/peers' tests run so) does not reach the guest build, whose
+	// module requires guest-sdk and abi at versions only go.work provides.
+	if w := workFile(abs); w != "" {
+		cmd.Env = append(cmd.Env, "GOWORK="+w)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -60,6 +70,21 @@ func MustRead(dir string) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// workFile is the go.work in dir or the nearest directory above it, or ""
+// when there is none.
+func workFile(dir string) string {
+	for {
+		if p := filepath.Join(dir, "go.work"); fileExists(p) {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 func goTool() string {

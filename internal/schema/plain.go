@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/sandflow/sandflow/internal/jsonfast"
+	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // Tool inputs are decoded, filled from defaults, validated and encoded
@@ -14,10 +14,10 @@ import (
 // validator's decoder, and json.Marshal. Anything else goes to those.
 // plain_test.go compares the two on every input.
 
-// decodePlain reads raw if jsonfast.PlainRaw takes it and no string in it
+// decodePlain reads raw if jsonwire.PlainRaw takes it and no string in it
 // has an escape, reporting whether it did.
 func decodePlain(raw []byte) (any, bool) {
-	if !jsonfast.PlainRaw(raw) {
+	if !jsonwire.PlainRaw(raw) {
 		return nil, false
 	}
 	p := plainReader{b: raw}
@@ -88,7 +88,7 @@ func (p *plainReader) value() (any, bool) {
 		p.i += 4
 		return nil, true
 	default:
-		j := jsonfast.NumberEnd(p.b, p.i)
+		j := jsonwire.NumberEnd(p.b, p.i)
 		n := json.Number(p.b[p.i:j])
 		p.i = j
 		return n, true
@@ -97,7 +97,7 @@ func (p *plainReader) value() (any, bool) {
 
 // str reads a string without escapes.
 func (p *plainReader) str() (string, bool) {
-	v, j, ok := jsonfast.StringAt(p.b, p.i)
+	v, j, ok := jsonwire.StringAt(p.b, p.i)
 	if !ok {
 		return "", false
 	}
@@ -118,13 +118,13 @@ func appendPlain(b []byte, v any) ([]byte, bool) {
 		}
 		return append(b, "false"...), true
 	case string:
-		if !jsonfast.PlainString(x) {
+		if !jsonwire.PlainString(x) {
 			return nil, false
 		}
 		return append(append(append(b, '"'), x...), '"'), true
 	case json.Number:
 		// json.Marshal writes a Number as it is once it checks it is one.
-		if !jsonfast.PlainRaw([]byte(x)) || x == "" || x[0] != '-' && (x[0] < '0' || x[0] > '9') {
+		if !jsonwire.PlainRaw([]byte(x)) || x == "" || x[0] != '-' && (x[0] < '0' || x[0] > '9') {
 			return nil, false
 		}
 		return append(b, x...), true
@@ -148,7 +148,7 @@ func appendPlain(b []byte, v any) ([]byte, bool) {
 		slices.Sort(keys)
 		b = append(b, '{')
 		for i, k := range keys {
-			if !jsonfast.PlainString(k) {
+			if !jsonwire.PlainString(k) {
 				return nil, false
 			}
 			if i > 0 {

@@ -2,10 +2,10 @@
 // one process: bench/workload's figures and this module's (Temporal's
 // replayer, Extism's calls, a raw wazero host call), through package
 // bench/suite, which prints benchstat lines and writes an HTML report.
-// `sandflow bench` builds and runs it from this directory; it takes the
+// `sandflow-bench` builds and runs it from this directory; it takes the
 // same flags:
 //
-//	go run ./cmd/suite --count 5 --benchtime 1s --run 'replay/' --out results
+//	GOWORK=off go run ./cmd/suite --count 5 --benchtime 1s --run 'replay/' --out results
 //
 // It must run inside the sandflow repository: the guests are built from
 // source.

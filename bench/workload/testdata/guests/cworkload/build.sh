@@ -5,6 +5,13 @@
 #
 #   ./build.sh [OUT]        # OUT defaults to cworkload.wasm beside workload.c
 #   CC=clang ./build.sh     # another clang that targets wasm32-wasi
+#
+# cworkload.wasm is committed, so that the tests need only Go: they read it when
+# clang-14 is missing and rebuild it when it is there, and .ci/run rebuilds
+# it with clang-14 and fails unless the bytes are those committed. The build
+# is reproducible: the flags are fixed and the output is stripped, so it
+# holds no path or time (two builds from different directories give the same
+# bytes). After a change to workload.c, run ./build.sh and commit both.
 set -eu
 here=$(dirname "$0")
 exec "${CC:-clang-14}" --target=wasm32-wasi -mexec-model=reactor \

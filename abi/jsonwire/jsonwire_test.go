@@ -1,4 +1,4 @@
-package jsonfast
+package jsonwire
 
 import (
 	"bytes"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,12 +13,72 @@ import (
 	"github.com/sandflow/sandflow/internal/guestbuild"
 )
 
-// sandflow bench runs a cheap figure in process (no peers) and writes the
+var bin string
+
+// TestMain builds the sandflow-bench binary once: the tests run it as
+// separate processes, as a user would (its JavaScript figures re-execute
+// it as their workers).
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandflow-bench-cli-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "sandflow-bench")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building sandflow-bench: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type cli struct{ t *testing.T }
+
+func newCLI(t *testing.T) *cli { return &cli{t: t} }
+
+// run runs sandflow-bench and returns stdout, stderr and the exit code.
+func (c *cli) run(args ...string) (string, string, int) {
+	c.t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// ok runs sandflow-bench and fails the test unless it exits 0.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 {
+		c.t.Fatalf("sandflow-bench %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func (c *cli) expect(code int, args ...string) string {
+	c.t.Helper()
+	out, errs, got := c.run(args...)
+	if got != code {
+		c.t.Fatalf("sandflow-bench %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, out, errs)
+	}
+	return errs
+}
+
+// sandflow-bench runs a cheap figure in process (no peers) and writes the
 // results for benchstat, the report and the command line.
 func TestCLIBench(t *testing.T) {
 	c := newCLI(t)
 	out := filepath.Join(t.TempDir(), "results")
-	stdout := c.ok("bench", "--peers", "off", "--run", "op-roundtrip/go$", "--count", "2", "--benchtime", "1x", "--out", out)
+	stdout := c.ok("--peers", "off", "--run", "op-roundtrip/go$", "--count", "2", "--benchtime", "1x", "--out", out)
 	line := regexp.MustCompile(`(?m)^BenchmarkOpRoundTrip/go(-\d+)?\s+1\s+[0-9.]+ ns/op\s+[0-9.]+ ns/roundtrip\s+\d+ B/op\s+\d+ allocs/op$`)
 	results, err := os.ReadFile(filepath.Join(out, "results.txt"))
 	if err != nil {
@@ -42,7 +103,7 @@ func TestCLIBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(command), "sandflow --data ") || !strings.Contains(string(command), " bench --peers off --run 'op-roundtrip/go$' --count 2") {
+	if !strings.HasPrefix(string(command), "sandflow-bench --peers off --run 'op-roundtrip/go$' --count 2 --benchtime 1x --out ") {
 		t.Errorf("command.txt: %s", command)
 	}
 }
@@ -56,10 +117,11 @@ func TestCLIBenchErrors(t *testing.T) {
 		{"--benchtime", "soon"},
 		{"--run", "("},
 		{"extra"},
+		{"--no-such-flag"},
 	} {
-		c.expect(exitUsage, append([]string{"bench", "--peers", "off", "--out", out}, args...)...)
+		c.expect(exitUsage, append([]string{"--peers", "off", "--out", out}, args...)...)
 	}
-	if errs := c.expect(exitError, "bench", "--peers", "off", "--run", "no-such-figure", "--out", out); !strings.Contains(errs, "no figure matches") {
+	if errs := c.expect(exitError, "--peers", "off", "--run", "no-such-figure", "--out", out); !strings.Contains(errs, "no figure matches") {
 		t.Errorf("stderr: %s", errs)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
@@ -67,7 +129,7 @@ func TestCLIBenchErrors(t *testing.T) {
 	}
 
 	// Outside the source tree there are no guests to build.
-	cmd := exec.Command(bin, "bench", "--peers", "off", "--out", out)
+	cmd := exec.Command(bin, "--peers", "off", "--out", out)
 	cmd.Dir = t.TempDir()
 	var errb bytes.Buffer
 	cmd.Stderr = &errb

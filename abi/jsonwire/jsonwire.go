@@ -1,7 +1,9 @@
-// Package jsonfast holds the checks the hand-written JSON encoders of the
-// store and the host share: whether a value is one json.Marshal writes
-// as it is, so that writing it by hand gives json.Marshal's bytes.
-package jsonfast
+// Package jsonwire holds the checks the hand-written JSON encoders of the
+// store, the host and the Go guest SDK share: whether a value is one
+// json.Marshal writes as it is, so that writing it by hand gives
+// json.Marshal's bytes. It is part of the abi module, beside the payloads
+// whose encodings it guards, so that the guest SDK needs nothing else.
+package jsonwire
 
 import (
 	"bytes"

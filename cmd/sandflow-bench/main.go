@@ -1,14 +1,28 @@
+// Command sandflow-bench runs sandflow's benchmark suite, with the peers
+// (Temporal, Extism, raw wazero), and writes a report. It is a binary of
+// its own, not a command of sandflow, because the suite is built on
+// package testing's benchmarks, which the production binary does not link.
+//
+// It needs the sandflow source tree, since the guests are built from
+// source: run it inside a checkout, e.g.
+//
+//	go run ./cmd/sandflow-bench --run '^replay/' --count 3
+//
+// Exit codes: 0 success, 1 an error, 2 bad flags or arguments.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,19 +30,69 @@ import (
 	"github.com/sandflow/sandflow/bench/suite"
 	"github.com/sandflow/sandflow/bench/workload"
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/jsprogram"
+)
+
+// Exit codes a script can rely on.
+const (
+	exitOK    = 0
+	exitError = 1 // anything not listed below
+	exitUsage = 2 // bad flags or arguments
 )
 
 // peersDir is where the peers' module is, in the repository.
 const peersDir = "bench/peers"
 
-func benchCmd(a *app) *cobra.Command {
+// app is where the command writes.
+type app struct {
+	out, errOut io.Writer
+}
+
+// usageError is a bad flag or argument: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func main() {
+	// The JavaScript runtime's figures run workers that re-execute this
+	// binary.
+	jsprogram.MaybeWorker()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line argv (argv[0] is the program's name) and
+// returns the exit code.
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	a := &app{out: stdout, errOut: stderr}
+	root := benchCmd(a, argv)
+	root.SetArgs(argv[1:])
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "sandflow-bench:", err)
+		var ue *usageError
+		if errors.As(err, &ue) {
+			return exitUsage
+		}
+		return exitError
+	}
+	return exitOK
+}
+
+// benchCmd is the command; argv is recorded in command.txt.
+func benchCmd(a *app, argv []string) *cobra.Command {
 	var count int
 	var sequential bool
 	var benchtime, filter, out, peers string
 	c := &cobra.Command{
-		Use:   "bench",
-		Short: "Run the benchmark suite, with the peers, and write a report",
-		Long: `Bench runs sandflow's benchmark suite (bench/workload: replay, resume, op round trip,
+		Use:           "sandflow-bench",
+		Short:         "Run the benchmark suite, with the peers, and write a report",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Long: `sandflow-bench runs sandflow's benchmark suite (bench/workload: replay, resume, op round trip,
 step commits, memory, upload, live runs, on every runtime) and prints each result as
 go test -bench does, so that benchstat reads it. In --out it writes results.txt (those
 lines), report.html (charts, a table of every figure, and the goals the suite is
@@ -48,7 +112,12 @@ The figures run in rounds: every figure once, then every figure again, --count
 times, so that two figures a goal compares (a resume at n=10,000 and at n=10,
 sandflow's replay and Temporal's) share the machine's slow and fast minutes alike.
 --sequential runs each figure --count times in a row instead, as go test -count does.`,
-		Args: args(cobra.NoArgs),
+		Args: func(c *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(c, args); err != nil {
+				return &usageError{err.Error() + "\nusage: " + c.UseLine()}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 {
 				return &usageError{"--count must be 1 or more"}
@@ -66,7 +135,7 @@ sandflow's replay and Temporal's) share the machine's slow and fast minutes alik
 			}
 			root, err := guestbuild.RepoRoot()
 			if err != nil {
-				return fmt.Errorf("sandflow bench builds its guests from source: run it inside a checkout of github.com/sandflow/sandflow (%w)", err)
+				return fmt.Errorf("sandflow-bench builds its guests from source: run it inside a checkout of github.com/sandflow/sandflow (%w)", err)
 			}
 			outDir, err := filepath.Abs(out)
 			if err != nil {
@@ -74,7 +143,7 @@ sandflow's replay and Temporal's) share the machine's slow and fast minutes alik
 			}
 			cfg := suite.Config{
 				Count: count, Benchtime: benchtime, Run: filter, Sequential: sequential, OutDir: outDir,
-				Command: suite.CommandLine(os.Args), Stdout: a.out, Stderr: a.errOut,
+				Command: suite.CommandLine(argv), Stdout: a.out, Stderr: a.errOut,
 			}
 			note := peersMissing(root)
 			switch {
@@ -97,6 +166,7 @@ sandflow's replay and Temporal's) share the machine's slow and fast minutes alik
 	c.Flags().StringVar(&filter, "run", "", "run only the figures whose group/name matches `regexp`")
 	c.Flags().StringVar(&out, "out", "bench-results", "write results.txt, report.html and command.txt in `dir`")
 	c.Flags().StringVar(&peers, "peers", "auto", "run the peers (Temporal, Extism, raw wazero) too: auto, on or off")
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
 	return c
 }
 
