@@ -22,8 +22,10 @@ type batch struct {
 	hooks  map[string]uint32
 	tokens []string
 	// started are the steps whose attempts the batch starts (step_started
-	// events), which the run's handle runs once the batch is committed.
-	started []uint32
+	// events), which the run's handle runs once the batch is committed;
+	// startedBuf holds the first few without an allocation of their own.
+	started    []uint32
+	startedBuf [2]uint32
 }
 
 func (b *batch) claimHook(token string, hookID uint32) { b.hookChange(token, hookID) }
@@ -68,6 +70,9 @@ func (b *batch) pushAt(kind string, t time.Time, d *evData) (store.Event, error)
 	}
 	b.b.Events = append(b.b.Events, e)
 	if kind == EvStepStarted {
+		if b.started == nil {
+			b.started = b.startedBuf[:0]
+		}
 		b.started = append(b.started, d.Op)
 	}
 	return e, nil

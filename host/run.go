@@ -448,6 +448,16 @@ func (rh *runHandle) noteStarted(ps []uint32) {
 // interrupted splits the open step attempts to run into those this
 // handle started (fresh) and those it did not, which are interrupted.
 func (rh *runHandle) interrupted(steps []uint32) (fresh, cut []uint32) {
+	all := true
+	for _, p := range steps {
+		if a, ok := rh.fresh[p]; !ok || a != rh.rs.op(p).attempt {
+			all = false
+			break
+		}
+	}
+	if all {
+		return steps, nil // the usual case: no allocation
+	}
 	for _, p := range steps {
 		if a, ok := rh.fresh[p]; ok && a == rh.rs.op(p).attempt {
 			fresh = append(fresh, p)
