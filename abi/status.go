@@ -100,7 +100,38 @@ const (
 	ErrTypeCapability = "CapabilityError"
 	// ErrTypeBadRequest is a refused op.
 	ErrTypeBadRequest = "BadRequestError"
+	// ErrTypeStepInterrupted is a step attempt that began and did not
+	// report how it ended: the host that ran it crashed, closed or stopped
+	// driving the run, or the run was cancelled. Its details are a
+	// StepInterrupted. It is retried per the policy like any failure.
+	ErrTypeStepInterrupted = "StepInterruptedError"
 )
+
+// Causes of a StepInterruptedError.
+const (
+	// InterruptCrashed: the host that began the attempt ended without
+	// recording how it ended (a crash, a kill, a lost machine); the next
+	// host to drive the run records it.
+	InterruptCrashed = "crashed"
+	// InterruptHostClosed: the host was closed while the attempt ran.
+	InterruptHostClosed = "host_closed"
+	// InterruptHostStopped: the host stopped driving the run while the
+	// attempt ran: the context of the call, drive or scheduler that drove
+	// it ended.
+	InterruptHostStopped = "host_stopped"
+	// InterruptCancelled: the run was cancelled while the attempt ran.
+	InterruptCancelled = "cancelled"
+	// InterruptRunEnded: the run ended (completed or failed) while the
+	// attempt ran, so its outcome no longer counts.
+	InterruptRunEnded = "run_ended"
+)
+
+// StepInterrupted is the details of a StepInterruptedError: why the
+// attempt was cut off, and which attempt it was.
+type StepInterrupted struct {
+	Cause   string `json:"cause"`
+	Attempt int    `json:"attempt"`
+}
 
 // ErrorObject is the JSON shape of an error that crosses the boundary, in
 // either direction. Type is stable and meant for code; Message is for people.

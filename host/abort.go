@@ -148,7 +148,7 @@ func (h *Host) abortExpired(rs *runState, b *batch, index int) error {
 		}
 	}
 	now := time.Now()
-	if err := b.finish(now); err != nil {
+	if err := b.finish(now, abi.InterruptCancelled); err != nil {
 		return err
 	}
 	_, err := b.pushAt(EvRunCancelled, now, &evData{Reason: rs.aborts[index].reason})

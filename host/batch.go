@@ -21,6 +21,11 @@ type batch struct {
 	// releases and claims as two sets, so the batch keeps only the net.
 	hooks  map[string]uint32
 	tokens []string
+	// started are the steps whose attempts the batch starts (step_started
+	// events), which the run's handle runs once the batch is committed;
+	// startedBuf holds the first few without an allocation of their own.
+	started    []uint32
+	startedBuf [2]uint32
 }
 
 func (b *batch) claimHook(token string, hookID uint32) { b.hookChange(token, hookID) }
@@ -64,6 +69,12 @@ func (b *batch) pushAt(kind string, t time.Time, d *evData) (store.Event, error)
 		return e, fmt.Errorf("host: internal error applying %s: %w", kind, err)
 	}
 	b.b.Events = append(b.b.Events, e)
+	if kind == EvStepStarted {
+		if b.started == nil {
+			b.started = b.startedBuf[:0]
+		}
+		b.started = append(b.started, d.Op)
+	}
 	return e, nil
 }
 
@@ -73,8 +84,10 @@ func (b *batch) empty() bool {
 }
 
 // finish pushes what ending a run implies, before its terminal event: open
-// questions are withdrawn, hooks disposed, timers dropped.
-func (b *batch) finish(now time.Time) error {
+// questions are withdrawn, hooks disposed, timers dropped, and step
+// attempts still open end as interrupted with cause (abi.InterruptCancelled
+// or InterruptRunEnded), so that every attempt the log begins, it ends.
+func (b *batch) finish(now time.Time, cause string) error {
 	rs := b.rs
 	for i, o := range rs.ops {
 		p := uint32(i + 1)
@@ -82,6 +95,11 @@ func (b *batch) finish(now time.Time) error {
 			continue
 		}
 		switch {
+		case o.kind == abi.OpStep && o.attemptOpen:
+			ie := &StepInterruptedError{Step: o.name, Attempt: o.attempt, Cause: cause}
+			if _, err := b.pushAt(EvStepFailed, now, &evData{Op: p, Attempt: o.attempt, Error: ie.Object()}); err != nil {
+				return err
+			}
 		case o.kind == abi.OpAsk && !o.settled:
 			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -56,6 +57,9 @@ var (
 	ErrPluginInUse = errors.New("plugin version in use")
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
+	// ErrStepInterrupted is matched by *StepInterruptedError, and by a
+	// *RunError of a run that failed on a step attempt cut off.
+	ErrStepInterrupted = errors.New("step attempt interrupted")
 )
 
 // OpRef names an op at a position of a run's op sequence.
@@ -223,8 +227,49 @@ func (e *RunError) Is(target error) bool {
 		return e.Type == abi.ErrTypeCPULimit || e.Type == abi.ErrTypeMemoryLimit || e.Type == abi.ErrTypeTooLarge || e.Type == "LimitError"
 	case ErrGuest:
 		return e.Type == abi.ErrTypeTrap
+	case ErrStepInterrupted:
+		return e.Type == abi.ErrTypeStepInterrupted
 	}
 	return false
+}
+
+// StepInterruptedError is a step attempt that began and was cut off
+// before it reported how it ended (abi.ErrTypeStepInterrupted). The log
+// records it as the attempt's failure, and the step's retry policy
+// decides whether another attempt follows. The attempt's side effects may
+// have happened: a step should dedupe them by its step id.
+type StepInterruptedError struct {
+	Step    string // the step's name
+	Attempt int
+	// Cause is one of abi.InterruptCrashed, InterruptHostClosed,
+	// InterruptHostStopped, InterruptCancelled, InterruptRunEnded.
+	Cause string
+}
+
+func (e *StepInterruptedError) Error() string {
+	return fmt.Sprintf("step %s: attempt %d was interrupted (%s) before it ended", e.Step, e.Attempt, e.Cause)
+}
+
+// Is makes errors.Is(err, ErrStepInterrupted) true.
+func (e *StepInterruptedError) Is(target error) bool { return target == ErrStepInterrupted }
+
+// Object is the error object the attempt's step_failed event records.
+func (e *StepInterruptedError) Object() *abi.ErrorObject {
+	return &abi.ErrorObject{Type: abi.ErrTypeStepInterrupted, Message: e.Error(), Retryable: true,
+		Details: mustJSON(abi.StepInterrupted{Cause: e.Cause, Attempt: e.Attempt})}
+}
+
+// AsStepInterrupted reads an error object (a step_failed event's, a
+// failed run's) as the interruption it records, if it is one.
+func AsStepInterrupted(eo *abi.ErrorObject, step string) (*StepInterruptedError, bool) {
+	if eo == nil || eo.Type != abi.ErrTypeStepInterrupted {
+		return nil, false
+	}
+	var d abi.StepInterrupted
+	if json.Unmarshal(eo.Details, &d) != nil || d.Cause == "" || d.Attempt < 1 {
+		return nil, false
+	}
+	return &StepInterruptedError{Step: step, Attempt: d.Attempt, Cause: d.Cause}, true
 }
 
 func errorObject(err error) *abi.ErrorObject {

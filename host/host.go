@@ -177,7 +177,10 @@ type Host struct {
 	endLife context.CancelFunc
 	// drivers are the runs the host drives on its own goroutines
 	// (recovery); Close waits for them. Add only under mu, while open.
-	drivers  sync.WaitGroup
+	drivers sync.WaitGroup
+	// work counts the runWork calls under way: Close waits for them to
+	// record what they cut off. Added to under mu, only while not closed.
+	work     sync.WaitGroup
 	mu       sync.Mutex
 	closed   bool
 	plugins  map[string]*loadedPlugin // by name@version
@@ -334,6 +337,7 @@ func (h *Host) Close(ctx context.Context) error {
 	h.mu.Unlock()
 	// The drivers stop at their next boundary, their work cut off.
 	h.drivers.Wait()
+	h.work.Wait()
 	h.mu.Lock()
 	handles := make([]*runHandle, 0, len(h.runs))
 	for _, rh := range h.runs {
@@ -630,7 +634,7 @@ func (h *Host) Cancel(ctx context.Context, id, reason string) (RunInfo, error) {
 		h.dropWarm(ctx, rh)
 		b := newBatch(rs)
 		now := time.Now()
-		if err := b.finish(now); err != nil {
+		if err := b.finish(now, abi.InterruptCancelled); err != nil {
 			return err
 		}
 		if reason == "" {

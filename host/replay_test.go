@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
@@ -104,6 +105,7 @@ var goldens = []struct {
 	{"deploy-approved.json", "examples/deploy", false},
 	{"deploy-rejected.json", "examples/deploy", false},
 	{"deploy-waiting.json", "examples/deploy", false},
+	{"deploy-interrupted.json", "examples/deploy", false},
 	{"remind.json", "examples/remind", false},
 	{"approve-deadline-timeout.json", "examples/approve-deadline", false},
 	{"bad-step-renamed.json", "examples/deploy", true},
@@ -203,6 +205,7 @@ func writeGoldens(t *testing.T, dir string) {
 		json.Unmarshal(b, &c)
 		return c
 	}
+	histories["deploy-interrupted.json"] = interruptedDeploy(t, clone(histories["deploy-approved.json"]))
 	// bad-step-renamed: the history says applyDeploy ran under another name.
 	bad := clone(histories["deploy-approved.json"])
 	for _, e := range events(bad) {
@@ -345,4 +348,65 @@ func TestReplayChecker(t *testing.T) {
 	if _, err := f.h.NewReplayChecker(ctx, guest(t, "examples/remind"), "no-such-engine"); err == nil {
 		t.Fatal("a checker on an engine the host lacks was made")
 	}
+}
+
+// interruptedDeploy derives deploy-interrupted from deploy-approved: the
+// apply step's first attempt is cut off by a crash, and recorded so by the
+// host that recovered the run (the events the kernel writes for it, see
+// TestStepCutOffByCrashIsRecordedOnRecovery); a second attempt after a
+// one-second backoff completes. The events after the cut move a second on.
+func interruptedDeploy(t testing.TB, h map[string]any) map[string]any {
+	const apply = float64(3) // applyDeploy's op
+	var out []any
+	shift := time.Duration(0)
+	for _, e := range h["events"].([]any) {
+		em := e.(map[string]any)
+		d := em["data"].(map[string]any)
+		at, err := time.Parse(time.RFC3339Nano, em["time"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shift == 0 && (d["step"] == apply || em["kind"] == host.EvStepCompleted && d["op"] == apply) {
+			shift = time.Second
+			ie := &host.StepInterruptedError{Step: "applyDeploy", Attempt: 1, Cause: abi.InterruptCrashed}
+			retry := at.Add(shift).UTC().Format(time.RFC3339Nano)
+			out = append(out,
+				map[string]any{"kind": host.EvStepFailed, "time": at.UTC().Format(time.RFC3339Nano),
+					"data": map[string]any{"op": apply, "attempt": float64(1), "error": ie.Object(), "retryAt": retry}},
+				map[string]any{"kind": host.EvStepStarted, "time": retry,
+					"data": map[string]any{"op": apply, "name": "applyDeploy", "attempt": float64(2)}})
+		}
+		if shift != 0 {
+			em["time"] = at.Add(shift).UTC().Format(time.RFC3339Nano)
+		}
+		if text, ok := d["data"].(string); ok && d["step"] == apply {
+			d["data"] = strings.Replace(text, "attempt 1)", "attempt 2)", 1)
+		}
+		if em["kind"] == host.EvStepCompleted && d["op"] == apply {
+			d["attempt"] = float64(2)
+		}
+		out = append(out, em)
+	}
+	if shift == 0 {
+		t.Fatal("deploy-approved has no apply step")
+	}
+	for i, e := range out {
+		e.(map[string]any)["seq"] = float64(i + 1)
+	}
+	h["events"] = out
+	run := h["run"].(map[string]any)
+	run["lastSeq"] = float64(len(out))
+	if u, err := time.Parse(time.RFC3339Nano, run["updatedAt"].(string)); err == nil {
+		run["updatedAt"] = u.Add(shift).UTC().Format(time.RFC3339Nano)
+	}
+	// Round-trip: the values are plain JSON, as ReadHistory gives them.
+	b, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -51,6 +51,12 @@ type runHandle struct {
 	// stopWork cuts off an agent turn in flight (an abort cancelled it).
 	// Guarded by mu.
 	stopWork map[uint32]context.CancelFunc
+	// fresh are the step attempts this handle's commits started and no
+	// step instance has begun yet, by op: the attempt number. An attempt
+	// open in the log and not here began elsewhere, or before this
+	// process, and ended unrecorded: it is interrupted (see
+	// recordInterrupted). Guarded by mu.
+	fresh map[uint32]int
 
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
@@ -414,10 +420,96 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	if sb.PutState != nil {
 		rs.imageSeq = rs.lastSeq
 	}
+	rh.noteStarted(b.started)
 	rh.publishAborts()
 	info := h.info(rs)
 	rh.snap.Store(&info)
 	h.notify(rs.id)
+	return nil
+}
+
+// noteStarted notes the step attempts a committed batch started as this
+// handle's to run.
+func (rh *runHandle) noteStarted(ps []uint32) {
+	if rh.rs.status.Terminal() {
+		rh.fresh = nil
+		return
+	}
+	for _, p := range ps {
+		if o := rh.rs.op(p); o != nil && o.attemptOpen {
+			if rh.fresh == nil {
+				rh.fresh = map[uint32]int{}
+			}
+			rh.fresh[p] = o.attempt
+		}
+	}
+}
+
+// interrupted splits the open step attempts to run into those this
+// handle started (fresh) and those it did not, which are interrupted.
+func (rh *runHandle) interrupted(steps []uint32) (fresh, cut []uint32) {
+	all := true
+	for _, p := range steps {
+		if a, ok := rh.fresh[p]; !ok || a != rh.rs.op(p).attempt {
+			all = false
+			break
+		}
+	}
+	if all {
+		return steps, nil // the usual case: no allocation
+	}
+	for _, p := range steps {
+		if a, ok := rh.fresh[p]; ok && a == rh.rs.op(p).attempt {
+			fresh = append(fresh, p)
+		} else {
+			cut = append(cut, p)
+		}
+	}
+	return fresh, cut
+}
+
+// recordInterrupted ends the open attempts of steps ps as failed with a
+// StepInterruptedError of the cause, and lets their retry policy decide
+// what follows: another attempt after the backoff, or the step's failure.
+// The attempt numbers move on, so a step sees that it runs again.
+func (h *Host) recordInterrupted(ctx context.Context, rh *runHandle, ps []uint32, cause string) error {
+	rs := rh.rs
+	if rs.status.Terminal() {
+		return nil
+	}
+	b := newBatch(rs)
+	now := time.Now()
+	for _, p := range ps {
+		o := rs.op(p)
+		if o == nil || !o.attemptOpen {
+			continue
+		}
+		delete(rh.fresh, p)
+		ie := &StepInterruptedError{Step: o.name, Attempt: o.attempt, Cause: cause}
+		if err := h.pushStepFailure(b, o, p, o.attempt, ie.Object(), now); err != nil {
+			return err
+		}
+	}
+	if b.empty() {
+		return nil
+	}
+	return h.commit(ctx, rh, b, nil)
+}
+
+// pushStepFailure pushes the failure of attempt a of the step at p, with
+// its retry (a timer) when the policy gives one.
+func (h *Host) pushStepFailure(b *batch, o *opRec, p uint32, a int, e *abi.ErrorObject, now time.Time) error {
+	d := &evData{Op: p, Attempt: a, Error: e}
+	if at, retry := retryAt(o.retry, a, e, now); retry {
+		d.RetryAt = &at
+		b.b.PutTimers = append(b.b.PutTimers, retryTimer(b.rs.id, p, a, at))
+	}
+	if _, err := b.pushAt(EvStepFailed, now, d); err != nil {
+		return err
+	}
+	if d.RetryAt != nil {
+		h.wakeScheduler()
+	}
 	return nil
 }
 
@@ -444,6 +536,16 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			if err := h.settleCarry(ctx, rh); err != nil {
 				return err
 			}
+			// An attempt begun and not ended by this handle was cut off
+			// (a crash, say): it is recorded so, not run again unseen.
+			fresh, cut := rh.interrupted(steps)
+			if len(cut) > 0 {
+				if err := h.recordInterrupted(ctx, rh, cut, abi.InterruptCrashed); err != nil {
+					return err
+				}
+				continue
+			}
+			steps = fresh
 			if err := h.runWork(ctx, rh, steps, agents); err != nil {
 				return err
 			}
@@ -623,7 +725,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 			}
 		}
 	}
-	if err := nb.finish(now); err != nil {
+	if err := nb.finish(now, abi.InterruptRunEnded); err != nil {
 		return err
 	}
 	if _, err := nb.pushAt(EvRunFailed, now, &evData{Error: eo}); err != nil {
@@ -653,6 +755,16 @@ func (rh *runHandle) notInFlight(ps []uint32) []uint32 {
 // arrives.
 func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint32) error {
 	rs := rh.rs
+	// Close waits for the work, so that attempts it cuts off are
+	// recorded as interrupted before the store closes.
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	h.work.Add(1)
+	h.mu.Unlock()
+	defer h.work.Done()
 	// Closing the host cuts the work off; it stays open in the log and
 	// runs again after recovery.
 	ctx, cut := context.WithCancel(ctx)
@@ -693,6 +805,7 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	}()
 	for _, p := range steps {
 		o := rs.op(p)
+		delete(rh.fresh, p) // begun: from here on, cut off if not ended
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
 			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
 		run := func() {
@@ -733,7 +846,8 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	}
 	var firstErr error
 	var queue []done
-	ended := false // the run ended meanwhile: the rest is dropped
+	var cutOff []uint32 // step attempts cut short, to record as interrupted
+	ended := false      // the run ended meanwhile: the rest is dropped
 	for taken, total := 0, len(steps)+len(agents); taken < total; {
 		var d done
 		if len(queue) > 0 {
@@ -755,6 +869,9 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 		}
 		if cutShort(d) {
 			firstErr = ctx.Err()
+			if d.a != nil {
+				cutOff = append(cutOff, d.p)
+			}
 			continue
 		}
 		wctx := context.WithoutCancel(ctx)
@@ -786,6 +903,15 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	if ended {
 		return nil
 	}
+	if len(cutOff) > 0 {
+		cause := abi.InterruptHostStopped
+		if h.life.Err() != nil {
+			cause = abi.InterruptHostClosed
+		}
+		if err := h.recordInterrupted(context.WithoutCancel(ctx), rh, cutOff, cause); err != nil {
+			firstErr = errors.Join(firstErr, err)
+		}
+	}
 	if firstErr != nil && h.life.Err() != nil {
 		return fmt.Errorf("%w: work cut off: %w", ErrClosed, firstErr)
 	}
@@ -814,18 +940,8 @@ func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepA
 		if _, err := b.pushAt(EvStepCompleted, now, &evData{Op: p, Attempt: a.attempt, Result: out.result}); err != nil {
 			return err
 		}
-	} else {
-		d := &evData{Op: p, Attempt: a.attempt, Error: out.err}
-		if at, retry := retryAt(o.retry, a.attempt, out.err, now); retry {
-			d.RetryAt = &at
-			b.b.PutTimers = append(b.b.PutTimers, retryTimer(rs.id, p, a.attempt, at))
-		}
-		if _, err := b.pushAt(EvStepFailed, now, d); err != nil {
-			return err
-		}
-		if d.RetryAt != nil {
-			h.wakeScheduler()
-		}
+	} else if err := h.pushStepFailure(b, o, p, a.attempt, out.err, now); err != nil {
+		return err
 	}
 	return h.commit(ctx, rh, b, nil)
 }

@@ -530,10 +530,15 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			return ev, abi.StatusTooLarge, fmt.Sprintf("result of %d bytes is over the limit of %d", len(out.Result), w.limits.PayloadBytes), nil
 		}
 		now := time.Now()
-		if err := b.finish(now); err != nil {
+		reason, unwound := rs.unwound()
+		cause := abi.InterruptRunEnded
+		if unwound {
+			cause = abi.InterruptCancelled
+		}
+		if err := b.finish(now, cause); err != nil {
 			return ev, 0, "", err
 		}
-		if reason, ok := rs.unwound(); ok {
+		if unwound {
 			// The body finished unwinding after an abort: the run ends
 			// cancelled, keeping what the body ended with.
 			ev, err = b.pushAt(EvRunCancelled, now, &evData{Op: p, Reason: reason, Result: clone(out.Result), Error: out.Error})
