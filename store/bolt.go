@@ -142,6 +142,10 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: lock %s: %w", path, err)
 	}
 	var pages uint64
+	// A file with none of the store's buckets is a new store only when
+	// it is bbolt's first four pages, not past their first transaction
+	// (a crash between bbolt's making it and the store's first write).
+	newOK := created
 	if !created {
 		fc, err := checkExisting(f, path)
 		if err != nil {
@@ -149,6 +153,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 			return nil, err
 		}
 		pages = fc.pages
+		newOK = fc.meta.txid <= 1 && fc.meta.pgid == 4
 	}
 	var db *bolt.DB
 	err = guard("open", nil, func() error {
@@ -170,7 +175,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s := &Bolt{db: db, threshold: o.CompressThreshold, delay: journalMaxDelay, readOnly: o.ReadOnly, pages: pages}
-	if err := guard("open", nil, func() error { return s.init(path, created, o) }); err != nil {
+	if err := guard("open", nil, func() error { return s.init(path, newOK, o) }); err != nil {
 		if s.j != nil {
 			s.j.unmapJournal()
 			s.j.f.Close()
@@ -229,7 +234,7 @@ func checkExisting(f *os.File, path string) (*fileCheck, error) {
 
 // init checks the buckets and the format version (creating them in a
 // new file) and opens, checks and applies the journal.
-func (s *Bolt) init(path string, created bool, o Options) error {
+func (s *Bolt) init(path string, newOK bool, o Options) error {
 	check := func(tx *bolt.Tx) (fresh bool, err error) {
 		var ours, other int
 		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
@@ -243,6 +248,9 @@ func (s *Bolt) init(path string, created bool, o Options) error {
 			return false, err
 		}
 		if ours == 0 && other == 0 {
+			if !newOK {
+				return false, &CorruptError{Bucket: "file", Offset: -1, What: "the file holds no buckets, yet has been written since bbolt made it"}
+			}
 			return true, nil // bbolt's new file, our buckets not made yet
 		}
 		if ours == 0 {

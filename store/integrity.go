@@ -175,12 +175,14 @@ func guard(what string, onPanic func(error), fn func() error) (err error) {
 	return fn()
 }
 
-// fromBolt reports whether the panic being recovered (r) is a memory
-// fault, or was raised in bbolt's code. It is called from the deferred
+// fromBolt reports whether the panic being recovered (r) was raised in
+// bbolt's code, or is a memory fault away from the first page of memory
+// (where a nil pointer points): a read of the file's map where the file
+// is damaged or was cut short under it. It is called from the deferred
 // function, so the panicking frames are still on the stack.
 func fromBolt(r any) bool {
 	if re, ok := r.(runtime.Error); ok {
-		if _, fault := re.(interface{ Addr() uintptr }); fault {
+		if fa, fault := re.(interface{ Addr() uintptr }); fault && fa.Addr() >= 64<<10 {
 			return true
 		}
 	}
