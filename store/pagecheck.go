@@ -180,23 +180,25 @@ func (w *pageWalker) read(id uint64, from string) ([]byte, error) {
 	if id < 2 || id >= w.hwm {
 		return nil, w.bad(id, "referenced by %s, outside pages 2..%d", from, w.hwm-1)
 	}
-	hdr := make([]byte, boltPageHeader)
-	if _, err := w.f.ReadAt(hdr, int64(id)*w.ps); err != nil {
+	b := make([]byte, w.ps)
+	if _, err := w.f.ReadAt(b, int64(id)*w.ps); err != nil {
 		return nil, w.bad(id, "unreadable: %v", err)
 	}
-	if got := le.Uint64(hdr); got != id {
+	if got := le.Uint64(b); got != id {
 		return nil, w.bad(id, "its header says it is page %d", got)
 	}
-	overflow := le.Uint32(hdr[12:])
+	overflow := le.Uint32(b[12:])
 	if uint64(overflow) >= w.hwm-id {
 		return nil, w.bad(id, "overflow of %d pages runs past the last page %d", overflow, w.hwm-1)
 	}
 	if !w.mark(id, overflow) {
 		return nil, w.bad(id, "reached twice (referenced by %s)", from)
 	}
-	b := make([]byte, int64(overflow+1)*w.ps)
-	if _, err := w.f.ReadAt(b, int64(id)*w.ps); err != nil {
-		return nil, w.bad(id, "unreadable: %v", err)
+	if overflow > 0 {
+		b = append(b, make([]byte, int64(overflow)*w.ps)...)
+		if _, err := w.f.ReadAt(b[w.ps:], int64(id+1)*w.ps); err != nil {
+			return nil, w.bad(id, "unreadable: %v", err)
+		}
 	}
 	return b, nil
 }
