@@ -481,6 +481,13 @@ func TestOldFormatRefusedThenUpgraded(t *testing.T) {
 			if err != nil || !rep.OK() {
 				t.Fatalf("Verify after Upgrade: %+v, %v", rep, err)
 			}
+			upgraded, _ := os.ReadFile(path)
+			if n, err := Upgrade(path); n != 0 || err != nil {
+				t.Fatalf("Upgrade of an upgraded store: %d, %v; want 0, nil", n, err)
+			}
+			if again, _ := os.ReadFile(path); !bytes.Equal(again, upgraded) {
+				t.Fatal("Upgrade of an upgraded store wrote the file")
+			}
 			s, err := Open(path, &Options{NoSync: true})
 			if err != nil {
 				t.Fatal(err)

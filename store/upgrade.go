@@ -63,8 +63,7 @@ func Upgrade(path string) (int, error) {
 			raw := meta.Get(metaSchema)
 			if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
 				if _, err := openValue(bucketMeta, metaSchema, raw); err == nil && raw != nil {
-					n = -1 // this format already
-					return nil
+					return errCurrentFormat // rolled back: nothing written
 				}
 				return &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
 			}
@@ -100,8 +99,8 @@ func Upgrade(path string) (int, error) {
 			return meta.Put(metaSchema, sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
 		})
 	})
-	if n < 0 {
-		return 0, err
+	if errors.Is(err, errCurrentFormat) {
+		return 0, nil
 	}
 	if err == nil {
 		err = db.Sync()
@@ -115,6 +114,8 @@ func Upgrade(path string) (int, error) {
 	}
 	return n, nil
 }
+
+var errCurrentFormat = errors.New("store: in the current format")
 
 // upgradeJournal applies an old store's journal records after its
 // checkpoint (their values without checksums, as the old format has

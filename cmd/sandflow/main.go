@@ -51,7 +51,8 @@ const exitCodesHelp = `Exit codes:
   7  conflict: question already settled, run id taken, run has ended
   8  the data directory is in use by another sandflow process
   9  the data directory is damaged: a checksum, page or journal record that
-     does not check out (sandflow doctor lists it; nothing is repaired)
+     does not check out, or a store file that is empty or not a store
+     (sandflow doctor lists what; nothing is repaired)
 `
 
 type codedError struct {
