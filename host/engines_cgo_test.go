@@ -164,6 +164,9 @@ func TestWasmtimeCorruptCacheIsReplaced(t *testing.T) {
 		"garbage":   func(b []byte) []byte { return bytes.Repeat([]byte("not an artifact "), 100) },
 		"truncated": func(b []byte) []byte { return b[:len(b)/3] },
 		"empty":     func(b []byte) []byte { return nil },
+		// wasmtime loads an artifact without checking it: one flipped
+		// bit is found by its checksum alone.
+		"one bit flipped": func(b []byte) []byte { b = bytes.Clone(b); b[len(b)/2] ^= 0x10; return b },
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

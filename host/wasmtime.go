@@ -185,21 +185,26 @@ func (e *WasmtimeEngine) cachePath(wasm []byte) string {
 }
 
 // Compile implements Engine. With a cache directory, a compiled artifact
-// is loaded from there when it is; one that does not load (corrupt,
-// truncated, from another build) is deleted, and the module is compiled
+// is loaded from there when it is and checks out against its checksum
+// (compilecache.go); one that does not (damaged, truncated, unsealed, from
+// another build) is discarded with a log line, and the module is compiled
 // again and its artifact written in its place.
 func (e *WasmtimeEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule, error) {
 	var path string
 	if e.cacheDir != "" {
 		path = e.cachePath(wasm)
 		if _, err := os.Stat(path); err == nil {
-			m, err := wasmtime.NewModuleDeserializeFile(e.eng, path)
+			b, err := checkCacheEntry(path)
+			var m *wasmtime.Module
+			if err == nil {
+				m, err = wasmtime.NewModuleDeserialize(e.eng, b)
+			}
 			if err == nil {
 				e.cacheHits.Add(1)
 				return newWtModule(e, m), nil
 			}
 			e.cacheCorrupt.Add(1)
-			os.Remove(path)
+			discardCacheEntry(path, err)
 		}
 		e.cacheMisses.Add(1)
 	}
@@ -214,8 +219,8 @@ func (e *WasmtimeEngine) Compile(ctx context.Context, wasm []byte) (CompiledModu
 	return newWtModule(e, m), nil
 }
 
-// writeArtifact writes m's serialized form to path atomically: a reader
-// sees the whole artifact or none.
+// writeArtifact writes m's serialized form to path atomically (a reader
+// sees the whole artifact or none), then its checksum beside it.
 func writeArtifact(path string, m *wasmtime.Module) error {
 	b, err := m.Serialize()
 	if err != nil {
@@ -230,12 +235,14 @@ func writeArtifact(path string, m *wasmtime.Module) error {
 		err = cerr
 	}
 	if err == nil {
+		os.Remove(path + cacheSumSuffix) // a sidecar is written only for a whole entry
 		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		return err
 	}
-	return err
+	return writeFileAtomic(path+cacheSumSuffix, cacheSum(b))
 }
 
 type wtModule struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,18 +26,24 @@ const exitAbort = 0xabad
 
 // WazeroEngine runs guests on wazero, a WebAssembly runtime in pure Go.
 type WazeroEngine struct {
-	rt   wazero.Runtime
-	name string
+	rt       wazero.Runtime
+	name     string
+	cacheDir string // "" without a compile cache
 }
 
 // NewWazeroEngine makes a wazero engine. cacheDir, when not empty, holds
-// compiled artifacts across processes, keyed by module and wazero version.
+// compiled artifacts across processes, keyed by module and wazero version;
+// its entries are checked against their checksums first, and damaged ones
+// discarded (compilecache.go).
 func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error) {
 	// No WithCloseOnContextDone: its check at every loop head is an
 	// indirect call that slows guest code several times over. Modules are
 	// metered instead (internal/meter), and a watchdog stops them.
 	cfg := wazero.NewRuntimeConfig()
 	if cacheDir != "" {
+		if _, _, err := scanCache(cacheDir, true); err != nil {
+			return nil, fmt.Errorf("wazero compilation cache: %w", err)
+		}
 		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("wazero compilation cache: %w", err)
@@ -60,7 +67,7 @@ func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error
 		rt.Close(ctx)
 		return nil, err
 	}
-	return &WazeroEngine{rt: rt, name: "wazero/" + wazeroVersion()}, nil
+	return &WazeroEngine{rt: rt, name: "wazero/" + wazeroVersion(), cacheDir: cacheDir}, nil
 }
 
 func wazeroVersion() string {
@@ -87,8 +94,20 @@ func (e *WazeroEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule
 		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
 	}
 	cm, err := e.rt.CompileModule(ctx, metered.Wasm)
+	if err != nil && e.cacheDir != "" && strings.Contains(err.Error(), "compilationcache") {
+		// An entry damaged since the engine checked the cache: checked
+		// again, it is discarded, and the module compiled anew.
+		if _, _, serr := scanCache(e.cacheDir, true); serr == nil {
+			cm, err = e.rt.CompileModule(ctx, metered.Wasm)
+		}
+	}
 	if err != nil {
 		return nil, &PluginError{Reason: "compile", Detail: err.Error()}
+	}
+	if e.cacheDir != "" {
+		// The cache is best effort: an entry left unsealed is discarded
+		// and compiled again by the next process.
+		_ = sealCache(e.cacheDir)
 	}
 	return &wzModule{e: e, cm: cm, snapshots: metered.OutsideState == ""}, nil
 }

@@ -29,6 +29,13 @@ type Options struct {
 	// LockTimeout is how long Open waits for another process to release the
 	// file; 0 means 1 second.
 	LockTimeout time.Duration
+	// ReadOnly opens the file for reading only: it is never written (nor
+	// its journal), every write returns ErrReadOnly, and other readers may
+	// have it open at the same time (not a writer). A missing file is not
+	// created, and a journal holding writes to recover is ErrNeedsRecovery.
+	ReadOnly bool
+
+	verify bool // Verify's open: a journal to recover is reported, not refused
 }
 
 var (
@@ -54,9 +61,13 @@ var (
 // Version 2 files may have a journal (journal.go), which a build that reads
 // only version 1 would ignore, losing what it holds; so such a build
 // refuses them. Version 3 adds the states bucket, whose writes a version 2
-// build could not replay from the journal. Older files are marked 3 on
-// open: their buckets are a subset of version 3's.
-const schemaVersion = 3
+// build could not replay from the journal. Version 4 ends every value with
+// its checksum (integrity.go), the schema's own included; Open refuses
+// older files with an *OldFormatError, and Upgrade converts them.
+const schemaVersion = 4
+
+// metaSchema is the meta key holding the format version (u32).
+var metaSchema = []byte("schema")
 
 // Bolt is the embedded store: one bbolt file, and its journal while open
 // (see journal.go).
@@ -65,6 +76,8 @@ type Bolt struct {
 	threshold int
 	mu        sync.RWMutex // held to read closed; Close takes it to write
 	closed    bool
+	readOnly  bool
+	pages     uint64 // pages of the file checked when it was opened
 
 	// wmu guards the write transaction and the journal. tx, when not nil,
 	// holds every record in pending, which are in the journal and not yet
@@ -97,7 +110,15 @@ type Bolt struct {
 
 var _ Store = (*Bolt)(nil)
 
-// Open opens or creates the store file at path. opts may be nil.
+// Open opens the store file at path, creating it when it is missing. opts
+// may be nil.
+//
+// Only a missing file is created. A file that exists is checked before
+// bbolt reads it (pagecheck.go): an empty or foreign file is refused with
+// a *NotStoreError, a damaged one with a *CorruptError, a store of an
+// older format with an *OldFormatError. With Options.ReadOnly the file is
+// opened for reading only and never written, and a missing file is
+// os.ErrNotExist.
 func Open(path string, opts *Options) (*Bolt, error) {
 	var o Options
 	if opts != nil {
@@ -109,50 +130,234 @@ func Open(path string, opts *Options) (*Bolt, error) {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync, NoGrowSync: o.NoSync, NoFreelistSync: true})
+	f, created, err := openFile(path, o.ReadOnly)
 	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := lockFile(f, !o.ReadOnly, o.LockTimeout); err != nil {
+		f.Close()
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("store: lock %s: %w", path, err)
+	}
+	var pages uint64
+	// A file with none of the store's buckets is a new store only when
+	// it is bbolt's first four pages, not past their first transaction
+	// (a crash between bbolt's making it and the store's first write).
+	newOK := created
+	if !created {
+		fc, err := checkExisting(f, path)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		pages = fc.pages
+		newOK = fc.meta.txid <= 1 && fc.meta.pgid == 4
+	}
+	var db *bolt.DB
+	err = guard("open", nil, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout: o.LockTimeout, NoSync: o.NoSync, NoGrowSync: o.NoSync, NoFreelistSync: true, ReadOnly: o.ReadOnly,
+			OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil },
+		})
+		return err
+	})
+	if err != nil {
+		f.Close()
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
+		if errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range bucketNames {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+	s := &Bolt{db: db, threshold: o.CompressThreshold, delay: journalMaxDelay, readOnly: o.ReadOnly, pages: pages}
+	if err := guard("open", nil, func() error { return s.init(path, newOK, o) }); err != nil {
+		if s.j != nil {
+			s.j.unmapJournal()
+			s.j.f.Close()
+		}
+		db.Close()
+		return nil, err
+	}
+	s.synCond = sync.NewCond(&s.smu)
+	if !o.ReadOnly {
+		s.timer = time.AfterFunc(time.Hour, s.checkpointLater)
+		s.timer.Stop()
+	}
+	return s, nil
+}
+
+// openFile opens path, or creates it when it is missing (unless
+// readOnly); created says it did.
+func openFile(path string, readOnly bool) (f *os.File, created bool, err error) {
+	if readOnly {
+		f, err = os.OpenFile(path, os.O_RDONLY, 0)
+		return f, false, err
+	}
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		return f, true, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, false, err
+	}
+	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	return f, false, err
+}
+
+// checkExisting refuses a file that is empty, foreign or damaged, before
+// bbolt reads it. A damaged meta page is bbolt's way back to the commit
+// before it, which is right only after a crash in the middle of a
+// checkpoint: then the journal still holds what that checkpoint wrote.
+// Without such records it is damage.
+func checkExisting(f *os.File, path string) (*fileCheck, error) {
+	size, err := statSize(f)
+	if err != nil {
+		return nil, fmt.Errorf("store: stat %s: %w", path, err)
+	}
+	if size == 0 {
+		return nil, &NotStoreError{Path: path, Reason: "the file is empty (0 bytes); a store is never initialised over an existing file: remove it only if it holds nothing you need"}
+	}
+	fc, err := checkFile(f, size, path)
+	if err != nil {
+		return nil, err
+	}
+	if fc.badMeta >= 0 && !journalHasRecords(path) {
+		return nil, &CorruptError{Bucket: "file", Offset: int64(fc.badMeta * fc.pageSize), What: fmt.Sprintf("meta page %d is damaged, and no journal explains it as a checkpoint cut off by a crash", fc.badMeta)}
+	}
+	return fc, nil
+}
+
+// init checks the buckets and the format version (creating them in a
+// new file) and opens, checks and applies the journal.
+func (s *Bolt) init(path string, newOK bool, o Options) error {
+	check := func(tx *bolt.Tx) (fresh bool, err error) {
+		var ours, other int
+		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if bucketIndex(name) >= 0 {
+				ours++
+			} else {
+				other++
 			}
+			return nil
+		}); err != nil {
+			return false, err
+		}
+		if ours == 0 && other == 0 {
+			if !newOK {
+				return false, &CorruptError{Bucket: "file", Offset: -1, What: "the file holds no buckets, yet has been written since bbolt made it"}
+			}
+			return true, nil // bbolt's new file, our buckets not made yet
+		}
+		if ours == 0 {
+			return false, &NotStoreError{Path: path, Reason: "a bbolt file of another program (none of the store's buckets)"}
 		}
 		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get([]byte("schema")); v != nil {
-			if len(v) != 4 || binary.BigEndian.Uint32(v) == 0 || binary.BigEndian.Uint32(v) > schemaVersion {
-				return fmt.Errorf("%w: schema version %x, this build reads 1 to %d", ErrCorrupt, v, schemaVersion)
-			}
-			if binary.BigEndian.Uint32(v) == schemaVersion {
-				return nil
-			}
+		if meta == nil {
+			return false, &CorruptError{Bucket: "meta", Offset: -1, What: "bucket missing"}
 		}
-		return meta.Put([]byte("schema"), binary.BigEndian.AppendUint32(nil, schemaVersion))
+		raw := meta.Get(metaSchema)
+		if raw == nil {
+			return false, &OldFormatError{Path: path, Version: 1}
+		}
+		if len(raw) == 4 && binary.BigEndian.Uint32(raw) >= 1 && binary.BigEndian.Uint32(raw) < schemaVersion {
+			return false, &OldFormatError{Path: path, Version: binary.BigEndian.Uint32(raw)}
+		}
+		v, err := openValue(bucketMeta, metaSchema, raw)
+		if err != nil {
+			return false, err
+		}
+		if len(v) != 4 {
+			return false, corruptf(bucketMeta, metaSchema, "format version is %d bytes", len(v))
+		}
+		if n := binary.BigEndian.Uint32(v); n != schemaVersion {
+			return false, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %d; this build reads format %d", n, schemaVersion)}
+		}
+		return false, nil
+	}
+	if s.readOnly {
+		err := s.db.View(func(tx *bolt.Tx) error {
+			fresh, err := check(tx)
+			if err == nil && fresh {
+				err = &NotStoreError{Path: path, Reason: "a bbolt file the store never initialised"}
+			}
+			return err
+		})
+		if err != nil || o.verify {
+			return err
+		}
+		last, err := s.checkpointSeq()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path + JournalSuffix)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("store: read journal: %w", err)
+		}
+		redo, err := scanJournal(data, last)
+		if err != nil {
+			return err
+		}
+		if len(redo) > 0 && !o.verify {
+			return fmt.Errorf("%w: %s holds %d", ErrNeedsRecovery, path+JournalSuffix, len(redo))
+		}
+		return nil
+	}
+	// Checked in a read: a write transaction writes a meta page even
+	// when it changes nothing.
+	var fresh bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		fresh, err = check(tx)
+		return err
 	})
-	if err != nil {
-		db.Close()
-		return nil, err
+	if err == nil && fresh {
+		err = s.db.Update(createBuckets)
 	}
-	j, recs, err := openJournal(path, !o.NoSync)
-	if err == nil {
-		if err = recoverJournal(db, j, recs); err != nil {
-			j.unmapJournal()
-			j.f.Close()
+	if err != nil {
+		return err
+	}
+	j, data, err := openJournal(path, !o.NoSync)
+	if err != nil {
+		return err
+	}
+	s.j = j
+	return recoverJournal(s.db, j, data)
+}
+
+// createBuckets makes the buckets of a new store and marks its format.
+func createBuckets(tx *bolt.Tx) error {
+	for _, b := range bucketNames {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
 		}
 	}
-	if err != nil {
-		db.Close()
-		return nil, err
+	return tx.Bucket(bucketMeta).Put(metaSchema, sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+}
+
+// bucketIndex is a bucket name's index in bucketNames, or -1.
+func bucketIndex(name []byte) int {
+	for i, b := range bucketNames {
+		if bytes.Equal(b, name) {
+			return i
+		}
 	}
-	s := &Bolt{db: db, threshold: o.CompressThreshold, j: j, delay: journalMaxDelay}
-	s.synCond = sync.NewCond(&s.smu)
-	s.timer = time.AfterFunc(time.Hour, s.checkpointLater)
-	s.timer.Stop()
-	return s, nil
+	return -1
+}
+
+// checkpointSeq reads the seq of the last journal record in the main file.
+func (s *Bolt) checkpointSeq() (uint64, error) {
+	var last uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		last, err = readCheckpoint(tx)
+		return err
+	})
+	return last, err
 }
 
 // Path returns the file the store lives in.
@@ -168,15 +373,18 @@ func (s *Bolt) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.readOnly {
+		return s.db.Close()
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.timer.Stop()
 	err := s.broken
 	if err == nil {
-		err = s.checkpoint()
+		err = guard("checkpoint", s.breakLocked, s.checkpoint)
 	}
 	if s.tx != nil {
-		s.tx.Rollback()
+		rollback(s.tx)
 		s.tx = nil
 	}
 	empty := err == nil && s.j.size == 0
@@ -196,10 +404,17 @@ func (s *Bolt) Close() error {
 // view runs fn on the open write transaction when there is one, so it
 // sees every write that returned, else in a read transaction.
 func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
+	return guard("read", s.markBroken, func() error { return s.view1(fn) })
+}
+
+func (s *Bolt) view1(fn func(tx *bolt.Tx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.readOnly {
+		return s.db.View(fn)
 	}
 	s.wmu.Lock()
 	if s.tx == nil && len(s.pending) == 0 {
@@ -224,6 +439,36 @@ func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
 // wrote. When fn fails after writing, the transaction is rebuilt from the
 // journal's records, so nothing of fn's stays.
 func (s *Bolt) update(fn func(w *wtx) error) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	return guard("write", s.markBroken, func() error { return s.update1(fn) })
+}
+
+// markBroken stops the store's writes after bbolt failed on the file in
+// the middle of a transaction, whose state is then unknown.
+func (s *Bolt) markBroken(err error) {
+	if s.readOnly {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	if s.tx != nil {
+		rollback(s.tx)
+		s.tx = nil
+	}
+}
+
+// rollback ends a transaction, which bbolt may fail to do on a damaged
+// file: that is then known already.
+func rollback(tx *bolt.Tx) {
+	_ = guard("rollback", nil, tx.Rollback)
+}
+
+func (s *Bolt) update1(fn func(w *wtx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -393,7 +638,7 @@ func (s *Bolt) checkpoint() error {
 	tx := s.tx
 	s.tx = nil
 	last := recordSeq(s.pending[len(s.pending)-1])
-	if err := tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last)); err != nil {
+	if err := putCheckpoint(tx, last); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -416,17 +661,35 @@ func (s *Bolt) Checkpoint() error {
 	if s.closed {
 		return ErrClosed
 	}
+	if s.readOnly {
+		return nil
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.broken != nil {
 		return s.broken
 	}
-	return s.checkpoint()
+	return guard("checkpoint", s.breakLocked, s.checkpoint)
+}
+
+// breakLocked is markBroken for a caller holding wmu.
+func (s *Bolt) breakLocked(err error) {
+	if s.broken == nil {
+		s.broken = err
+	}
+	if s.tx != nil {
+		rollback(s.tx)
+		s.tx = nil
+	}
 }
 
 // checkpointLater is the timer's: a checkpoint journalMaxDelay after the
 // first record since the last.
 func (s *Bolt) checkpointLater() {
+	_ = guard("checkpoint", s.markBroken, func() error { s.checkpointLater1(); return nil })
+}
+
+func (s *Bolt) checkpointLater1() {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -462,7 +725,11 @@ func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b
 	return s.update(func(w *wtx) error {
 		if b.Run != nil {
 			// The record is replaced: only where its log ends matters.
-			if last, ok := runLastSeq(w.read(bRuns).Get([]byte(runID)), runID); ok {
+			rv, err := w.get(bRuns, []byte(runID))
+			if err != nil {
+				return err
+			}
+			if last, ok := runLastSeq(rv, runID); ok {
 				if last != expectLastSeq {
 					return fmt.Errorf("%w: run %s is at event %d, not %d", ErrSeqConflict, runID, last, expectLastSeq)
 				}
@@ -563,15 +830,18 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 			return err
 		}
 	}
-	asks := w.read(bAsks)
 	for _, a := range b.PutAsks {
 		if a.RunID != runID || a.ID == "" {
 			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
 		}
-		if v := asks.Get([]byte(a.ID)); v != nil && !askOfRun(v, a.ID, runID) {
+		v, err := w.get(bAsks, []byte(a.ID))
+		if err != nil {
+			return err
+		}
+		if v != nil && !askOfRun(v, a.ID, runID) {
 			var prev Ask
 			if err := decodeAsk(v, &prev); err != nil {
-				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, a.ID, err)
+				return corruptf(bucketAsks, []byte(a.ID), "question record does not decode: %v", err)
 			}
 			if prev.RunID != runID {
 				return fmt.Errorf("%w: question %s belongs to run %s", ErrBadBatch, a.ID, prev.RunID)
@@ -586,15 +856,13 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 			return err
 		}
 	}
-	hooks := w.read(bHooks)
 	for _, tok := range b.ReleaseHooks {
-		v := hooks.Get([]byte(tok))
-		if v == nil {
-			continue
+		h, ok, err := w.hook(tok)
+		if err != nil {
+			return err
 		}
-		var h Hook
-		if err := json.Unmarshal(v, &h); err != nil {
-			return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, tok, err)
+		if !ok {
+			continue
 		}
 		if h.RunID == runID {
 			if err := w.del(bHooks, []byte(tok)); err != nil {
@@ -606,11 +874,9 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 		if c.Token == "" || c.RunID != runID {
 			return fmt.Errorf("%w: hook claim %+v in a batch of run %s", ErrBadBatch, c, runID)
 		}
-		if v := hooks.Get([]byte(c.Token)); v != nil {
-			var h Hook
-			if err := json.Unmarshal(v, &h); err != nil {
-				return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, c.Token, err)
-			}
+		if h, ok, err := w.hook(c.Token); err != nil {
+			return err
+		} else if ok {
 			if h.RunID != runID {
 				return fmt.Errorf("%w: %q is held by run %s", ErrHookTaken, c.Token, h.RunID)
 			}
@@ -630,14 +896,9 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
 	var r Run
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRuns).Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("%w: %s", ErrRunNotFound, id)
-		}
-		if err := decodeRun(v, &r); err != nil {
-			return fmt.Errorf("%w: run %s: %v", ErrCorrupt, id, err)
-		}
-		return nil
+		var err error
+		r, err = runRecord(tx, id)
+		return err
 	})
 	return r, err
 }
@@ -646,10 +907,10 @@ func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
 func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 	var out []Run
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucketRuns).ForEach(func(k, sv []byte) error {
 			var r Run
-			if err := decodeRun(v, &r); err != nil {
-				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
+			if err := decodeRunValue(k, sv, &r); err != nil {
+				return err
 			}
 			if (f.Status == "" || r.Status == f.Status) && (f.Tool == "" || r.Tool == f.Tool) {
 				out = append(out, r)
@@ -697,9 +958,13 @@ func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int
 			if len(k) != len(prefix)+8 {
 				continue
 			}
-			e, err := d.decode(binary.BigEndian.Uint64(k[len(prefix):]), v)
+			v, err := openValue(bucketEvents, k, v)
 			if err != nil {
 				return err
+			}
+			e, err := d.decode(binary.BigEndian.Uint64(k[len(prefix):]), v)
+			if err != nil {
+				return corruptf(bucketEvents, k, "%v", err)
 			}
 			out = append(out, e)
 			if limit > 0 && len(out) >= limit {
@@ -721,9 +986,9 @@ func (s *Bolt) DueTimers(ctx context.Context, now time.Time, limit int) ([]Timer
 			if len(k) < 8 || binary.BigEndian.Uint64(k) > end {
 				break
 			}
-			var t Timer
-			if err := json.Unmarshal(v, &t); err != nil {
-				return fmt.Errorf("%w: timer: %v", ErrCorrupt, err)
+			t, err := decodeTimer(k, v)
+			if err != nil {
+				return err
 			}
 			out = append(out, t)
 			if limit > 0 && len(out) >= limit {
@@ -740,15 +1005,14 @@ func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
 	var t Timer
 	var ok bool
 	err := s.view(func(tx *bolt.Tx) error {
-		_, v := tx.Bucket(bucketTimers).Cursor().First()
-		if v == nil {
+		k, v := tx.Bucket(bucketTimers).Cursor().First()
+		if k == nil {
 			return nil
 		}
 		ok = true
-		if err := json.Unmarshal(v, &t); err != nil {
-			return fmt.Errorf("%w: timer: %v", ErrCorrupt, err)
-		}
-		return nil
+		var err error
+		t, err = decodeTimer(k, v)
+		return err
 	})
 	return t, ok, err
 }
@@ -757,14 +1021,11 @@ func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
 func (s *Bolt) Ask(ctx context.Context, id string) (Ask, error) {
 	var a Ask
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketAsks).Get([]byte(id))
-		if v == nil {
+		sv := tx.Bucket(bucketAsks).Get([]byte(id))
+		if sv == nil {
 			return fmt.Errorf("%w: %s", ErrAskNotFound, id)
 		}
-		if err := decodeAsk(v, &a); err != nil {
-			return fmt.Errorf("%w: question %s: %v", ErrCorrupt, id, err)
-		}
-		return nil
+		return decodeAskValue([]byte(id), sv, &a)
 	})
 	return a, err
 }
@@ -773,10 +1034,10 @@ func (s *Bolt) Ask(ctx context.Context, id string) (Ask, error) {
 func (s *Bolt) Asks(ctx context.Context, openOnly bool) ([]Ask, error) {
 	var out []Ask
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAsks).ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucketAsks).ForEach(func(k, sv []byte) error {
 			var a Ask
-			if err := decodeAsk(v, &a); err != nil {
-				return fmt.Errorf("%w: question %s: %v", ErrCorrupt, k, err)
+			if err := decodeAskValue(k, sv, &a); err != nil {
+				return err
 			}
 			if !openOnly || a.Open {
 				out = append(out, a)
@@ -800,11 +1061,9 @@ func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32
 	}
 	var holder string
 	err := s.update(func(w *wtx) error {
-		if v := w.read(bHooks).Get([]byte(token)); v != nil {
-			var h Hook
-			if err := json.Unmarshal(v, &h); err != nil {
-				return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, token, err)
-			}
+		if h, ok, err := w.hook(token); err != nil {
+			return err
+		} else if ok {
 			if h.RunID != runID {
 				holder = h.RunID
 				return nil
@@ -823,14 +1082,13 @@ func (s *Bolt) ClaimHook(ctx context.Context, token, runID string, hookID uint32
 func (s *Bolt) Hook(ctx context.Context, token string) (Hook, error) {
 	var h Hook
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketHooks).Get([]byte(token))
-		if v == nil {
+		sv := tx.Bucket(bucketHooks).Get([]byte(token))
+		if sv == nil {
 			return fmt.Errorf("%w: %q", ErrHookNotFound, token)
 		}
-		if err := json.Unmarshal(v, &h); err != nil {
-			return fmt.Errorf("%w: hook %q: %v", ErrCorrupt, token, err)
-		}
-		return nil
+		var err error
+		h, err = decodeHook([]byte(token), sv)
+		return err
 	})
 	return h, err
 }
@@ -882,15 +1140,16 @@ func (s *Bolt) Plugin(ctx context.Context, name string, version int) (Plugin, er
 	}
 	err := s.view(func(tx *bolt.Tx) error {
 		plugins := tx.Bucket(bucketPlugins)
-		var v []byte
+		var v, vk []byte
 		if version > 0 {
-			v = plugins.Get(pluginKey(name, version))
+			vk = pluginKey(name, version)
+			v = plugins.Get(vk)
 		} else {
 			prefix := append([]byte(name), 0)
 			c := plugins.Cursor()
 			for k, kv := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, kv = c.Next() {
 				if len(k) == len(prefix)+4 {
-					v = kv
+					v, vk = kv, k
 				}
 			}
 		}
@@ -900,10 +1159,9 @@ func (s *Bolt) Plugin(ctx context.Context, name string, version int) (Plugin, er
 			}
 			return fmt.Errorf("%w: %s", ErrPluginNotFound, name)
 		}
-		if err := json.Unmarshal(v, &p); err != nil {
-			return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, name, err)
-		}
-		return nil
+		var err error
+		p, err = decodePlugin(vk, v)
+		return err
 	})
 	return p, err
 }
@@ -913,9 +1171,9 @@ func (s *Bolt) Plugins(ctx context.Context) ([]Plugin, error) {
 	var out []Plugin
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPlugins).ForEach(func(k, v []byte) error {
-			var p Plugin
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, k, err)
+			p, err := decodePlugin(k, v)
+			if err != nil {
+				return err
 			}
 			out = append(out, p)
 			return nil
@@ -938,13 +1196,16 @@ func (s *Bolt) PutSession(ctx context.Context, id string, data []byte) error {
 func (s *Bolt) Session(ctx context.Context, id string) ([]byte, error) {
 	var out []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketSessions).Get([]byte(id))
+		v, err := getValue(tx, bSessions, []byte(id))
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return fmt.Errorf("%w: %s", ErrSessionNotFound, id)
 		}
 		data, err := unpackValue(v)
 		if err != nil {
-			return fmt.Errorf("%w: session %s: %v", ErrCorrupt, id, err)
+			return corruptf(bucketSessions, []byte(id), "%v", err)
 		}
 		out = append([]byte(nil), data...) // v is only valid in the transaction
 		return nil
@@ -976,15 +1237,15 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 		if v == nil {
 			return fmt.Errorf("%w: %s version %d", ErrPluginNotFound, name, version)
 		}
-		var p Plugin
-		if err := json.Unmarshal(v, &p); err != nil {
-			return fmt.Errorf("%w: plugin %s: %v", ErrCorrupt, name, err)
+		p, err := decodePlugin(key, v)
+		if err != nil {
+			return err
 		}
 		var inUse []string
-		err := w.read(bRuns).ForEach(func(k, rv []byte) error {
+		err = w.read(bRuns).ForEach(func(k, rv []byte) error {
 			var r Run
-			if err := json.Unmarshal(rv, &r); err != nil {
-				return fmt.Errorf("%w: run %s: %v", ErrCorrupt, k, err)
+			if err := decodeRunValue(k, rv, &r); err != nil {
+				return err
 			}
 			if r.Plugin == name && r.Version == version && !r.Status.Terminal() {
 				inUse = append(inUse, r.ID)
@@ -1001,9 +1262,12 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 			return err
 		}
 		shared := false
-		err = plugins.ForEach(func(_, pv []byte) error {
-			var q Plugin
-			if json.Unmarshal(pv, &q) == nil && q.ModuleHash == p.ModuleHash {
+		err = plugins.ForEach(func(k, pv []byte) error {
+			q, err := decodePlugin(k, pv)
+			if err != nil {
+				return err
+			}
+			if q.ModuleHash == p.ModuleHash {
 				shared = true
 			}
 			return nil
@@ -1019,13 +1283,16 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
 	var out []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketModules).Get([]byte(hash))
+		v, err := getValue(tx, bModules, []byte(hash))
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return fmt.Errorf("%w: %s", ErrModuleNotFound, hash)
 		}
 		data, err := unpackValue(v)
 		if err != nil {
-			return fmt.Errorf("module %s: %w", hash, err)
+			return corruptf(bucketModules, []byte(hash), "%v", err)
 		}
 		out = append([]byte(nil), data...)
 		return nil
@@ -1066,47 +1333,124 @@ func runRecord(tx *bolt.Tx, runID string) (Run, error) {
 	if v == nil {
 		return cur, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 	}
-	if err := decodeRun(v, &cur); err != nil {
-		return cur, fmt.Errorf("%w: run %s: %v", ErrCorrupt, runID, err)
-	}
-	return cur, nil
+	return cur, decodeRunValue([]byte(runID), v, &cur)
 }
 
 func putSnapshot(w *wtx, runID string, snap Snapshot) error {
-	if v := w.read(bSnapshots).Get([]byte(runID)); len(v) >= 8 && binary.BigEndian.Uint64(v) >= snap.Seq {
+	v, err := w.get(bSnapshots, []byte(runID))
+	if err != nil {
+		return err
+	}
+	if len(v) >= 8 && binary.BigEndian.Uint64(v) >= snap.Seq {
 		return nil
 	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(snap.Data)), snap.Seq)
+	v = binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(snap.Data)), snap.Seq)
 	return w.put(bSnapshots, []byte(runID), append(v, snap.Data...))
 }
 
 // State implements Store.
 func (s *Bolt) State(ctx context.Context, runID string) (State, error) {
-	seq, data, err := s.seqValue(bucketStates, runID, ErrStateNotFound, "state image")
+	seq, data, err := s.seqValue(bStates, runID, ErrStateNotFound, "state image")
 	return State{Seq: seq, Data: data}, err
 }
 
 // Snapshot implements Store.
 func (s *Bolt) Snapshot(ctx context.Context, runID string) (Snapshot, error) {
-	seq, data, err := s.seqValue(bucketSnapshots, runID, ErrSnapshotNotFound, "snapshot")
+	seq, data, err := s.seqValue(bSnapshots, runID, ErrSnapshotNotFound, "snapshot")
 	return Snapshot{Seq: seq, Data: data}, err
 }
 
 // seqValue reads a run's value that begins with a seq (8 bytes,
 // big-endian): a snapshot or a state image.
-func (s *Bolt) seqValue(bucket []byte, runID string, notFound error, what string) (uint64, []byte, error) {
+func (s *Bolt) seqValue(bucket bucketID, runID string, notFound error, what string) (uint64, []byte, error) {
 	var seq uint64
 	var data []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucket).Get([]byte(runID))
+		v, err := getValue(tx, bucket, []byte(runID))
+		if err != nil {
+			return err
+		}
 		if v == nil {
 			return fmt.Errorf("%w: run %s", notFound, runID)
 		}
 		if len(v) < 8 {
-			return fmt.Errorf("%w: %s of run %s is %d bytes", ErrCorrupt, what, runID, len(v))
+			return corruptf(bucketNames[bucket], []byte(runID), "%s is %d bytes", what, len(v))
 		}
 		seq, data = binary.BigEndian.Uint64(v), append([]byte(nil), v[8:]...)
 		return nil
 	})
 	return seq, data, err
+}
+
+// decodeRunValue checks and decodes a stored run record.
+func decodeRunValue(k, sv []byte, r *Run) error {
+	v, err := openValue(bucketRuns, k, sv)
+	if err != nil {
+		return err
+	}
+	if err := decodeRun(v, r); err != nil {
+		return corruptf(bucketRuns, k, "run record does not decode: %v", err)
+	}
+	return nil
+}
+
+// decodeAskValue checks and decodes a stored question record.
+func decodeAskValue(k, sv []byte, a *Ask) error {
+	v, err := openValue(bucketAsks, k, sv)
+	if err != nil {
+		return err
+	}
+	if err := decodeAsk(v, a); err != nil {
+		return corruptf(bucketAsks, k, "question record does not decode: %v", err)
+	}
+	return nil
+}
+
+// decodeTimer checks and decodes a stored timer.
+func decodeTimer(k, sv []byte) (Timer, error) {
+	var t Timer
+	v, err := openValue(bucketTimers, k, sv)
+	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal(v, &t); err != nil {
+		return t, corruptf(bucketTimers, k, "timer does not decode: %v", err)
+	}
+	return t, nil
+}
+
+// decodeHook checks and decodes a stored hook token's holder.
+func decodeHook(k, sv []byte) (Hook, error) {
+	var h Hook
+	v, err := openValue(bucketHooks, k, sv)
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(v, &h); err != nil {
+		return h, corruptf(bucketHooks, k, "hook does not decode: %v", err)
+	}
+	return h, nil
+}
+
+// decodePlugin checks and decodes a stored plugin version.
+func decodePlugin(k, sv []byte) (Plugin, error) {
+	var p Plugin
+	v, err := openValue(bucketPlugins, k, sv)
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(v, &p); err != nil {
+		return p, corruptf(bucketPlugins, k, "plugin record does not decode: %v", err)
+	}
+	return p, nil
+}
+
+// hook reads a token's holder in a write; ok is false when none holds it.
+func (w *wtx) hook(token string) (Hook, bool, error) {
+	sv := w.read(bHooks).Get([]byte(token))
+	if sv == nil {
+		return Hook{}, false, nil
+	}
+	h, err := decodeHook([]byte(token), sv)
+	return h, err == nil, err
 }

@@ -45,6 +45,21 @@ var (
 	// append to its journal and leave it in a known state (a failed sync):
 	// the writes that returned before are safe; reopen the store.
 	ErrJournalBroken = errors.New("store: journal broken, reopen the store")
-	// ErrCorrupt is returned when a stored value cannot be decoded.
-	ErrCorrupt = errors.New("store: corrupt value")
+	// ErrCorrupt is matched by every *CorruptError: stored bytes are
+	// damaged (a checksum that does not match, a value that does not
+	// decode, a damaged page or journal record).
+	ErrCorrupt = errors.New("store: corrupt")
+	// ErrNotStore is matched by *NotStoreError: Open found a file that is
+	// empty or of another format.
+	ErrNotStore = errors.New("store: not a store file")
+	// ErrOldFormat is matched by *OldFormatError: the file is in a format
+	// from before checksums, which Upgrade converts.
+	ErrOldFormat = errors.New("store: old store format")
+	// ErrReadOnly is returned by every write to a store opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("store: opened read-only")
+	// ErrNeedsRecovery is returned by a read-only Open when the journal
+	// holds writes not yet in the main file (the last process to write
+	// stopped without closing the store): a read-write Open applies them.
+	ErrNeedsRecovery = errors.New("store: journal holds writes to recover; open the store read-write once")
 )

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,162 +55,40 @@ func (ts *testStore) reopen() {
 	ts.S = s
 }
 
-// checkInvariants opens the bbolt file read-only (the store must be closed)
-// and checks what the store promises about its contents:
-//   - every run record decodes, is keyed by its id, and the id is valid;
-//   - every run's events are exactly the keys 1..LastSeq, in order, with no
-//     gaps and no extra keys, and every event decodes;
-//   - there are no events for runs that do not exist;
-//   - every timer and question refers to an existing run and is keyed by
-//     its own fields;
-//   - every plugin's versions are dense from 1 and its module bytes exist;
-//   - every module value decodes; the schema version is recorded.
+// checkInvariants verifies the store file (the store must be closed) with
+// Verify, which checks what the store promises about its contents (every
+// checksum; every run's log dense 1..LastSeq; indexes naming existing
+// runs under their own keys; ...), and, for tests, which never delete a
+// plugin version, that every plugin's versions are dense from 1.
 func checkInvariants(t testing.TB, path string) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	rep, err := Verify(path)
+	if err != nil {
+		t.Errorf("invariants: verify %s: %v", path, err)
+		return
+	}
+	for _, f := range rep.Findings {
+		t.Errorf("invariant violated in %s: %s", path, f)
+	}
+	if !rep.OK() || rep.JournalRecords > 0 {
+		return // a crash copy: its journal holds the newest plugins
+	}
+	s, err := Open(path, &Options{ReadOnly: true})
 	if err != nil {
 		t.Errorf("invariants: open %s: %v", path, err)
 		return
 	}
-	defer db.Close()
-	var problems []string
-	bad := func(format string, args ...any) {
-		if len(problems) < 20 {
-			problems = append(problems, fmt.Sprintf(format, args...))
-		}
-	}
-	err = db.View(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRuns, bucketEvents, bucketTimers, bucketAsks, bucketHooks, bucketPlugins, bucketModules, bucketMeta} {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("bucket %s missing", name)
-			}
-		}
-		if v := tx.Bucket(bucketMeta).Get([]byte("schema")); len(v) != 4 || binary.BigEndian.Uint32(v) != schemaVersion {
-			bad("schema version %x", v)
-		}
-
-		runs := map[string]Run{}
-		_ = tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-			var r Run
-			if err := json.Unmarshal(v, &r); err != nil {
-				bad("run %q: %v", k, err)
-				return nil
-			}
-			if r.ID != string(k) {
-				bad("run keyed %q has id %q", k, r.ID)
-			}
-			if err := ValidRunID(string(k)); err != nil {
-				bad("run key %q: %v", k, err)
-			}
-			runs[string(k)] = r
-			return nil
-		})
-
-		// Events: keys are runID 0x00 seq(8). Run ids hold no 0x00, so the
-		// split is unambiguous.
-		next := map[string]uint64{} // run -> last seq seen
-		_ = tx.Bucket(bucketEvents).ForEach(func(k, v []byte) error {
-			if len(k) < 10 || k[len(k)-9] != 0 {
-				bad("malformed event key %x", k)
-				return nil
-			}
-			id := string(k[:len(k)-9])
-			seq := binary.BigEndian.Uint64(k[len(k)-8:])
-			r, ok := runs[id]
-			if !ok {
-				bad("event %d of unknown run %q", seq, id)
-				return nil
-			}
-			if want := next[id] + 1; seq != want {
-				bad("run %s: event key %d where %d was due (gap or disorder)", id, seq, want)
-			}
-			next[id] = seq
-			if seq > r.LastSeq {
-				bad("run %s: event %d beyond LastSeq %d", id, seq, r.LastSeq)
-			}
-			if _, err := decodeEvent(seq, v); err != nil {
-				bad("run %s: event %d: %v", id, seq, err)
-			}
-			return nil
-		})
-		for id, r := range runs {
-			if next[id] != r.LastSeq {
-				bad("run %s: LastSeq %d but log ends at %d", id, r.LastSeq, next[id])
-			}
-		}
-
-		_ = tx.Bucket(bucketTimers).ForEach(func(k, v []byte) error {
-			var tm Timer
-			if err := json.Unmarshal(v, &tm); err != nil {
-				bad("timer %x: %v", k, err)
-				return nil
-			}
-			if !bytes.Equal(timerKey(tm), k) {
-				bad("timer %+v stored under key %x", tm, k)
-			}
-			if _, ok := runs[tm.RunID]; !ok {
-				bad("timer %s of unknown run %q", tm.ID, tm.RunID)
-			}
-			return nil
-		})
-		_ = tx.Bucket(bucketAsks).ForEach(func(k, v []byte) error {
-			var a Ask
-			if err := json.Unmarshal(v, &a); err != nil {
-				bad("ask %q: %v", k, err)
-				return nil
-			}
-			if a.ID != string(k) {
-				bad("ask keyed %q has id %q", k, a.ID)
-			}
-			if _, ok := runs[a.RunID]; !ok {
-				bad("ask %s of unknown run %q", a.ID, a.RunID)
-			}
-			return nil
-		})
-		_ = tx.Bucket(bucketHooks).ForEach(func(k, v []byte) error {
-			var h Hook
-			if err := json.Unmarshal(v, &h); err != nil {
-				bad("hook %q: %v", k, err)
-				return nil
-			}
-			if h.Token != string(k) || h.RunID == "" {
-				bad("hook keyed %q is %+v", k, h)
-			}
-			return nil
-		})
-		modules := tx.Bucket(bucketModules)
-		_ = modules.ForEach(func(k, v []byte) error {
-			if _, err := unpackValue(v); err != nil {
-				bad("module %q: %v", k, err)
-			}
-			return nil
-		})
-		lastVersion := map[string]int{}
-		_ = tx.Bucket(bucketPlugins).ForEach(func(k, v []byte) error {
-			var p Plugin
-			if err := json.Unmarshal(v, &p); err != nil {
-				bad("plugin %q: %v", k, err)
-				return nil
-			}
-			if !bytes.Equal(pluginKey(p.Name, p.Version), k) {
-				bad("plugin %s v%d stored under key %x", p.Name, p.Version, k)
-			}
-			if want := lastVersion[p.Name] + 1; p.Version != want {
-				bad("plugin %s: version %d where %d was due", p.Name, p.Version, want)
-			}
-			lastVersion[p.Name] = p.Version
-			if modules.Get([]byte(p.ModuleHash)) == nil {
-				bad("plugin %s v%d: module %s missing", p.Name, p.Version, p.ModuleHash)
-			}
-			return nil
-		})
-		return nil
-	})
+	defer s.Close()
+	ps, err := s.Plugins(context.Background())
 	if err != nil {
-		t.Errorf("invariants of %s: %v", path, err)
+		t.Errorf("invariants: plugins of %s: %v", path, err)
 	}
-	for _, p := range problems {
-		t.Errorf("invariant violated in %s: %s", path, p)
+	last := map[string]int{}
+	for _, p := range ps {
+		if want := last[p.Name] + 1; p.Version != want {
+			t.Errorf("invariant violated in %s: plugin %s: version %d where %d was due", path, p.Name, p.Version, want)
+		}
+		last[p.Name] = p.Version
 	}
 }
 
@@ -366,30 +243,43 @@ func (r *errRecorder) Errorf(format string, args ...any) {
 
 // The invariant checker must notice each kind of damage.
 func TestInvariantCheckerCatchesDamage(t *testing.T) {
+	// Values are put sealed, with good checksums, so that the checks of
+	// content are what must notice; "unsealed value" checks the checksum.
+	put := func(tx *bolt.Tx, bucket, k, v []byte) error {
+		return tx.Bucket(bucket).Put(k, sealValue(nil, bucket, k, v))
+	}
+	event1 := func(tx *bolt.Tx) []byte {
+		v, err := openValue(bucketEvents, eventKey("r", 1), tx.Bucket(bucketEvents).Get(eventKey("r", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Clone(v)
+	}
 	damages := map[string]func(tx *bolt.Tx) error{
 		"event gap": func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Delete(eventKey("r", 2)) },
 		"extra event": func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketEvents).Get(eventKey("r", 1))
-			return tx.Bucket(bucketEvents).Put(eventKey("r", 4), bytes.Clone(v))
+			return put(tx, bucketEvents, eventKey("r", 4), event1(tx))
 		},
 		"event of unknown run": func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketEvents).Get(eventKey("r", 1))
-			return tx.Bucket(bucketEvents).Put(eventKey("ghost", 1), bytes.Clone(v))
+			return put(tx, bucketEvents, eventKey("ghost", 1), event1(tx))
 		},
-		"undecodable event": func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(eventKey("r", 3), []byte("x")) },
+		"undecodable event": func(tx *bolt.Tx) error { return put(tx, bucketEvents, eventKey("r", 3), []byte("x")) },
+		"unsealed value": func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketEvents).Put(eventKey("r", 3), event1(tx))
+		},
 		"orphan timer": func(tx *bolt.Tx) error {
 			tm := Timer{RunID: "ghost", ID: "t", FireAt: time.Unix(10, 0)}
 			v, _ := json.Marshal(tm)
-			return tx.Bucket(bucketTimers).Put(timerKey(tm), v)
+			return put(tx, bucketTimers, timerKey(tm), v)
 		},
 		"orphan ask": func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketAsks).Put([]byte("q"), []byte(`{"id":"q","runId":"ghost"}`))
+			return put(tx, bucketAsks, []byte("q"), []byte(`{"id":"q","runId":"ghost"}`))
 		},
 		"plugin version gap": func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketPlugins).Put(pluginKey("p", 3), []byte(`{"name":"p","version":3,"moduleHash":"h"}`))
+			return put(tx, bucketPlugins, pluginKey("p", 3), []byte(`{"name":"p","version":3,"moduleHash":"h"}`))
 		},
 		"run behind its log": func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketRuns).Put([]byte("r"), []byte(`{"id":"r","lastSeq":2}`))
+			return put(tx, bucketRuns, []byte("r"), []byte(`{"id":"r","lastSeq":2}`))
 		},
 	}
 	for name, damage := range damages {

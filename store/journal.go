@@ -35,9 +35,11 @@ import (
 // A record: its body's length (u32), a CRC-32C of the seq and the body
 // (u32), the seq (u64, consecutive), then the body, which is a list of
 // operations: opPut or opDelete, the bucket's index in bucketNames, the
-// key (uvarint length, bytes) and, for a put, the value (the same). A
-// record that does not check out ends the journal: it is the torn tail of
-// a write that never returned.
+// key (uvarint length, bytes) and, for a put, the value (the same; the
+// value as stored, its checksum included). A record that does not check
+// out ends the journal when nothing newer follows it: it is the torn tail
+// of a write that never returned. One followed by an intact newer record
+// is damage, and Open refuses the journal (scanJournal).
 
 // JournalSuffix is appended to the store's path to name its journal. The
 // journal exists while the store is open and is removed by Close once
@@ -98,16 +100,34 @@ type wtx struct {
 // journal them.
 func (w *wtx) read(id bucketID) *bolt.Bucket { return w.tx.Bucket(bucketNames[id]) }
 
+// put stores v, sealed with its checksum (integrity.go), under k. The
+// sealed value is written into the record, and bbolt is given the
+// record's bytes: they stay unchanged until the transaction ends (the
+// record only grows past them, and pending keeps it).
 func (w *wtx) put(id bucketID, k, v []byte) error {
-	if err := w.tx.Bucket(bucketNames[id]).Put(k, v); err != nil {
-		return err
-	}
+	name := bucketNames[id]
 	w.rec = append(w.rec, opPut, byte(id))
 	w.rec = binary.AppendUvarint(w.rec, uint64(len(k)))
 	w.rec = append(w.rec, k...)
-	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)))
-	w.rec = append(w.rec, v...)
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)+sumSize))
+	start := len(w.rec)
+	w.rec = sealValue(w.rec, name, k, v)
+	sv := w.rec[start:len(w.rec):len(w.rec)]
+	if err := w.tx.Bucket(name).Put(k, sv); err != nil {
+		return err
+	}
 	return nil
+}
+
+// get returns the checked value under k, nil when there is none.
+func (w *wtx) get(id bucketID, k []byte) ([]byte, error) {
+	return openValue(bucketNames[id], k, w.tx.Bucket(bucketNames[id]).Get(k))
+}
+
+// getValue returns the checked value under k in tx, nil when there is
+// none.
+func getValue(tx *bolt.Tx, id bucketID, k []byte) ([]byte, error) {
+	return openValue(bucketNames[id], k, tx.Bucket(bucketNames[id]).Get(k))
 }
 
 func (w *wtx) del(id bucketID, k []byte) error {
@@ -198,9 +218,8 @@ type journal struct {
 	written atomic.Uint64
 }
 
-// openJournal opens (or creates) path's journal and returns the records
-// in it that check out, in order, up to the first that does not.
-func openJournal(path string, sync bool) (*journal, [][]byte, error) {
+// openJournal opens (or creates) path's journal and returns its bytes.
+func openJournal(path string, sync bool) (*journal, []byte, error) {
 	jp := path + JournalSuffix
 	_, statErr := os.Stat(jp)
 	f, err := os.OpenFile(jp, os.O_RDWR|os.O_CREATE, 0o600)
@@ -220,20 +239,93 @@ func openJournal(path string, sync bool) (*journal, [][]byte, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("store: read journal: %w", err)
 	}
-	var recs [][]byte
-	for len(data) >= journalHeader {
-		n := binary.BigEndian.Uint32(data)
-		if n == 0 || uint64(n) > uint64(len(data)-journalHeader) {
-			break
-		}
-		r := data[:journalHeader+int(n)]
-		if crc32.Checksum(r[8:], crcTable) != binary.BigEndian.Uint32(r[4:]) {
-			break
-		}
-		recs = append(recs, r)
-		data = data[len(r):]
+	return j, data, nil
+}
+
+// recordAt returns the record at the start of data when one is there and
+// checks out.
+func recordAt(data []byte) ([]byte, bool) {
+	if len(data) < journalHeader {
+		return nil, false
 	}
-	return j, recs, nil
+	n := binary.BigEndian.Uint32(data)
+	if n == 0 || uint64(n) > uint64(len(data)-journalHeader) {
+		return nil, false
+	}
+	r := data[:journalHeader+int(n)]
+	if crc32.Checksum(r[8:], crcTable) != binary.BigEndian.Uint32(r[4:]) {
+		return nil, false
+	}
+	return r, true
+}
+
+// scanJournal returns the records of a journal's bytes that follow the
+// main file's checkpoint (the record seq last), in order.
+//
+// The records that check out are read from the start; they end at the
+// first that does not, or whose seq is not the next. After that come the
+// torn tail of a write that never returned, or bytes of records from
+// before a checkpoint (a mapped journal starts again at its beginning,
+// journal.reset), whose seqs are at most the checkpoint's. An intact
+// record after that point with a seq above the last one taken was
+// written after the one that failed: then that one is damaged, not torn,
+// and the journal is corrupt.
+func scanJournal(data []byte, last uint64) ([][]byte, error) {
+	var redo [][]byte
+	off := 0
+	for {
+		r, ok := recordAt(data[off:])
+		if !ok {
+			break
+		}
+		seq := recordSeq(r)
+		if seq <= last && len(redo) == 0 {
+			off += len(r)
+			continue // in the main file already
+		}
+		if seq != last+1 {
+			break
+		}
+		redo = append(redo, r)
+		last = seq
+		off += len(r)
+	}
+	if off < len(data) {
+		if at, seq, ok := laterRecord(data, off, last); ok {
+			what := "the record there is damaged"
+			if r, ok := recordAt(data[off:]); ok {
+				what = fmt.Sprintf("record %d is there", recordSeq(r))
+			}
+			return nil, &CorruptError{Bucket: "journal", Offset: int64(off), What: fmt.Sprintf("record %d was due and %s, yet record %d follows intact at offset %d: damage, not a torn last write", last+1, what, seq, at)}
+		}
+	}
+	return redo, nil
+}
+
+// laterRecord looks for an intact record at or after offset from whose
+// seq is above floor.
+func laterRecord(data []byte, from int, floor uint64) (int, uint64, bool) {
+	for at := from; at+journalHeader <= len(data); at++ {
+		seq := binary.BigEndian.Uint64(data[at+8:])
+		if seq <= floor || seq > floor+1<<32 {
+			continue
+		}
+		if r, ok := recordAt(data[at:]); ok {
+			return at, recordSeq(r), true
+		}
+	}
+	return 0, 0, false
+}
+
+// journalHasRecords reports whether path's journal holds a record that
+// checks out.
+func journalHasRecords(path string) bool {
+	data, err := os.ReadFile(path + JournalSuffix)
+	if err != nil {
+		return false
+	}
+	_, _, ok := laterRecord(data, 0, 0)
+	return ok
 }
 
 // append writes a sealed record at the journal's end; Bolt.durable syncs
@@ -275,46 +367,56 @@ func (j *journal) reset() {
 	}
 }
 
+// readCheckpoint reads the seq of the last journal record in the main
+// file (0 before the first).
+func readCheckpoint(tx *bolt.Tx) (uint64, error) {
+	v, err := getValue(tx, bMeta, metaJournal)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func putCheckpoint(tx *bolt.Tx, seq uint64) error {
+	return tx.Bucket(bucketMeta).Put(metaJournal, sealValue(nil, bucketMeta, metaJournal, binary.BigEndian.AppendUint64(nil, seq)))
+}
+
 // recoverJournal applies the records after the file's last checkpoint to
-// the main file, then empties the journal.
-func recoverJournal(db *bolt.DB, j *journal, recs [][]byte) error {
+// the main file, then empties the journal. A journal damaged before its
+// end is refused (scanJournal), and the journal left as it is.
+func recoverJournal(db *bolt.DB, j *journal, data []byte) error {
 	var last uint64
 	if err := db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(metaJournal); v != nil {
-			if len(v) != 8 {
-				return fmt.Errorf("%w: journal checkpoint is %d bytes", ErrCorrupt, len(v))
-			}
-			last = binary.BigEndian.Uint64(v)
-		}
-		return nil
+		var err error
+		last, err = readCheckpoint(tx)
+		return err
 	}); err != nil {
 		return err
 	}
-	var redo [][]byte
-	for _, r := range recs {
-		seq := recordSeq(r)
-		if seq <= last && len(redo) == 0 {
-			continue // in the main file already
-		}
-		if seq != last+1 {
-			break // not the next: bytes left from before a checkpoint
-		}
-		redo = append(redo, r)
-		last = seq
+	redo, err := scanJournal(data, last)
+	if err != nil {
+		return err
 	}
 	if len(redo) > 0 {
+		last = recordSeq(redo[len(redo)-1])
 		err := db.Update(func(tx *bolt.Tx) error {
 			for _, r := range redo {
 				if err := applyRecord(tx, r[journalHeader:]); err != nil {
-					return fmt.Errorf("%w: journal record %d: %v", ErrCorrupt, recordSeq(r), err)
+					return &CorruptError{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", recordSeq(r), err)}
 				}
 			}
-			return tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last))
+			return putCheckpoint(tx, last)
 		})
 		if err == nil {
 			err = db.Sync() // before the journal is emptied, even without fsync
 		}
 		if err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				return err
+			}
 			return fmt.Errorf("store: recover journal: %w", err)
 		}
 	}

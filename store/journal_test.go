@@ -1,13 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,7 +78,7 @@ func mainFileSeq(t *testing.T, path string) uint64 {
 	err = db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketRuns).Get([]byte(crashRun)); v != nil {
 			var r Run
-			if err := decodeRun(v, &r); err != nil {
+			if err := decodeRunValue([]byte(crashRun), v, &r); err != nil {
 				return err
 			}
 			seq = r.LastSeq
@@ -155,20 +155,27 @@ func TestJournalTornTail(t *testing.T) {
 		t.Fatalf("journal holds %d records, want 7", len(starts))
 	}
 	last := starts[6]
+	// wantSeq 0 with corrupt: Open refuses the journal with a
+	// *CorruptError, and changes neither file.
 	cases := []struct {
 		name    string
 		damage  func(b []byte) []byte
 		wantSeq uint64
+		corrupt bool
 	}{
-		{"whole", func(b []byte) []byte { return b }, 12},
-		{"last record cut short", func(b []byte) []byte { return b[:len(b)-1] }, 10},
-		{"last record's header only", func(b []byte) []byte { return b[:last+journalHeader] }, 10},
-		{"half a header", func(b []byte) []byte { return b[:last+5] }, 10},
-		{"a byte of the last record flipped", func(b []byte) []byte { b[len(b)-3] ^= 1; return b }, 10},
-		{"a byte of record 4 flipped", func(b []byte) []byte { b[starts[3]+journalHeader+2] ^= 0x40; return b }, 4},
-		{"record 3's length zeroed", func(b []byte) []byte { copy(b[starts[2]:], []byte{0, 0, 0, 0}); return b }, 2},
-		{"zeros after the end", func(b []byte) []byte { return append(b, make([]byte, 4096)...) }, 12},
-		{"empty", func(b []byte) []byte { return nil }, 0},
+		{"whole", func(b []byte) []byte { return b }, 12, false},
+		{"last record cut short", func(b []byte) []byte { return b[:len(b)-1] }, 10, false},
+		{"last record's header only", func(b []byte) []byte { return b[:last+journalHeader] }, 10, false},
+		{"half a header", func(b []byte) []byte { return b[:last+5] }, 10, false},
+		{"a byte of the last record flipped", func(b []byte) []byte { b[len(b)-3] ^= 1; return b }, 10, false},
+		// Damage with intact records after it is not a torn tail: the
+		// records after it were written, and returned.
+		{"a byte of record 4 flipped", func(b []byte) []byte { b[starts[3]+journalHeader+2] ^= 0x40; return b }, 0, true},
+		{"record 3's length zeroed", func(b []byte) []byte { copy(b[starts[2]:], []byte{0, 0, 0, 0}); return b }, 0, true},
+		{"a byte of record 1 flipped", func(b []byte) []byte { b[starts[0]+journalHeader+1] ^= 0x01; return b }, 0, true},
+		{"record 2's checksum flipped", func(b []byte) []byte { b[starts[1]+5] ^= 0x80; return b }, 0, true},
+		{"zeros after the end", func(b []byte) []byte { return append(b, make([]byte, 4096)...) }, 12, false},
+		{"empty", func(b []byte) []byte { return nil }, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,6 +191,27 @@ func TestJournalTornTail(t *testing.T) {
 			j := c.damage(append([]byte(nil), whole...))
 			if err := os.WriteFile(p+JournalSuffix, j, 0o600); err != nil {
 				t.Fatal(err)
+			}
+			if c.corrupt {
+				s, err := Open(p, &Options{NoSync: true})
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Bucket != "journal" || ce.Offset < 0 {
+					if err == nil {
+						s.Close()
+					}
+					t.Fatalf("Open = %v, want a *CorruptError naming the journal and an offset", err)
+				}
+				if got, err := os.ReadFile(p + JournalSuffix); err != nil || !bytes.Equal(got, j) {
+					t.Fatalf("the refused journal was changed (%v)", err)
+				}
+				if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, raw) {
+					t.Fatalf("the main file was changed (%v)", err)
+				}
+				rep, err := Verify(p)
+				if err != nil || rep.OK() {
+					t.Fatalf("Verify = %+v, %v; want a finding", rep, err)
+				}
+				return
 			}
 			if got := reopenedSeq(t, p); got != c.wantSeq {
 				t.Fatalf("recovered seq %d, want %d", got, c.wantSeq)
@@ -393,7 +421,8 @@ func TestAppendRefusesStrayEvents(t *testing.T) {
 		}
 		v, err := encodeEvent(Event{Seq: stray, Time: crashBase, Kind: "stray"}, 0)
 		if err == nil {
-			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(eventKey(crashRun, stray), v) })
+			k := eventKey(crashRun, stray)
+			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(k, sealValue(nil, bucketEvents, k, v)) })
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr
@@ -562,12 +591,19 @@ func TestJournalReadWaitsForSync(t *testing.T) {
 // order, up to the first that does not.
 func readJournal(t *testing.T, path string) [][]byte {
 	t.Helper()
-	j, recs, err := openJournal(strings.TrimSuffix(path, JournalSuffix), false)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.f.Close()
-	return recs
+	var recs [][]byte
+	for {
+		r, ok := recordAt(data)
+		if !ok {
+			return recs
+		}
+		recs = append(recs, r)
+		data = data[len(r):]
+	}
 }
 
 // journalSeqs returns the seqs of readJournal's records.

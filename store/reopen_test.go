@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -330,6 +332,8 @@ func TestCloseWhileBusy(t *testing.T) {
 	}
 }
 
+// A format version the build does not read is refused: a newer one as
+// not a store it reads, a damaged one as corrupt.
 func TestOpenSchemaMismatch(t *testing.T) {
 	ts := openTestStore(t, Options{NoSync: true})
 	if err := ts.S.Close(); err != nil {
@@ -342,70 +346,167 @@ func TestOpenSchemaMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte("schema"), v) }); err != nil {
+		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchema, v) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, v := range [][]byte{binary.BigEndian.AppendUint32(nil, schemaVersion+1), {1}} {
-		setSchema(v)
+	sealed := func(n uint32) []byte {
+		return sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, n))
+	}
+	for _, c := range []struct {
+		v    []byte
+		want error
+	}{
+		{sealed(schemaVersion + 1), ErrNotStore},
+		{binary.BigEndian.AppendUint32(nil, schemaVersion+1), ErrCorrupt}, // no checksum
+		{[]byte{1}, ErrCorrupt},
+		{append(sealed(schemaVersion)[:4], 0, 0, 0, 0), ErrCorrupt},
+	} {
+		setSchema(c.v)
 		s, err := Open(ts.path, &Options{LockTimeout: 100 * time.Millisecond})
 		if err == nil {
 			s.Close()
-			t.Fatalf("Open with schema %x succeeded", v)
+			t.Fatalf("Open with schema %x succeeded", c.v)
 		}
-		if !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("Open with schema %x: %v, want ErrCorrupt", v, err)
+		if !errors.Is(err, c.want) {
+			t.Fatalf("Open with schema %x: %v, want %v", c.v, err, c.want)
 		}
 	}
 	// The failed Opens released the file.
-	setSchema(binary.BigEndian.AppendUint32(nil, schemaVersion))
+	setSchema(sealed(schemaVersion))
 	ts.reopen()
 }
 
-// Files of schemas 1 (from before the journal) and 2 (before the states
-// bucket) open and are marked 3, so that an older build does not open
-// them and miss what their journal holds.
-func TestOpenUpgradesSchema(t *testing.T) {
-	ts := openTestStore(t, Options{NoSync: true})
-	if err := ts.S.CreateRun(context.Background(), Run{ID: "old"}, Batch{}); err != nil {
+// writeOldStore writes a store as a build of format old wrote it, values
+// without checksums: a run of three events, a timer, a question, a hook,
+// a plugin and its module, and a journal record after the checkpoint
+// (another event, and the run record that goes with it).
+func writeOldStore(t *testing.T, path string, old uint32) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.S.Close(); err != nil {
-		t.Fatal(err)
-	}
-	schema := func(v []byte) (got []byte) {
-		t.Helper()
-		db, err := bolt.Open(ts.path, 0o600, &bolt.Options{Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		err = db.Update(func(tx *bolt.Tx) error {
-			if v != nil {
-				return tx.Bucket(bucketMeta).Put([]byte("schema"), v)
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range bucketNames {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
 			}
-			got = bytes.Clone(tx.Bucket(bucketMeta).Get([]byte("schema")))
-			return nil
+		}
+		put := func(b, k, v []byte) {
+			if err == nil {
+				err = tx.Bucket(b).Put(k, v)
+			}
+		}
+		put(bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, old))
+		put(bucketMeta, metaJournal, binary.BigEndian.AppendUint64(nil, 7))
+		r, _ := encodeRun(Run{ID: "old", Tool: "t", Status: StatusWaiting, LastSeq: 3, CreatedAt: time.Unix(1, 0).UTC(), UpdatedAt: time.Unix(2, 0).UTC()})
+		put(bucketRuns, []byte("old"), r)
+		for seq := uint64(1); seq <= 3; seq++ {
+			e, _ := encodeEvent(Event{Seq: seq, Time: time.Unix(int64(seq), 0), Kind: "k", Data: []byte(`{"n":1}`)}, 0)
+			put(bucketEvents, eventKey("old", seq), e)
+		}
+		tm := Timer{RunID: "old", ID: "t1", FireAt: time.Unix(50, 0).UTC()}
+		tv, _ := json.Marshal(tm)
+		put(bucketTimers, timerKey(tm), tv)
+		a, _ := encodeAsk(Ask{ID: "q1", RunID: "old", Tool: "t", Open: true, Request: []byte(`{}`), CreatedAt: time.Unix(3, 0).UTC()})
+		put(bucketAsks, []byte("q1"), a)
+		h, _ := json.Marshal(Hook{Token: "tok", RunID: "old", HookID: 1})
+		put(bucketHooks, []byte("tok"), h)
+		p, _ := json.Marshal(Plugin{Name: "p", Version: 1, ModuleHash: "h", Manifest: []byte(`{}`)})
+		put(bucketPlugins, pluginKey("p", 1), p)
+		put(bucketModules, []byte("h"), packValue(nil, []byte("module bytes"), 0))
+		return err
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Record 8: event 4 and the run at 4, as the old journal wrote them.
+	e4, _ := encodeEvent(Event{Seq: 4, Time: time.Unix(4, 0), Kind: "k", Data: []byte(`{"n":2}`)}, 0)
+	r4, _ := encodeRun(Run{ID: "old", Tool: "t", Status: StatusWaiting, LastSeq: 4, CreatedAt: time.Unix(1, 0).UTC(), UpdatedAt: time.Unix(4, 0).UTC()})
+	rec := make([]byte, journalHeader)
+	for _, kv := range []struct {
+		b    bucketID
+		k, v []byte
+	}{{bEvents, eventKey("old", 4), e4}, {bRuns, []byte("old"), r4}} {
+		rec = append(rec, opPut, byte(kv.b))
+		rec = binary.AppendUvarint(rec, uint64(len(kv.k)))
+		rec = append(rec, kv.k...)
+		rec = binary.AppendUvarint(rec, uint64(len(kv.v)))
+		rec = append(rec, kv.v...)
+	}
+	w := wtx{rec: rec}
+	if err := os.WriteFile(path+JournalSuffix, w.seal(8), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store of a format from before checksums (1, 2, 3) is refused with an
+// *OldFormatError and left as it is; Upgrade seals its values, its
+// journal's included, after which it opens, reads back and verifies
+// clean.
+func TestOldFormatRefusedThenUpgraded(t *testing.T) {
+	for _, old := range []uint32{1, 2, 3} {
+		t.Run(fmt.Sprint(old), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "old.db")
+			writeOldStore(t, path, old)
+			before, _ := os.ReadFile(path)
+			for _, ro := range []bool{false, true} {
+				s, err := Open(path, &Options{ReadOnly: ro})
+				var oe *OldFormatError
+				if !errors.As(err, &oe) || oe.Version != old || !errors.Is(err, ErrOldFormat) {
+					if err == nil {
+						s.Close()
+					}
+					t.Fatalf("Open(ReadOnly %v) = %v, want an *OldFormatError of format %d", ro, err, old)
+				}
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+				t.Fatal("the refused Open changed the file")
+			}
+			n, err := Upgrade(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 10 { // 1 run, 4 events, a timer, question, hook, plugin, module
+				t.Errorf("Upgrade sealed %d values, want 10", n)
+			}
+			if _, err := os.Stat(path + JournalSuffix); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("journal after Upgrade: %v, want it removed", err)
+			}
+			rep, err := Verify(path)
+			if err != nil || !rep.OK() {
+				t.Fatalf("Verify after Upgrade: %+v, %v", rep, err)
+			}
+			upgraded, _ := os.ReadFile(path)
+			if n, err := Upgrade(path); n != 0 || err != nil {
+				t.Fatalf("Upgrade of an upgraded store: %d, %v; want 0, nil", n, err)
+			}
+			if again, _ := os.ReadFile(path); !bytes.Equal(again, upgraded) {
+				t.Fatal("Upgrade of an upgraded store wrote the file")
+			}
+			s, err := Open(path, &Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			r, err := s.Run(context.Background(), "old")
+			if err != nil || r.LastSeq != 4 {
+				t.Fatalf("run after Upgrade: %+v, %v; want it at event 4 (from the journal)", r, err)
+			}
+			evs, err := s.Events(context.Background(), "old", 0, 0)
+			if err != nil || len(evs) != 4 || string(evs[3].Data) != `{"n":2}` {
+				t.Fatalf("events after Upgrade: %+v, %v", evs, err)
+			}
+			if n, err := Upgrade(path); err == nil || n != 0 {
+				// Open holds the file: Upgrade must not get in.
+				t.Fatalf("Upgrade of an open store: %d, %v", n, err)
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
 	}
-	for _, old := range []uint32{1, 2} {
-		schema(binary.BigEndian.AppendUint32(nil, old))
-		ts.reopen()
-		if _, err := ts.S.Run(context.Background(), "old"); err != nil {
-			t.Fatalf("run of the schema %d file: %v", old, err)
-		}
-		if err := ts.S.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got := schema(nil); binary.BigEndian.Uint32(got) != schemaVersion {
-			t.Fatalf("schema after opening a schema %d file: %x, want %d", old, got, schemaVersion)
-		}
-	}
-	ts.reopen()
 }
 
 func TestOpenNotAStore(t *testing.T) {

@@ -11,6 +11,12 @@
 //
 // Open returns the embedded default, a single bbolt file that needs no
 // server. A Store is safe for concurrent use by multiple goroutines.
+//
+// Damage is detected, reported and never repaired: every stored value
+// carries a checksum of its bucket, key and bytes, the file's pages are
+// checked before bbolt reads them, and a damaged journal record with
+// intact ones after it is refused; each is a *CorruptError naming where
+// (errors.Is(err, ErrCorrupt)). Verify checks a whole file.
 package store
 
 import (

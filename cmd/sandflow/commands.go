@@ -85,7 +85,7 @@ func pluginCmd(a *app) *cobra.Command {
 		Short: "List every plugin version",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				ps, err := h.Plugins(cmd.Context())
 				if err != nil {
 					return err
@@ -112,7 +112,7 @@ func toolsCmd(a *app) *cobra.Command {
 		Short: "Print the tool list a model sees (names, descriptions, input schemas)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				ts, err := h.Tools(cmd.Context())
 				if err != nil {
 					return err
@@ -271,7 +271,7 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "List runs, newest first",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				runs, err := h.Runs(cmd.Context(), store.RunFilter{Status: store.RunStatus(status), Tool: tool, Limit: limit})
 				if err != nil {
 					return err
@@ -297,7 +297,7 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Show a run and its event timeline",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.Run(cmd.Context(), argv[0])
 				if err != nil {
 					return err
@@ -326,7 +326,7 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Write a run's history as one zstd-compressed file (default RUN.history.zst)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				path := outPath
 				if path == "" {
 					path = argv[0] + ".history.zst"
@@ -410,7 +410,7 @@ func asksCmd(a *app) *cobra.Command {
 		Short: "List open questions, oldest first",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
 				qs, err := h.Questions(cmd.Context(), !all)
 				if err != nil {
 					return err
@@ -529,7 +529,7 @@ replays old histories). Nothing is recorded. Exits 4 on a divergence.`,
 				}
 			}
 			ctx := cmd.Context()
-			return a.withHost(ctx, func(h *host.Host) error {
+			return a.withHostRO(ctx, func(h *host.Host) error {
 				var hist *host.History
 				var err error
 				if historyPath != "" {

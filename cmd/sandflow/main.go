@@ -37,6 +37,7 @@ const (
 	exitInvalid        = 6 // invalid input, answer, plugin or manifest
 	exitConflict       = 7 // question already settled, run id taken, run ended
 	exitLocked         = 8 // another process has the data directory open
+	exitDamaged        = 9 // the data directory is damaged (doctor found damage, or a read met it)
 )
 
 const exitCodesHelp = `Exit codes:
@@ -49,6 +50,9 @@ const exitCodesHelp = `Exit codes:
   6  invalid: tool input, answer, plugin module or manifest
   7  conflict: question already settled, run id taken, run has ended
   8  the data directory is in use by another sandflow process
+  9  the data directory is damaged: a checksum, page or journal record that
+     does not check out, or a store file that is empty or not a store
+     (sandflow doctor lists what; nothing is repaired)
 `
 
 type codedError struct {
@@ -80,6 +84,8 @@ func codeOf(err error) int {
 		return exitConflict
 	case errors.Is(err, store.ErrLocked):
 		return exitLocked
+	case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNotStore):
+		return exitDamaged
 	}
 	return exitError
 }
@@ -104,6 +110,14 @@ func (a *app) open(ctx context.Context) (*host.Host, error) {
 }
 
 func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error) {
+	return a.openMode(ctx, o, false)
+}
+
+// openMode opens the data directory, read-only when readOnly: the store
+// file is then never written. A read-only open falls back to a writable
+// one when the store must be written first (it does not exist yet, or its
+// journal holds writes a stopped process left to recover).
+func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*host.Host, error) {
 	o.EngineName = a.engine
 	if a.agentsPath != "" && a.agents == nil {
 		b, err := loadAgents(ctx, a.agentsPath)
@@ -127,7 +141,16 @@ func (a *app) openWith(ctx context.Context, o *host.Options) (*host.Host, error)
 		a.js = js
 	}
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
-	h, err := host.OpenDir(ctx, a.dataDir, o)
+	var h *host.Host
+	var err error
+	if readOnly {
+		h, err = host.OpenDirReadOnly(ctx, a.dataDir, o)
+		if host.NeedsWritableOpen(err) {
+			h, err = host.OpenDir(ctx, a.dataDir, o)
+		}
+	} else {
+		h, err = host.OpenDir(ctx, a.dataDir, o)
+	}
 	if errors.Is(err, host.ErrUnknownEngine) {
 		return nil, withCode(exitUsage, err)
 	}
@@ -144,7 +167,17 @@ func (a *app) closeEngines() {
 
 // withHost opens the data directory, runs fn, and closes it.
 func (a *app) withHost(ctx context.Context, fn func(h *host.Host) error) error {
-	h, err := a.open(ctx)
+	return a.withHostMode(ctx, false, fn)
+}
+
+// withHostRO is withHost for commands that only read: the store is opened
+// read-only.
+func (a *app) withHostRO(ctx context.Context, fn func(h *host.Host) error) error {
+	return a.withHostMode(ctx, true, fn)
+}
+
+func (a *app) withHostMode(ctx context.Context, readOnly bool, fn func(h *host.Host) error) error {
+	h, err := a.openMode(ctx, &host.Options{}, readOnly)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
@@ -189,7 +222,7 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.agentsPath, "agents", os.Getenv("SANDFLOW_AGENTS"), "JSON file of scripted agents runs may call (env SANDFLOW_AGENTS)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.AddCommand(
-		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), mcpCmd(a), demoCmd(a),
+		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), mcpCmd(a), demoCmd(a), doctorCmd(a),
 		&cobra.Command{Use: "exit-codes", Short: "List the exit codes", Run: func(c *cobra.Command, _ []string) {
 			fmt.Fprint(a.out, exitCodesHelp)
 		}},
