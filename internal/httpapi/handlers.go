@@ -270,37 +270,49 @@ func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
 }
 
 // answerAsk records an answer and continues the run, answering within
-// ?wait (default 10s) with the run.
+// ?wait (default 10s) with the run. The answer is committed before any
+// answer is given, however short the wait: a refusal (a wrong option, a
+// question already settled) is a 4xx, and a 2xx means the answer is
+// stored.
 func (s *Server) answerAsk(w http.ResponseWriter, r *http.Request) error {
 	var a host.Answer
 	if err := s.readJSON(w, r, &a); err != nil {
 		return err
 	}
-	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
-		return s.h.AnswerAsk(ctx, r.PathValue("id"), a)
+	return s.settle(w, r, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.RecordAnswer(ctx, r.PathValue("id"), a)
 	})
 }
 
 func (s *Server) withdrawAsk(w http.ResponseWriter, r *http.Request) error {
-	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
-		return s.h.WithdrawAsk(ctx, r.PathValue("id"))
+	return s.settle(w, r, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.RecordWithdraw(ctx, r.PathValue("id"))
 	})
 }
 
-// settle runs an operation that records something and then drives its
-// run: its refusals (a closed question, a bad answer) come back at once;
-// the drive goes on in the background past the wait.
-func (s *Server) settle(w http.ResponseWriter, r *http.Request, askID string, op func(ctx context.Context) (host.RunInfo, error)) error {
+// settle commits a question's settlement (record), then drives its run:
+// refusals come back at once, and the drive goes on in the background
+// past the wait.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, record func(ctx context.Context) (host.RunInfo, error)) error {
 	wait, err := s.waitParam(r, 10*time.Second)
 	if err != nil {
 		return err
 	}
-	q, err := s.h.Question(r.Context(), askID)
+	// The commit is not cut short by a client that leaves: once begun it
+	// either happens or fails as a whole.
+	recorded, err := record(context.WithoutCancel(r.Context()))
 	if err != nil {
 		return err
 	}
-	ri, done, err := s.drive(r, q.RunID, wait, op)
-	return s.answerRun(w, ri, done, err)
+	ri, done, err := s.drive(r, recorded.ID, wait, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.Drive(ctx, recorded.ID)
+	})
+	if err != nil && ri.ID == "" {
+		// The answer is committed whatever happened to the drive: the
+		// run as it stands.
+		ri, done = recorded, false
+	}
+	return s.answerRun(w, ri, done, nil)
 }
 
 func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
