@@ -33,6 +33,7 @@ func (s *Server) listAgentTurns(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	agent, unclaimed := r.URL.Query().Get("agent"), r.URL.Query().Get("unclaimed") == "true"
+	s.extendDeadlines(w, wait)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
