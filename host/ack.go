@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/store"
@@ -96,4 +98,27 @@ func (h *Host) settleBatch(ctx context.Context, rh *runHandle, ask store.Ask, de
 	}
 	b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, ask.Position))
 	return b, nil
+}
+
+// AgentTurnRecorded says whether the agent turn turnID (runID:position,
+// AgentTurn.TurnID) has nothing left to commit: its outcome is in the
+// run's committed log, or the run has ended. A server that handed a
+// turn's result to its backend waits for this before acknowledging it.
+//
+// Errors: ErrRunNotFound; ErrBadInput when turnID is not runID:position.
+func (h *Host) AgentTurnRecorded(ctx context.Context, turnID string) (bool, error) {
+	i := strings.LastIndexByte(turnID, ':')
+	p, err := strconv.ParseUint(turnID[i+1:], 10, 32)
+	if i <= 0 || err != nil || p == 0 {
+		return false, fmt.Errorf("%w: turn id %.64q is not runID:position", ErrBadInput, turnID)
+	}
+	recorded := false
+	_, err = h.withRun(ctx, turnID[:i], func(rh *runHandle) error {
+		// Under the run's lock nothing is carried: the state is what is
+		// committed.
+		o := rh.rs.op(uint32(p))
+		recorded = rh.rs.status.Terminal() || (o != nil && o.kind == abi.OpAgent && o.settled)
+		return nil
+	})
+	return recorded, err
 }
