@@ -283,6 +283,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ae):
 		writeError(w, ae.status, ae.code, ae.msg)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The client stopped sending, or was cut off by the read deadline.
+		writeError(w, http.StatusBadRequest, "bad_request", "the request body ended before its length")
 	case errors.As(err, &mb):
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
 	case errors.As(err, &pe):
