@@ -48,27 +48,40 @@ func NewHTTPServer(s *Server) *http.Server {
 }
 
 // LimitListener accepts at most n connections at once; past that, Accept
-// waits for one to close (the kernel's backlog holds the rest).
+// waits for one to close (the kernel's backlog holds the rest). Closing it
+// ends a waiting Accept, so that a server's Shutdown does not wait on it.
 func LimitListener(ln net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return ln
 	}
-	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
 }
 
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
 	c, err := l.Listener.Accept()
 	if err != nil {
 		<-l.sem
 		return nil, err
 	}
 	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
 }
 
 type limitConn struct {

@@ -259,3 +259,103 @@ func TestErrorsQuoteABoundedExcerpt(t *testing.T) {
 		t.Errorf("a lowercase bearer scheme: %d", resp.StatusCode)
 	}
 }
+
+// Request bytes in flight are admitted like calls: a body being sent
+// holds its length until the request ends.
+func TestAdmissionOfBodyBytes(t *testing.T) {
+	e := newEnv(t, nil, &httpapi.Config{APITokens: []string{apiToken}, AdminTokens: []string{adminToken},
+		MaxUploadBytes: 1, MaxBodyBytes: 4 << 20, MaxClientBodyInFlight: 5 << 20, MaxBodyInFlight: 5 << 20})
+	addr := strings.TrimPrefix(e.srv.URL, "http://")
+	head := "POST /v1/tools/nothing/calls HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + apiToken + "\r\nContent-Length: 4194304\r\n\r\n"
+	// The first holds 4 MiB while its body does not come.
+	first, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	io.WriteString(first, head+"{")
+	time.Sleep(200 * time.Millisecond) // let the server take it
+	line, _ := rawRequest(t, addr, head, 3*time.Second)
+	if !strings.HasPrefix(line, "HTTP/1.1 429") {
+		t.Errorf("a second 4 MiB body of the same client: %q, want 429", line)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, head)
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("another client's 4 MiB body with the server full: %d, Retry-After %q; want 503 with it", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// LimitListener holds a connection past the limit until one closes, and
+// closing it ends a waiting Accept: a server's Shutdown does not hang.
+func TestLimitListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(httpapi.LimitListener(ln, 1)) }()
+	get := func(c net.Conn, d time.Duration) error {
+		c.SetReadDeadline(time.Now().Add(d))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		return c
+	}
+	first := dial()
+	if err := get(first, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// first stays open (keep-alive): a second connection is not served.
+	second := dial()
+	if err := get(second, 300*time.Millisecond); err == nil {
+		t.Fatal("a second connection past the limit of 1 was served")
+	}
+	first.Close()
+	if err := get(second, 3*time.Second); err != nil {
+		t.Fatalf("the second connection, after the first closed: %v", err)
+	}
+	dial() // waits: the second holds the one place
+	// Serve waits in Accept for a place; the shutdown ends the wait.
+	// (http.Server.Shutdown waits for its listeners' Accept without
+	// looking at its context: a wait that never ended hung it.)
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		shut <- srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown with an Accept waiting: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return: Accept still waits for a place")
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
