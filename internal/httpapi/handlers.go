@@ -72,6 +72,12 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, p)
 }
 
+// maxNameBytes bounds a name or token a path or query gives (tool names
+// are at most 64 bytes, tokens and run ids shorter than this): a longer
+// one names nothing, and is refused before it reaches the host, whose
+// errors would quote it whole.
+const maxNameBytes = 256
+
 // enableWorkflowTool registers the workflow tool (JavaScript programs
 // that call agents), or a new version of it: {"name"?, "maxSubagents"?}.
 func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) error {
@@ -168,8 +174,14 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if name := r.PathValue("name"); len(name) > maxNameBytes {
+		return &apiError{http.StatusNotFound, "not_found", "no tool is called " + quote(name)}
+	}
 	q := r.URL.Query()
 	opts := &host.CallOptions{RunID: q.Get("runId"), NoAsk: q.Get("noAsk") == "true"}
+	if len(opts.RunID) > maxNameBytes {
+		return badRequest("runId %s is not a run id", quote(opts.RunID))
+	}
 	if v := q.Get("version"); v != "" {
 		if opts.Version, err = strconv.Atoi(v); err != nil || opts.Version <= 0 {
 			return badRequest("version %s is not a positive number", quote(v))
@@ -335,6 +347,9 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, record func(ctx 
 }
 
 func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
+	if token := r.PathValue("token"); len(token) > maxNameBytes {
+		return &apiError{http.StatusNotFound, "not_found", "no live hook holds the token " + quote(token)}
+	}
 	wait, err := s.waitParam(r, 10*time.Second)
 	if err != nil {
 		return err
@@ -372,6 +387,10 @@ func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
 // so a request to no live webhook costs nothing but its headers.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
+	if len(token) > maxNameBytes {
+		s.fail(w, r, &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"})
+		return
+	}
 	if _, err := s.h.Store().Hook(r.Context(), token); err != nil {
 		if errors.Is(err, store.ErrHookNotFound) {
 			err = &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"}
