@@ -92,3 +92,7 @@ func (h *Host) compileBounded(ctx context.Context, eng Engine, wasm []byte) (Com
 		return nil, timedOut()
 	}
 }
+
+// CompileTimeout is how long one compilation may take (Options): a server
+// gives an upload that long on top of its write deadline.
+func (h *Host) CompileTimeout() time.Duration { return h.opts.CompileTimeout }

@@ -31,6 +31,10 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("the upload must be a multipart form with a module file and a manifest: %v", err)
 	}
 	defer r.MultipartForm.RemoveAll()
+	// The body is in; checking and compiling it may take the compile
+	// timeout, and the instance probe or the script's first run a little
+	// more.
+	s.extendDeadlines(w, s.h.CompileTimeout()+checkSlack)
 	wasm, err := formFile(r, "module", s.cfg.MaxUploadBytes)
 	if err != nil {
 		return err
@@ -72,6 +76,10 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, p)
 }
 
+// checkSlack is what an upload may take past its compile: the probe of an
+// instance, a script's first run in a worker.
+const checkSlack = 30 * time.Second
+
 // maxNameBytes bounds a name or token a path or query gives (tool names
 // are at most 64 bytes, tokens and run ids shorter than this): a longer
 // one names nothing, and is refused before it reaches the host, whose
@@ -88,6 +96,7 @@ func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) erro
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
+	s.extendDeadlines(w, s.h.CompileTimeout()+checkSlack)
 	agents, err := s.h.Agents(r.Context())
 	if err != nil {
 		return err

@@ -52,7 +52,12 @@ func TestWebhookTokenCheckedBeforeTheBody(t *testing.T) {
 // boundedEnv serves the API through NewHTTPServer, as sandflow serve does.
 func boundedEnv(t *testing.T, cfg httpapi.Config) (addr string) {
 	t.Helper()
-	e := newEnv(t, nil, nil)
+	return boundedEnvWith(t, nil, cfg)
+}
+
+func boundedEnvWith(t *testing.T, opts *host.Options, cfg httpapi.Config) (addr string) {
+	t.Helper()
+	e := newEnv(t, opts, nil)
 	cfg.APITokens, cfg.AdminTokens = []string{apiToken}, []string{adminToken}
 	api, err := httpapi.New(e.h, cfg)
 	if err != nil {
@@ -358,5 +363,42 @@ func TestLimitListener(t *testing.T) {
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// slowCompile is the shared engine with a compile that takes d more.
+type slowCompile struct {
+	host.Engine
+	d time.Duration
+}
+
+func (e slowCompile) Compile(ctx context.Context, wasm []byte) (host.CompiledModule, error) {
+	time.Sleep(e.d)
+	return e.Engine.Compile(ctx, wasm)
+}
+
+// An upload whose compile outlasts the write timeout still gets its
+// answer: the handler moves its deadline by the compile timeout once the
+// body is in.
+func TestUploadOutlastsTheWriteTimeout(t *testing.T) {
+	addr := boundedEnvWith(t, &host.Options{Engine: slowCompile{sharedEngine(t), time.Second}},
+		httpapi.Config{WriteTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, _ := mw.CreateFormFile("module", "tool.wasm")
+	fw.Write(guestWasm(t, "examples/deploy"))
+	fw, _ = mw.CreateFormFile("manifest", "manifest.json")
+	fw.Write(repoFile(t, "examples/deploy/manifest.json"))
+	mw.Close()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/plugins", &buf)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("an upload compiling for 1s with a 300ms write timeout: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %d", resp.StatusCode)
 	}
 }

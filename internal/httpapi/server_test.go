@@ -72,7 +72,9 @@ func newEnv(t testing.TB, opts *host.Options, cfg *httpapi.Config) *env {
 	if opts != nil {
 		o = *opts
 	}
-	o.Engine = sharedEngine(t)
+	if o.Engine == nil {
+		o.Engine = sharedEngine(t)
+	}
 	o.BaseURL = "http://" + ln.Addr().String()
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
 	if err != nil {
