@@ -75,39 +75,16 @@ func (h *Host) AnswerAsk(ctx context.Context, askID string, a Answer) (RunInfo, 
 // settleAsk settles an open question with the answer decide gives, then
 // continues the run.
 func (h *Host) settleAsk(ctx context.Context, askID string, decide func(abi.AskRequest, Limits) (abi.AskAnswer, error)) (RunInfo, error) {
-	ask, err := h.store.Ask(ctx, askID)
+	ask, err := h.openAsk(ctx, askID)
 	if err != nil {
-		if errors.Is(err, store.ErrAskNotFound) {
-			return RunInfo{}, fmt.Errorf("%w: %s", ErrUnknownAsk, askID)
-		}
 		return RunInfo{}, err
-	}
-	if !ask.Open {
-		return RunInfo{}, fmt.Errorf("%w: %s", ErrAskClosed, askID)
 	}
 	settled := false
 	info, err := h.withRun(ctx, ask.RunID, func(rh *runHandle) error {
-		rs := rh.rs
-		o := rs.op(ask.Position)
-		if o == nil || o.kind != abi.OpAsk || o.askID != askID {
-			return fmt.Errorf("%w: %s is not in run %s's log", ErrUnknownAsk, askID, ask.RunID)
-		}
-		if o.settled || rs.status.Terminal() {
-			return fmt.Errorf("%w: %s", ErrAskClosed, askID)
-		}
-		req, err := askRequest(o)
-		if err != nil {
-			return fmt.Errorf("%w: question %s: %v", ErrBadHistory, askID, err)
-		}
-		ans, err := decide(*req, h.limitsOf(ctx, rs))
+		b, err := h.settleBatch(ctx, rh, ask, decide)
 		if err != nil {
 			return err
 		}
-		b := newBatch(rs)
-		if _, err := b.push(EvAskSettled, &evData{Op: ask.Position, AskID: askID, Answer: &ans}); err != nil {
-			return err
-		}
-		b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, ask.Position))
 		// The answer is stored with the activation it wakes, in one
 		// commit; whatever ends the drive first, it is stored before the
 		// run is let go, or the call fails and nothing is.

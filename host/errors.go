@@ -55,6 +55,9 @@ var (
 	// ErrPluginInUse is returned when deleting a plugin version a run that
 	// has not ended is pinned to.
 	ErrPluginInUse = errors.New("plugin version in use")
+	// ErrCompileTimeout is matched by the *PluginError returned when a
+	// module did not compile within Options.CompileTimeout.
+	ErrCompileTimeout = errors.New("module compilation timed out")
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
 	// ErrStepInterrupted is matched by *StepInterruptedError, and by a
@@ -194,15 +197,25 @@ func (e *InputError) Is(target error) bool { return target == ErrBadInput }
 // PluginError is returned when a plugin upload is refused.
 type PluginError struct {
 	// Reason is a stable code: "not_wasm", "malformed", "import",
-	// "abi_version", "missing_export", "too_large", "compile".
+	// "abi_version", "missing_export", "too_large", "compile",
+	// "module_limit" (a structural limit: Err says which),
+	// "compile_timeout".
 	Reason string
 	Detail string
+	// Err is the cause, when there is one to match with errors.As.
+	Err error
 }
 
 func (e *PluginError) Error() string { return "plugin refused (" + e.Reason + "): " + e.Detail }
 
-// Is makes errors.Is(err, ErrBadPlugin) true.
-func (e *PluginError) Is(target error) bool { return target == ErrBadPlugin }
+// Is makes errors.Is(err, ErrBadPlugin) true, and ErrCompileTimeout for a
+// compilation that timed out.
+func (e *PluginError) Is(target error) bool {
+	return target == ErrBadPlugin || (target == ErrCompileTimeout && e.Reason == "compile_timeout")
+}
+
+// Unwrap returns the cause.
+func (e *PluginError) Unwrap() error { return e.Err }
 
 // RunError is the error a failed run ended with, as the guest or the host
 // reported it. It carries the stable type string and retryable flag that

@@ -159,6 +159,14 @@ type Options struct {
 	StepConcurrency int
 	// MaxModuleBytes bounds an uploaded module; 0 means 64 MiB.
 	MaxModuleBytes int
+	// CompileTimeout bounds one module's compilation (at upload, or when a
+	// run first needs it); 0 means DefaultCompileTimeout. Past it the call
+	// returns a *PluginError matching ErrCompileTimeout.
+	CompileTimeout time.Duration
+	// MaxCompiles bounds the compilations running at once; 0 means
+	// DefaultMaxCompiles. One abandoned by its caller holds its place
+	// until the engine finishes it.
+	MaxCompiles int
 }
 
 // Host is the kernel. Open one per store.
@@ -206,6 +214,8 @@ type Host struct {
 	// snapWG counts those not stored yet.
 	snapWriters chan struct{}
 	snapWG      sync.WaitGroup
+	// compiles holds a place per compilation running (compile.go).
+	compiles chan struct{}
 
 	wake       chan struct{}
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
@@ -233,10 +243,17 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	if o.MaxModuleBytes <= 0 {
 		o.MaxModuleBytes = 64 << 20
 	}
+	if o.CompileTimeout <= 0 {
+		o.CompileTimeout = DefaultCompileTimeout
+	}
+	if o.MaxCompiles <= 0 {
+		o.MaxCompiles = DefaultMaxCompiles
+	}
 	h := &Host{
 		store: st, opts: o, limits: o.Limits.withDefaults(DefaultLimits),
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
 		runs: map[string]*runHandle{}, warm: list.New(), idle: list.New(), snapWriters: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		compiles: make(chan struct{}, o.MaxCompiles),
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
 	h.engines = map[string]Engine{}

@@ -343,6 +343,10 @@ func checkModule(wasm []byte) (*wasmparse.Module, error) {
 		if errors.Is(err, wasmparse.ErrNotWasm) {
 			return nil, &PluginError{Reason: "not_wasm", Detail: "the bytes are not a WebAssembly module (no \\0asm header)"}
 		}
+		var le *wasmparse.LimitError
+		if errors.As(err, &le) {
+			return nil, &PluginError{Reason: "module_limit", Detail: err.Error(), Err: err}
+		}
 		return nil, &PluginError{Reason: "malformed", Detail: err.Error()}
 	}
 	for _, imp := range mod.Imports {
@@ -559,29 +563,6 @@ func (h *Host) compiledByHash(ctx context.Context, eng Engine, hash string) (Com
 		return nil, err
 	}
 	return h.compile(ctx, eng, hash, wasm)
-}
-
-// compile compiles a module on an engine, once per engine and hash.
-func (h *Host) compile(ctx context.Context, eng Engine, hash string, wasm []byte) (CompiledModule, error) {
-	key := engineKind(eng) + ":" + hash
-	h.mu.Lock()
-	cm := h.compiled[key]
-	h.mu.Unlock()
-	if cm != nil {
-		return cm, nil
-	}
-	cm, err := eng.Compile(ctx, wasm)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if prev := h.compiled[key]; prev != nil {
-		cm.Close(ctx)
-		return prev, nil
-	}
-	h.compiled[key] = cm
-	return cm, nil
 }
 
 // Tool is what a model sees of a tool.

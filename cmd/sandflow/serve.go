@@ -38,6 +38,9 @@ func serveCmd(a *app) *cobra.Command {
 	var maxUpload int64
 	var preInit, snapshots int
 	var shutdownWait time.Duration
+	var readTimeout, writeTimeout, idleTimeout, compileTimeout time.Duration
+	var maxConns, maxCalls, maxClientCalls, maxCompiles int
+	var maxInflight, maxClientInflight int64
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and run the scheduler (timers, step retries, recovery) until interrupted",
@@ -52,7 +55,14 @@ them in tokens.json in the data directory (mode 0600).
 
 On SIGINT or SIGTERM it stops taking requests, lets running requests
 finish, stops the runs it is driving at their next commit, and exits;
-nothing committed is lost, and what was in flight is redone on restart.`,
+nothing committed is lost, and what was in flight is redone on restart.
+
+The server is bounded: every connection has read, write and idle
+deadlines (requests that wait move theirs), at most --max-conns are open
+at once, and calls and request bytes in flight are admitted up to a
+limit per client (past it: 429 with Retry-After) and for the server
+(503). A module compiles within --compile-timeout, at most --max-compiles
+at once.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -74,7 +84,8 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 					baseURL = "http://" + ln.Addr().String()
 				}
 			}
-			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots})
+			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots,
+				CompileTimeout: compileTimeout, MaxCompiles: maxCompiles})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
 					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
@@ -101,7 +112,10 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 					apiToken, adminToken = t.API, t.Admin
 					logger.Info("no tokens given: using the ones in " + path)
 				}
-				cfg := httpapi.Config{MaxUploadBytes: maxUpload, Logger: logger}
+				cfg := httpapi.Config{MaxUploadBytes: maxUpload, Logger: logger,
+					ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
+					MaxCalls: maxCalls, MaxClientCalls: maxClientCalls,
+					MaxBodyInFlight: maxInflight, MaxClientBodyInFlight: maxClientInflight}
 				if a.agents != nil {
 					cfg.ExternalAgents = a.agents.External
 				}
@@ -114,17 +128,20 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 				if api, err = httpapi.New(h, cfg); err != nil {
 					return err
 				}
-				// The MCP server at /mcp takes the API's tokens as bearer tokens.
+				// The MCP server at /mcp takes the API's tokens as bearer tokens,
+				// under the API's admission and body bounds.
 				if mcpSrv, err = mcp.New(h, &mcp.Options{Tokens: append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), Logger: logger}); err != nil {
 					return err
 				}
 				defer mcpSrv.Close()
 				mux := http.NewServeMux()
-				mux.Handle("/mcp", mcpSrv.Handler())
+				mux.Handle("/mcp", api.Admit(mcpSrv.Handler()))
 				mux.Handle("/", api)
-				srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				srv = httpapi.NewHTTPServer(api)
+				srv.Handler = mux
+				srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 				go func() {
-					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					if err := srv.Serve(httpapi.LimitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						logger.Error("http", "err", err)
 					}
 				}()
@@ -162,6 +179,16 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 	c.Flags().IntVar(&snapshots, "snapshots", 0, "snapshot a suspended wazero instance that is not kept parked once its run has this many ops, so its resume restores it instead of replaying (0: 64; -1: never)")
 	c.Flags().IntVar(&preInit, "preinit", 0, "initialised instances each WebAssembly tool in use keeps ready for starts and resumes by replay (0: none; runs created with it share the guest runtime's initialisation randomness)")
 	c.Flags().IntVar(&a.jsWorkers, "js-workers", 0, fmt.Sprintf("JavaScript programs that start at once; as many again that have computed over 1 s run beside them (0: max(4, 2 × CPUs), here %d)", jsprogram.DefaultMaxWorkers()))
+	c.Flags().DurationVar(&readTimeout, "read-timeout", httpapi.DefaultReadTimeout, "how long a client has to send a whole request, headers and body (negative: no limit)")
+	c.Flags().DurationVar(&writeTimeout, "write-timeout", httpapi.DefaultWriteTimeout, "how long a response may take to write; a request that waits (?wait=, webhooks) has its wait on top, and event streams have it per write (negative: no limit)")
+	c.Flags().DurationVar(&idleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "how long a keep-alive connection may sit idle between requests (negative: no limit)")
+	c.Flags().IntVar(&maxConns, "max-conns", httpapi.DefaultMaxConns, "most connections open at once; more wait to be accepted (0: no limit)")
+	c.Flags().IntVar(&maxCalls, "max-calls", httpapi.DefaultMaxCalls, "most tool calls, answers and deliveries being run at once; past it, 503 with Retry-After")
+	c.Flags().IntVar(&maxClientCalls, "max-client-calls", httpapi.DefaultMaxClientCalls, "most of those for one client (remote address); past it, 429 with Retry-After")
+	c.Flags().Int64Var(&maxInflight, "max-inflight-bytes", httpapi.DefaultMaxBodyInFlight, "most request body bytes held at once; past it, 503 with Retry-After")
+	c.Flags().Int64Var(&maxClientInflight, "max-client-inflight-bytes", httpapi.DefaultMaxClientBodyInFlight, "most request body bytes one client may have in flight (at least one upload); past it, 429 with Retry-After")
+	c.Flags().DurationVar(&compileTimeout, "compile-timeout", host.DefaultCompileTimeout, "how long a module may take to compile before the upload (or the first run) is refused")
+	c.Flags().IntVar(&maxCompiles, "max-compiles", host.DefaultMaxCompiles, "most modules compiling at once; more wait their turn within their timeout")
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
 	return c
 }

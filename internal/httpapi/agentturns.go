@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sandflow/sandflow/agents"
@@ -33,6 +36,7 @@ func (s *Server) listAgentTurns(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	agent, unclaimed := r.URL.Query().Get("agent"), r.URL.Query().Get("unclaimed") == "true"
+	s.extendDeadlines(w, wait)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
@@ -92,11 +96,7 @@ func (s *Server) completeAgentTurn(w http.ResponseWriter, r *http.Request) error
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if err := ext.Complete(r.PathValue("id"), req.Worker, req.Reply, req.Data); err != nil {
-		return agentTurnError(err)
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.settleTurn(w, r, func() error { return ext.Complete(r.PathValue("id"), req.Worker, req.Reply, req.Data) })
 }
 
 // failAgentTurn is POST /v1/agent-turns/{id}/fail {"worker"?, "message"}.
@@ -112,11 +112,50 @@ func (s *Server) failAgentTurn(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if err := ext.Fail(r.PathValue("id"), req.Worker, req.Message); err != nil {
+	return s.settleTurn(w, r, func() error { return ext.Fail(r.PathValue("id"), req.Worker, req.Message) })
+}
+
+// settleTurn hands a turn's outcome to the run (settle) and answers 204
+// once the run has committed it. A refusal (an unknown item, another
+// worker's lease) comes back at once. When the run has not committed it
+// within the webhook timeout, the answer is 504: the outcome may still be
+// recorded, and if the process stops first the turn is sent again, under
+// the same id, to be completed again.
+func (s *Server) settleTurn(w http.ResponseWriter, r *http.Request, settle func() error) error {
+	id := r.PathValue("id")
+	runID := id // a turn id is runID:position
+	if i := strings.LastIndexByte(id, ':'); i > 0 {
+		runID = id[:i]
+	}
+	changed, stop := s.h.Watch(runID)
+	defer stop()
+	if err := settle(); err != nil {
 		return agentTurnError(err)
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	s.extendDeadlines(w, s.cfg.WebhookTimeout)
+	timeout := time.NewTimer(s.cfg.WebhookTimeout)
+	defer timeout.Stop()
+	ctx := context.WithoutCancel(r.Context())
+	for {
+		recorded, err := s.h.AgentTurnRecorded(ctx, id)
+		if err != nil {
+			return err
+		}
+		if recorded {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return &apiError{http.StatusGatewayTimeout, "not_recorded",
+				fmt.Sprintf("the run did not record the turn's outcome within %s; if the turn is listed again, settle it again", s.cfg.WebhookTimeout)}
+		case <-r.Context().Done():
+			return r.Context().Err()
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		}
+	}
 }
 
 func agentTurnError(err error) error {

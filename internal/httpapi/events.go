@@ -27,7 +27,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return badRequest("event id %q is not a sequence number", v)
+			return badRequest("event id %s is not a sequence number", quote(v))
 		}
 		after = n
 	}
@@ -40,6 +40,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ch, stop := s.h.Watch(id)
 	defer stop()
+	// A stream has no end to set a deadline by: each write gets its own.
+	s.extendDeadlines(w, -1)
+	s.streamWrite(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -52,6 +55,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return nil // the stream has begun: a client reconnects and resumes
 		}
+		s.streamWrite(w)
 		for _, e := range evs {
 			if err := writeEvent(w, e); err != nil {
 				return nil
@@ -74,6 +78,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-ch:
 		case <-tick.C:
+			s.streamWrite(w)
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return nil
 			}

@@ -22,7 +22,7 @@ import (
 // uploadPlugin takes a multipart form with a "module" file and a
 // "manifest" (a file or a field).
 func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes+1<<20)
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes+uploadSlack)
 	if err := r.ParseMultipartForm(8 << 20); err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
@@ -31,11 +31,23 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("the upload must be a multipart form with a module file and a manifest: %v", err)
 	}
 	defer r.MultipartForm.RemoveAll()
+	// The body is in; checking and compiling it may take the compile
+	// timeout, and the instance probe or the script's first run a little
+	// more.
+	s.extendDeadlines(w, s.h.CompileTimeout()+checkSlack)
 	wasm, err := formFile(r, "module", s.cfg.MaxUploadBytes)
 	if err != nil {
 		return err
 	}
+	// The manifest's cap holds whichever way it comes: a form field, or a
+	// file part (formFile).
 	rawManifest := []byte(r.FormValue("manifest"))
+	if int64(len(rawManifest)) > s.cfg.MaxBodyBytes {
+		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the manifest field is %d bytes, over the limit of %d", len(rawManifest), s.cfg.MaxBodyBytes)}
+	}
+	if n := len(r.FormValue("name")); n > 256 {
+		return badRequest("the name field is %d bytes, over the limit of 256", n)
+	}
 	if len(rawManifest) == 0 && len(r.MultipartForm.File["manifest"]) == 0 && jsprogram.IsScript(wasm) {
 		// A JavaScript tool script defines its own manifest.
 		name := r.FormValue("name")
@@ -64,6 +76,16 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, p)
 }
 
+// checkSlack is what an upload may take past its compile: the probe of an
+// instance, a script's first run in a worker.
+const checkSlack = 30 * time.Second
+
+// maxNameBytes bounds a name or token a path or query gives (tool names
+// are at most 64 bytes, tokens and run ids shorter than this): a longer
+// one names nothing, and is refused before it reaches the host, whose
+// errors would quote it whole.
+const maxNameBytes = 256
+
 // enableWorkflowTool registers the workflow tool (JavaScript programs
 // that call agents), or a new version of it: {"name"?, "maxSubagents"?}.
 func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) error {
@@ -74,6 +96,7 @@ func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) erro
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
+	s.extendDeadlines(w, s.h.CompileTimeout()+checkSlack)
 	agents, err := s.h.Agents(r.Context())
 	if err != nil {
 		return err
@@ -88,7 +111,7 @@ func (s *Server) enableWorkflowTool(w http.ResponseWriter, r *http.Request) erro
 func formFile(r *http.Request, field string, limit int64) ([]byte, error) {
 	f, _, err := r.FormFile(field)
 	if err != nil {
-		return nil, badRequest("the form has no %q file", field)
+		return nil, badRequest("the form has no %s file", quote(field))
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
@@ -96,7 +119,7 @@ func formFile(r *http.Request, field string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("%s is over the limit of %d bytes", field, limit)}
+		return nil, &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the %s file is over the limit of %d bytes", field, limit)}
 	}
 	return b, nil
 }
@@ -124,7 +147,7 @@ func (s *Server) showPlugin(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(versions) == 0 {
-		return &apiError{http.StatusNotFound, "not_found", "no plugin " + r.PathValue("name")}
+		return &apiError{http.StatusNotFound, "not_found", "no plugin " + quote(r.PathValue("name"))}
 	}
 	sort.Slice(versions, func(i, j int) bool { return versions[i].Version < versions[j].Version })
 	return writeJSON(w, http.StatusOK, map[string]any{"name": r.PathValue("name"), "versions": versions})
@@ -133,7 +156,7 @@ func (s *Server) showPlugin(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) deletePluginVersion(w http.ResponseWriter, r *http.Request) error {
 	v, err := strconv.Atoi(r.PathValue("version"))
 	if err != nil || v <= 0 {
-		return badRequest("version %q is not a positive number", r.PathValue("version"))
+		return badRequest("version %s is not a positive number", quote(r.PathValue("version")))
 	}
 	if err := s.h.DeletePluginVersion(r.Context(), r.PathValue("name"), v); err != nil {
 		return err
@@ -160,22 +183,33 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if name := r.PathValue("name"); len(name) > maxNameBytes {
+		return &apiError{http.StatusNotFound, "not_found", "no tool is called " + quote(name)}
+	}
 	q := r.URL.Query()
 	opts := &host.CallOptions{RunID: q.Get("runId"), NoAsk: q.Get("noAsk") == "true"}
+	if len(opts.RunID) > maxNameBytes {
+		return badRequest("runId %s is not a run id", quote(opts.RunID))
+	}
 	if v := q.Get("version"); v != "" {
 		if opts.Version, err = strconv.Atoi(v); err != nil || opts.Version <= 0 {
-			return badRequest("version %q is not a positive number", v)
+			return badRequest("version %s is not a positive number", quote(v))
 		}
 	}
 	input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return err
 	}
-	started, err := s.h.Start(r.Context(), r.PathValue("name"), input, opts)
+	release, err := s.admitCall(r)
 	if err != nil {
 		return err
 	}
-	ri, done, err := s.drive(r, started.ID, wait, func(ctx context.Context) (host.RunInfo, error) {
+	started, err := s.h.Start(r.Context(), r.PathValue("name"), input, opts)
+	if err != nil {
+		release()
+		return err
+	}
+	ri, done, err := s.drive(w, r, started.ID, wait, release, func(ctx context.Context) (host.RunInfo, error) {
 		return s.h.Drive(ctx, started.ID)
 	})
 	return s.answerRun(w, ri, done, err)
@@ -200,12 +234,12 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	switch f.Status {
 	case "", store.StatusRunning, store.StatusWaiting, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
 	default:
-		return badRequest("status %q is not running, waiting, completed, failed or cancelled", f.Status)
+		return badRequest("status %s is not running, waiting, completed, failed or cancelled", quote(string(f.Status)))
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return badRequest("limit %q is not a count", v)
+			return badRequest("limit %s is not a count", quote(v))
 		}
 		f.Limit = n
 	}
@@ -270,40 +304,61 @@ func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
 }
 
 // answerAsk records an answer and continues the run, answering within
-// ?wait (default 10s) with the run.
+// ?wait (default 10s) with the run. The answer is committed before any
+// answer is given, however short the wait: a refusal (a wrong option, a
+// question already settled) is a 4xx, and a 2xx means the answer is
+// stored.
 func (s *Server) answerAsk(w http.ResponseWriter, r *http.Request) error {
 	var a host.Answer
 	if err := s.readJSON(w, r, &a); err != nil {
 		return err
 	}
-	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
-		return s.h.AnswerAsk(ctx, r.PathValue("id"), a)
+	return s.settle(w, r, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.RecordAnswer(ctx, r.PathValue("id"), a)
 	})
 }
 
 func (s *Server) withdrawAsk(w http.ResponseWriter, r *http.Request) error {
-	return s.settle(w, r, r.PathValue("id"), func(ctx context.Context) (host.RunInfo, error) {
-		return s.h.WithdrawAsk(ctx, r.PathValue("id"))
+	return s.settle(w, r, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.RecordWithdraw(ctx, r.PathValue("id"))
 	})
 }
 
-// settle runs an operation that records something and then drives its
-// run: its refusals (a closed question, a bad answer) come back at once;
-// the drive goes on in the background past the wait.
-func (s *Server) settle(w http.ResponseWriter, r *http.Request, askID string, op func(ctx context.Context) (host.RunInfo, error)) error {
+// settle commits a question's settlement (record), then drives its run:
+// refusals come back at once, and the drive goes on in the background
+// past the wait.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, record func(ctx context.Context) (host.RunInfo, error)) error {
 	wait, err := s.waitParam(r, 10*time.Second)
 	if err != nil {
 		return err
 	}
-	q, err := s.h.Question(r.Context(), askID)
+	// Admitted before anything is recorded: a refusal changes nothing.
+	release, err := s.admitCall(r)
 	if err != nil {
 		return err
 	}
-	ri, done, err := s.drive(r, q.RunID, wait, op)
-	return s.answerRun(w, ri, done, err)
+	// The commit is not cut short by a client that leaves: once begun it
+	// either happens or fails as a whole.
+	recorded, err := record(context.WithoutCancel(r.Context()))
+	if err != nil {
+		release()
+		return err
+	}
+	ri, done, err := s.drive(w, r, recorded.ID, wait, release, func(ctx context.Context) (host.RunInfo, error) {
+		return s.h.Drive(ctx, recorded.ID)
+	})
+	if err != nil && ri.ID == "" {
+		// The answer is committed whatever happened to the drive: the
+		// run as it stands.
+		ri, done = recorded, false
+	}
+	return s.answerRun(w, ri, done, nil)
 }
 
 func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
+	if token := r.PathValue("token"); len(token) > maxNameBytes {
+		return &apiError{http.StatusNotFound, "not_found", "no live hook holds the token " + quote(token)}
+	}
 	wait, err := s.waitParam(r, 10*time.Second)
 	if err != nil {
 		return err
@@ -321,19 +376,43 @@ func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
 	// The payload is recorded first, so refusals (an unknown token, say)
 	// come back at once; then the run goes on, in the background past the
 	// wait.
-	delivered, err := s.h.DeliverHook(r.Context(), r.PathValue("token"), payload)
+	release, err := s.admitCall(r)
 	if err != nil {
 		return err
 	}
-	ri, done, err := s.drive(r, delivered.ID, wait, func(ctx context.Context) (host.RunInfo, error) {
+	delivered, err := s.h.DeliverHook(r.Context(), r.PathValue("token"), payload)
+	if err != nil {
+		release()
+		return err
+	}
+	ri, done, err := s.drive(w, r, delivered.ID, wait, release, func(ctx context.Context) (host.RunInfo, error) {
 		return s.h.Drive(ctx, delivered.ID)
 	})
 	return s.answerRun(w, ri, done, err)
 }
 
 // webhook serves the URLs webhooks hand out: any method, the token in the
-// path is the credential.
+// path is the credential. The token is checked before the body is read,
+// so a request to no live webhook costs nothing but its headers.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	token := r.PathValue("token")
+	if len(token) > maxNameBytes {
+		s.fail(w, r, &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"})
+		return
+	}
+	if _, err := s.h.Store().Hook(r.Context(), token); err != nil {
+		if errors.Is(err, store.ErrHookNotFound) {
+			err = &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"}
+		}
+		s.fail(w, r, err)
+		return
+	}
+	releaseBody, err := s.admitBody(r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer releaseBody()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		s.fail(w, r, err)
@@ -351,8 +430,14 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	} else {
 		req.Body, req.BodyEncoding = base64.StdEncoding.EncodeToString(body), "base64"
 	}
-	d, err := s.h.DeliverWebhook(r.Context(), r.PathValue("token"), req)
+	release, err := s.admitCall(r)
 	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.h.DeliverWebhook(r.Context(), token, req)
+	if err != nil {
+		release()
 		s.fail(w, r, err)
 		return
 	}
@@ -360,12 +445,14 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer release()
 		if _, err := s.h.Drive(s.ctx, d.RunID); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("driving run", "run", d.RunID, "err", err)
 		}
 	}()
 	resp := d.Response
 	if resp == nil {
+		s.extendDeadlines(w, s.cfg.WebhookTimeout)
 		if resp, err = s.awaitResponse(r, d); err != nil {
 			if r.Context().Err() == nil {
 				writeError(w, http.StatusGatewayTimeout, "timeout", err.Error())

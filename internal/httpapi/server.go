@@ -46,6 +46,22 @@ type Config struct {
 	// under /v1/agent-turns, for a platform that runs its own agents.
 	ExternalAgents *agents.External
 	Logger         *slog.Logger
+
+	// The connection deadlines NewHTTPServer sets: ReadHeaderTimeout
+	// (default 10 s) for the request line and headers, ReadTimeout
+	// (default 1 min) for the whole request, WriteTimeout (default 1 min)
+	// for the response, IdleTimeout (default 1 min) for a keep-alive
+	// connection between requests. A request that waits (?wait, a manual
+	// webhook, an event stream) moves its own deadlines. Negative means
+	// none.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxCalls bounds the tool calls in flight (default 256) and
+	// MaxClientCalls one client's (by remote address, default 64).
+	MaxCalls, MaxClientCalls int
+	// MaxBodyInFlight bounds the request body bytes the server holds at
+	// once (default 256 MiB) and MaxClientBodyInFlight one client's
+	// (default 96 MiB); each is raised to at least one upload.
+	MaxBodyInFlight, MaxClientBodyInFlight int64
 }
 
 // Server serves the API. Make one with New; it is an http.Handler.
@@ -62,6 +78,9 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	sessions *session.Manager
+
+	// calls and bodies admit requests (limits.go).
+	calls, bodies *admission
 }
 
 // New makes a server over a host.
@@ -89,7 +108,35 @@ func New(h *host.Host, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, sessions: session.NewManager(h)}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&cfg.ReadTimeout, DefaultReadTimeout},
+		{&cfg.WriteTimeout, DefaultWriteTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
+		switch {
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v < 0:
+			*d.v = 0 // none, as http.Server reads it
+		}
+	}
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = DefaultMaxCalls
+	}
+	if cfg.MaxClientCalls <= 0 {
+		cfg.MaxClientCalls = min(DefaultMaxClientCalls, cfg.MaxCalls)
+	}
+	if cfg.MaxClientBodyInFlight <= 0 {
+		cfg.MaxClientBodyInFlight = DefaultMaxClientBodyInFlight
+	}
+	cfg.MaxClientBodyInFlight = max(cfg.MaxClientBodyInFlight, cfg.MaxUploadBytes+uploadSlack, cfg.MaxBodyBytes)
+	if cfg.MaxBodyInFlight <= 0 {
+		cfg.MaxBodyInFlight = DefaultMaxBodyInFlight
+	}
+	cfg.MaxBodyInFlight = max(cfg.MaxBodyInFlight, cfg.MaxClientBodyInFlight)
+	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, sessions: session.NewManager(h),
+		calls:  newAdmission("calls", int64(cfg.MaxCalls), int64(cfg.MaxClientCalls)),
+		bodies: newAdmission("request bytes", cfg.MaxBodyInFlight, cfg.MaxClientBodyInFlight)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -137,6 +184,18 @@ func (s *Server) routes() {
 				writeError(w, code, "unauthorized", msg)
 				return
 			}
+			if r.ContentLength != 0 && r.Method != http.MethodGet {
+				limit := s.cfg.MaxBodyBytes
+				if pattern == "POST /v1/plugins" {
+					limit = s.cfg.MaxUploadBytes + uploadSlack
+				}
+				release, err := s.admitBody(r, limit)
+				if err != nil {
+					s.fail(w, r, err)
+					return
+				}
+				defer release()
+			}
 			if err := fn(w, r); err != nil {
 				s.fail(w, r, err)
 			}
@@ -173,14 +232,18 @@ func (s *Server) routes() {
 	api("POST /v1/agent-turns/{id}/fail", roleAPI, s.failAgentTurn)
 	s.mux.HandleFunc("/.well-known/workflow/v1/webhook/{token}", s.webhook)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+quote(r.Method+" "+r.URL.Path))
 	})
 }
 
 func (s *Server) roleOf(r *http.Request) role {
+	// The scheme is case-insensitive (RFC 9110, section 11.1).
 	auth := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || tok == "" {
+	if len(auth) < len("Bearer ") || !strings.EqualFold(auth[:len("Bearer ")], "Bearer ") {
+		return roleNone
+	}
+	tok := strings.TrimLeft(auth[len("Bearer "):], " ")
+	if tok == "" {
 		return roleNone
 	}
 	for _, t := range s.cfg.AdminTokens {
@@ -220,6 +283,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ae):
 		writeError(w, ae.status, ae.code, ae.msg)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The client stopped sending, or was cut off by the read deadline.
+		writeError(w, http.StatusBadRequest, "bad_request", "the request body ended before its length")
 	case errors.As(err, &mb):
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
 	case errors.As(err, &pe):
@@ -244,6 +310,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, host.ErrAskClosed), errors.Is(err, host.ErrRunExists), errors.Is(err, host.ErrRunEnded),
 		errors.Is(err, host.ErrPluginInUse):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, store.ErrCorrupt):
+		// Damage is reported, never passed off as a missing record or an
+		// answer; `sandflow doctor` says where.
+		s.log.Error("store damaged", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "store_corrupt", err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 	default:
@@ -265,7 +336,8 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func writeErrorDetail(w http.ResponseWriter, status int, code, msg string, detail map[string]any) {
-	e := map[string]any{"code": code, "message": msg}
+	setRetryAfter(w, status)
+	e := map[string]any{"code": code, "message": boundMessage(msg)}
 	for k, v := range detail {
 		e[k] = v
 	}
@@ -294,7 +366,7 @@ func (s *Server) waitParam(r *http.Request, def time.Duration) (time.Duration, e
 	if err != nil {
 		n, nerr := strconv.Atoi(v)
 		if nerr != nil {
-			return 0, badRequest("wait=%q is not a duration (30s) or a number of seconds", v)
+			return 0, badRequest("wait=%s is not a duration (30s) or a number of seconds", quote(v))
 		}
 		d = time.Duration(n) * time.Second
 	}
@@ -304,19 +376,26 @@ func (s *Server) waitParam(r *http.Request, def time.Duration) (time.Duration, e
 	return min(d, s.cfg.MaxWait), nil
 }
 
+// uploadSlack is what a plugin upload's form may hold besides the module:
+// the manifest and the other fields.
+const uploadSlack = 4 << 20
+
 // drive runs work on a run in the background, on the server's context,
 // and returns its result if it finishes within wait; otherwise it returns
-// the run's current state and the work goes on.
-func (s *Server) drive(r *http.Request, runID string, wait time.Duration, work func(ctx context.Context) (host.RunInfo, error)) (host.RunInfo, bool, error) {
+// the run's current state and the work goes on. release is called when
+// the work is done (it frees the call's admission).
+func (s *Server) drive(w http.ResponseWriter, r *http.Request, runID string, wait time.Duration, release func(), work func(ctx context.Context) (host.RunInfo, error)) (host.RunInfo, bool, error) {
 	type result struct {
 		ri  host.RunInfo
 		err error
 	}
+	s.extendDeadlines(w, wait)
 	done := make(chan result, 1)
 	var abandoned atomic.Bool // the request stopped waiting: the work reports its own error
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer release()
 		ri, err := work(s.ctx)
 		done <- result{ri, err}
 		if err != nil && s.ctx.Err() == nil && abandoned.Load() {

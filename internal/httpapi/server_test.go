@@ -53,7 +53,7 @@ func sharedEngine(t testing.TB) host.Engine {
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	h      *host.Host
 	api    *httpapi.Server
 	srv    *httptest.Server
@@ -62,7 +62,7 @@ type env struct {
 
 // newEnv serves a fresh host over HTTP; the host's base URL is the test
 // server's, so webhook URLs work.
-func newEnv(t *testing.T, opts *host.Options, cfg *httpapi.Config) *env {
+func newEnv(t testing.TB, opts *host.Options, cfg *httpapi.Config) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,7 +72,9 @@ func newEnv(t *testing.T, opts *host.Options, cfg *httpapi.Config) *env {
 	if opts != nil {
 		o = *opts
 	}
-	o.Engine = sharedEngine(t)
+	if o.Engine == nil {
+		o.Engine = sharedEngine(t)
+	}
 	o.BaseURL = "http://" + ln.Addr().String()
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
 	if err != nil {

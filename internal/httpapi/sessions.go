@@ -71,6 +71,12 @@ func (s *Server) sessionCall(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage("{}")
 	}
+	release, err := s.admitCall(r)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s.extendDeadlines(w, s.cfg.MaxWait)
 	res, err := ss.Call(r.Context(), req.Tool, req.Input, &session.CallOptions{TaskID: req.TaskID})
 	if err != nil {
 		return sessionError(err)
@@ -90,6 +96,7 @@ func (s *Server) sessionAwait(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.extendDeadlines(w, wait)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	res, err := ss.Await(ctx, r.PathValue("runId"))
@@ -198,7 +205,7 @@ func (s *Server) sessionCancel(w http.ResponseWriter, r *http.Request) error {
 		body.Reason = "turn_cancelled"
 	case "turn_cancelled", "turn_ended":
 	default:
-		return badRequest("reason %q is not turn_cancelled or turn_ended", body.Reason)
+		return badRequest("reason %s is not turn_cancelled or turn_ended", quote(body.Reason))
 	}
 	if err := ss.CancelAll(r.Context(), body.Reason); err != nil {
 		return sessionError(err)
@@ -223,7 +230,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return badRequest("event id %q is not a sequence number", v)
+			return badRequest("event id %s is not a sequence number", quote(v))
 		}
 		after = n
 	}
@@ -231,6 +238,9 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return fmt.Errorf("httpapi: the response writer cannot stream")
 	}
+	// A stream has no end to set a deadline by: each write gets its own.
+	s.extendDeadlines(w, -1)
+	s.streamWrite(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -239,6 +249,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
+		s.streamWrite(w)
 		// Watch before reading, so nothing between the two is missed.
 		changed, stop := ss.Watch()
 		for _, e := range ss.Events(r.Context(), after) {
@@ -257,6 +268,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-changed:
 		case <-tick.C:
+			s.streamWrite(w)
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				stop()
 				return nil

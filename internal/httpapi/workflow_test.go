@@ -165,6 +165,11 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	if r := e.post("/v1/agent-turns/"+id+"/complete", `{"worker":"w1","reply":"done","data":{"found":true}}`); r.status != http.StatusNoContent {
 		t.Fatalf("complete: %d %s", r.status, r.body)
 	}
+	// Regression: the 204 came before the run had committed the turn's
+	// outcome. Read straight after it, the log has it.
+	if !hasEvent(t, e.h, call.Run.ID, host.EvAgentSettled) {
+		t.Fatal("after the 204 the log has no agent_settled")
+	}
 	if r := e.post("/v1/agent-turns/"+id+"/fail", `{"message":"late"}`); r.status != http.StatusNotFound {
 		t.Errorf("failing a completed item: %d %s", r.status, r.body)
 	}

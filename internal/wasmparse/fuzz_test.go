@@ -66,8 +66,8 @@ func FuzzParse(f *testing.F) {
 			if m != nil {
 				t.Errorf("Parse returned a module with error %v", err)
 			}
-			if !errors.Is(err, ErrNotWasm) && !errors.Is(err, ErrMalformed) {
-				t.Fatalf("Parse error %v is neither ErrNotWasm nor ErrMalformed", err)
+			if !errors.Is(err, ErrNotWasm) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrLimit) {
+				t.Fatalf("Parse error %v is not ErrNotWasm, ErrMalformed or ErrLimit", err)
 			}
 		} else {
 			checkTyped(t, m)

@@ -1,8 +1,10 @@
 // Package wasmparse reads what the upload pipeline must check in a
 // WebAssembly module before any engine sees it: its imports, its exports
-// and their function types. It decodes only the type, import, function and
-// export sections and skips the rest; every length is bounds-checked, since
-// the bytes are untrusted.
+// and their function types, and that it is within the structural limits
+// browsers set (limits.go). It decodes the type, import, function and
+// export sections, walks the code section's bodies for their sizes, locals
+// and block nesting, and skips the rest; every length is bounds-checked,
+// since the bytes are untrusted.
 package wasmparse
 
 import (
@@ -140,6 +142,9 @@ func Parse(b []byte) (*Module, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := overLimit("types", uint64(n), MaxTypes, -1); err != nil {
+				return nil, err
+			}
 			for range n {
 				form, err := s.Byte()
 				if err != nil {
@@ -152,8 +157,14 @@ func Parse(b []byte) (*Module, error) {
 				if err != nil {
 					return nil, err
 				}
+				if err := overLimit("params", uint64(len(ps)), MaxParams, -1); err != nil {
+					return nil, err
+				}
 				rs, err := valtypes(s)
 				if err != nil {
+					return nil, err
+				}
+				if err := overLimit("results", uint64(len(rs)), MaxResults, -1); err != nil {
 					return nil, err
 				}
 				types = append(types, FuncType{Params: ps, Results: rs})
@@ -161,6 +172,9 @@ func Parse(b []byte) (*Module, error) {
 		case 2: // import
 			n, err := s.Count(4)
 			if err != nil {
+				return nil, err
+			}
+			if err := overLimit("imports", uint64(n), MaxImports, -1); err != nil {
 				return nil, err
 			}
 			for range n {
@@ -220,6 +234,9 @@ func Parse(b []byte) (*Module, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := overLimit("functions", uint64(len(funcTypes))+uint64(n), MaxFunctions, -1); err != nil {
+				return nil, err
+			}
 			for range n {
 				ti, err := s.U32()
 				if err != nil {
@@ -267,11 +284,26 @@ func Parse(b []byte) (*Module, error) {
 					m.MemoryMinPages = min
 				}
 			}
-		case 6, 9, 10, 11, 13: // global, element, code, data, tag
+		case 10: // code
+			if err := code(s); err != nil {
+				return nil, err
+			}
+		case 6, 9, 11, 13: // global, element, data, tag
 			// Their entries are not needed here, but an engine allocates by
 			// a vector's count before reading it: a count the section cannot
 			// hold must not reach one.
-			if _, err := s.Count(1); err != nil {
+			n, err := s.Count(1)
+			if err != nil {
+				return nil, err
+			}
+			limit, max := map[byte]string{6: "globals", 9: "element_segments", 11: "data_segments", 13: "tags"}[id], uint64(MaxGlobals)
+			switch id {
+			case 9:
+				max = MaxElemSegments
+			case 11:
+				max = MaxDataSegments
+			}
+			if err := overLimit(limit, uint64(n), max, -1); err != nil {
 				return nil, err
 			}
 		case 12: // data count
@@ -285,6 +317,9 @@ func Parse(b []byte) (*Module, error) {
 		case 7: // export
 			n, err := s.Count(3)
 			if err != nil {
+				return nil, err
+			}
+			if err := overLimit("exports", uint64(n), MaxExports, -1); err != nil {
 				return nil, err
 			}
 			for range n {
