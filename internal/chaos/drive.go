@@ -93,8 +93,8 @@ func (ri runInfo) ended() bool {
 
 // driver holds what the drive goroutines share.
 type driver struct {
-	api    *api
-	srv    *server
+	api *api
+	srv *server
 	// notify gets a non-blocking signal for each acknowledged write the
 	// server may finish in the background after it answers (an answer, a
 	// hook resume, a webhook request): the moments a kill is aimed at.

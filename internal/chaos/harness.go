@@ -73,7 +73,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var binErr, wasmErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { bin, binErr = buildSandflow(ctx, root, cfg.Dir) })
-	wg.Go(func() { wasm, wasmErr = guestbuild.Build(filepath.Join(root, "internal", "chaos", "testdata", "guest")) })
+	wg.Go(func() {
+		wasm, wasmErr = guestbuild.Build(filepath.Join(root, "internal", "chaos", "testdata", "guest"))
+	})
 	wg.Wait()
 	if err := errors.Join(binErr, wasmErr); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHarness, err)
