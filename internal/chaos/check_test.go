@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"bufio"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -212,5 +214,23 @@ func TestPlansDependOnlyOnTheSeed(t *testing.T) {
 	}
 	if tools["chaos"] == 0 || tools["workflow"] == 0 {
 		t.Errorf("30 plans call %v; want both tools", tools)
+	}
+}
+
+func TestParseStream(t *testing.T) {
+	stream := "id: 1\nevent: run_created\ndata: {\"seq\":1,\"time\":\"2026-01-01T00:00:00Z\",\"kind\":\"run_created\",\"data\":{\"tool\":\"chaos\"}}\n\n" +
+		": keep-alive\n\n" +
+		"id: 2\nevent: run_completed\ndata: {\"seq\":2,\"time\":\"2026-01-01T00:00:00Z\",\"kind\":\"run_completed\",\"data\":{}}\n\n" +
+		"event: end\ndata: {\"status\":\"completed\"}\n\n"
+	l, err := parseStream("r1", bufio.NewScanner(strings.NewReader(stream)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Status != "completed" || len(l.Events) != 2 || l.Events[1].Seq != 2 || l.Events[0].Kind != "run_created" || !strings.Contains(string(l.Events[0].Data), "chaos") {
+		t.Errorf("parsed %+v", l)
+	}
+	// A stream cut before its end event is not a whole log.
+	if _, err := parseStream("r1", bufio.NewScanner(strings.NewReader(stream[:len(stream)-40]))); err == nil {
+		t.Error("a stream without its end event parsed")
 	}
 }

@@ -5,5 +5,5 @@ package chaos
 import "time"
 
 // harnessConfig is the long version: go test -tags chaos ./internal/chaos.
-var harnessConfig = Config{Runs: 60, Kills: 40, MinUp: 500 * time.Millisecond, MaxUp: 4 * time.Second,
-	AfterAck: time.Second, Settle: 90 * time.Second}
+var harnessConfig = Config{Runs: 80, Kills: 60, MinUp: 300 * time.Millisecond, MaxUp: 4 * time.Second,
+	AfterAck: time.Second, AckShare: 0.6, Settle: 90 * time.Second}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -95,10 +96,12 @@ func (ri runInfo) ended() bool {
 type driver struct {
 	api *api
 	srv *server
-	// notify gets a non-blocking signal for each acknowledged write the
-	// server may finish in the background after it answers (an answer, a
-	// hook resume, a webhook request): the moments a kill is aimed at.
-	notify chan struct{}
+	// trigger, when set, is a kill to make after the next acknowledged
+	// write the server may finish in the background after it answers (an
+	// answer, a hook resume, a webhook request): the moments a kill is
+	// aimed at. The goroutine that got the ack kills, so that nothing
+	// stands between the ack and the kill.
+	trigger atomic.Pointer[killTrigger]
 
 	mu         sync.Mutex // guards acks, cancelSent, nonces and errs
 	acks       []Ack
@@ -120,11 +123,23 @@ func (d *driver) ack(a Ack) {
 	d.acks = append(d.acks, a)
 	d.mu.Unlock()
 	if a.Kind == WriteAnswer || a.Kind == WriteHook || a.Kind == WriteWebhook {
-		select {
-		case d.notify <- struct{}{}:
-		default:
+		if t := d.trigger.Swap(nil); t != nil {
+			if t.delay > 0 {
+				time.Sleep(t.delay)
+			}
+			t.err = d.srv.signalKill()
+			t.what = fmt.Sprintf("%s after the ack of %s %s", t.delay, a.Kind, a.Key)
+			close(t.fired)
 		}
 	}
+}
+
+// killTrigger is a kill armed to follow an ack.
+type killTrigger struct {
+	delay time.Duration
+	fired chan struct{} // closed once the kill is sent; then err and what are set
+	err   error
+	what  string
 }
 
 // unexpected records an answer the harness cannot account for: a harness

@@ -28,12 +28,13 @@ type Config struct {
 	// Kills is how many times the server is killed with SIGKILL and
 	// started again.
 	Kills int
-	// A server lives between MinUp and MaxUp before its kill. Half of
-	// the kills (picked by the seed) come instead within AfterAck of an
-	// acknowledged answer, hook resume or webhook request (most of them
-	// soon after it), where a write acknowledged before it is durable is
-	// lost.
+	// A server lives between MinUp and MaxUp before its kill. A share
+	// AckShare of the kills (picked by the seed) come instead within
+	// AfterAck of an acknowledged answer, hook resume or webhook request
+	// (half of them at once, most others soon after), where a write
+	// acknowledged before it is durable is lost.
 	MinUp, MaxUp, AfterAck time.Duration
+	AckShare               float64
 	// Settle is how long the runs have, after the last restart, to end.
 	Settle time.Duration
 	// Dir is the work directory: the binary, the data directory, the
@@ -118,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// that every server has runs to drive.
 	spread := time.Duration(cfg.Kills) * (cfg.MinUp + cfg.MaxUp) / 2 * 3 / 4
 	ps := plans(cfg.Seed, cfg.Runs, cnt.url, spread)
-	d := &driver{api: cl, srv: srv, notify: make(chan struct{}, 1), cancelSent: map[string]bool{}}
+	d := &driver{api: cl, srv: srv, cancelSent: map[string]bool{}}
 	driveCtx, stopDriving := context.WithCancel(ctx)
 	defer stopDriving()
 	var drivers, worker sync.WaitGroup
@@ -127,7 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	worker.Go(func() { d.agentWorker(driveCtx) })
 
-	kills, err := killLoop(ctx, cfg, srv, d.notify)
+	kills, err := killLoop(ctx, cfg, srv, d)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHarness, err)
 	}
@@ -144,6 +145,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopDriving()
 	drivers.Wait()
 	worker.Wait()
+	ev := Evidence{Acks: d.acks, Runs: map[string]*RunLog{}, CancelSent: d.cancelSent}
+	for _, p := range ps {
+		if l, ok := streamRun(ctx, cl, p.ID); ok {
+			ev.Runs[p.ID] = l
+		}
+	}
 	stopped = true
 	if err := srv.stop(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHarness, err)
@@ -151,9 +158,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	rep := &Report{Seed: cfg.Seed, Runs: len(ps), Kills: kills}
 	rep.DoctorSkipped, rep.Findings = doctor(ctx, srv)
-	ev := Evidence{Acks: d.acks, Runs: map[string]*RunLog{}, CancelSent: d.cancelSent, Effects: cnt.effects()}
+	ev.Effects = cnt.effects()
 	for _, p := range ps {
-		ev.Runs[p.ID] = readRun(ctx, srv, p.ID)
+		if ev.Runs[p.ID] == nil {
+			ev.Runs[p.ID] = readRun(ctx, srv, p.ID) // not ended, or not streamed
+		}
 	}
 	Check(ev, rep)
 	cfg.logf("chaos: checked after %s", time.Since(began).Round(time.Millisecond))
@@ -211,11 +220,11 @@ func setUp(ctx context.Context, cl *api, adminToken, wasm, manifest string) erro
 
 // killLoop kills the server cfg.Kills times, each time starting it again,
 // and returns the kills done.
-func killLoop(ctx context.Context, cfg Config, srv *server, acked <-chan struct{}) (int, error) {
+func killLoop(ctx context.Context, cfg Config, srv *server, d *driver) (int, error) {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6b696c6c))
 	for k := 1; k <= cfg.Kills; k++ {
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
-		afterAck := rng.IntN(2) == 0
+		afterAck := rng.Float64() < cfg.AckShare
 		// Half the kills aimed at an ack come at once (an ack must
 		// outlive even that), the others mostly soon after it.
 		u := rng.Float64()
@@ -223,28 +232,41 @@ func killLoop(ctx context.Context, cfg Config, srv *server, acked <-chan struct{
 		if rng.IntN(2) == 0 {
 			delay = 0
 		}
-		// Forget the acks of the server before.
-		select {
-		case <-acked:
-		default:
-		}
 		how := fmt.Sprintf("after %s up", up)
+		var err error
 		if afterAck {
+			// Armed once the server has been up a while, so that it has
+			// recovered its runs; if no ack comes within up, the kill
+			// comes anyway.
+			if !pause(ctx, cfg.MinUp/2) {
+				return k - 1, ctx.Err()
+			}
+			t := &killTrigger{delay: delay, fired: make(chan struct{})}
+			d.trigger.Store(t)
 			select {
-			case <-acked:
-				how = fmt.Sprintf("%s after an ack", delay)
-				if !pause(ctx, delay) {
-					return k - 1, ctx.Err()
-				}
+			case <-t.fired:
 			case <-time.After(up):
 			case <-ctx.Done():
-				return k - 1, ctx.Err()
+			}
+			if d.trigger.CompareAndSwap(t, nil) {
+				err = srv.kill() // no ack came
+			} else {
+				<-t.fired
+				how = t.what
+				if err = t.err; err == nil {
+					err = srv.waitGone(10 * time.Second)
+				}
 			}
 		} else if !pause(ctx, up) {
 			return k - 1, ctx.Err()
+		} else {
+			err = srv.kill()
 		}
-		if err := srv.kill(); err != nil {
+		if err != nil {
 			return k - 1, err
+		}
+		if ctx.Err() != nil {
+			return k, ctx.Err()
 		}
 		cfg.logf("chaos: kill %d of server %d, %s", k, srv.generation(), how)
 		if err := srv.start(ctx); err != nil {

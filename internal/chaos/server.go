@@ -133,6 +133,17 @@ func (s *server) kill() error {
 	return s.waitGone(10 * time.Second)
 }
 
+// signalKill sends SIGKILL to serve's process group and returns at once.
+func (s *server) signalKill() error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if err := killGroup(cmd); err != nil {
+		return fmt.Errorf("killing serve: %w", err)
+	}
+	return nil
+}
+
 // stop stops serve gracefully (SIGTERM) and waits for it to exit.
 func (s *server) stop() error {
 	s.mu.Lock()
