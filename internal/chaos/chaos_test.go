@@ -36,7 +36,16 @@ func harnessSeed(t *testing.T) int64 {
 func TestCrashHarness(t *testing.T) {
 	cfg := harnessConfig
 	cfg.Seed = harnessSeed(t)
-	cfg.Dir = t.TempDir()
+	// SANDFLOW_CHAOS_DIR keeps the work directory (binary, data, the
+	// server's log, the counter's file) for a look after a failure.
+	cfg.Dir = os.Getenv("SANDFLOW_CHAOS_DIR")
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	} else if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("chaos: work directory %s kept", cfg.Dir)
+	}
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
