@@ -21,6 +21,8 @@ type plan struct {
 	Tool   string
 	Input  map[string]any
 	Cancel bool
+	// jitter seeds the pauses between the driver's looks at the run.
+	jitter uint64
 }
 
 // workflowProgram is the workflow tool's program: a scripted agent that
@@ -46,7 +48,8 @@ func plans(seed int64, n int, counterURL string, spread time.Duration) []plan {
 	out := make([]plan, n)
 	for i := range out {
 		rng := rand.New(rand.NewPCG(uint64(seed), uint64(i)+1))
-		p := plan{ID: fmt.Sprintf("chaos-%03d", i), Cancel: rng.IntN(10) == 0, After: time.Duration(rng.Int64N(int64(spread) + 1))}
+		p := plan{ID: fmt.Sprintf("chaos-%03d", i), Cancel: rng.IntN(10) == 0, After: time.Duration(rng.Int64N(int64(spread) + 1)),
+			jitter: rng.Uint64()}
 		if rng.IntN(4) == 0 {
 			p.Tool, p.Input = "workflow", map[string]any{"js": workflowProgram}
 		} else {
@@ -170,7 +173,7 @@ type acted struct {
 
 // drive takes one run from its call to its end, or until ctx ends.
 func (d *driver) drive(ctx context.Context, p plan) {
-	rng := rand.New(rand.NewPCG(uint64(len(p.ID)), uint64(time.Now().UnixNano())))
+	rng := rand.New(rand.NewPCG(p.jitter, 0x6a6974746572))
 	jitter := func() time.Duration { return time.Duration(40+rng.IntN(120)) * time.Millisecond }
 	if !pause(ctx, p.After) {
 		return
