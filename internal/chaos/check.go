@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -98,6 +100,10 @@ type evFields struct {
 		Status string `json:"status"`
 		Text   string `json:"text"`
 	} `json:"answer"`
+	Agent *struct {
+		Status string `json:"status"`
+		Reply  string `json:"reply"`
+	} `json:"agent"`
 }
 
 func fields(e Event) evFields {
@@ -165,7 +171,14 @@ func Check(ev Evidence, r *Report) {
 
 	for _, a := range ev.Acks {
 		r.Acked[a.Kind]++
-		if ok, why := ackInLog(a, ev.Runs[a.RunID]); !ok {
+		ok, why := ackInLog(a, ev.Runs[a.RunID])
+		if !ok && ev.CancelSent[a.RunID] && cancelledOp(a, ev.Runs[a.RunID]) {
+			// The harness cancelled the run meanwhile, and the cancel
+			// settled the question or turn first: superseded, not lost.
+			r.Superseded++
+			continue
+		}
+		if !ok {
 			r.Lost[a.Kind]++
 			r.Findings = append(r.Findings, Finding{InvAckedInLog, a.RunID,
 				fmt.Sprintf("%s %s acknowledged %d by server %d at %s is not in the log: %s",
@@ -193,6 +206,39 @@ func Check(ev Evidence, r *Report) {
 			r.Findings = append(r.Findings, Finding{InvEffectsWithinAttempts, run, "steps ran for a run the harness did not drive"})
 		}
 	}
+}
+
+// cancelledOp reports whether the question or agent turn a went to was
+// settled as cancelled.
+func cancelledOp(a Ack, l *RunLog) bool {
+	if l == nil || (a.Kind != WriteAnswer && a.Kind != WriteAgentTurn) {
+		return false
+	}
+	pos, isTurn := turnOp(a)
+	for _, e := range l.Events {
+		f := fields(e)
+		switch {
+		case a.Kind == WriteAnswer && e.Kind == evAskSettled && f.AskID == a.Key && f.Answer != nil:
+			return f.Answer.Status == "cancelled"
+		case isTurn && e.Kind == evAgentSettled && f.Op == pos:
+			return f.Agent != nil && f.Agent.Status == "cancelled"
+		}
+	}
+	return false
+}
+
+// turnOp is the op position of an agent turn's work item, whose id is
+// <run>:<position>.
+func turnOp(a Ack) (uint32, bool) {
+	if a.Kind != WriteAgentTurn {
+		return 0, false
+	}
+	i := strings.LastIndexByte(a.Key, ':')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(a.Key[i+1:], 10, 32)
+	return uint32(n), err == nil
 }
 
 // ackInLog reports whether the write a acknowledged is in the run's log,
@@ -240,6 +286,15 @@ func ackInLog(a Ack, l *RunLog) (bool, string) {
 			}
 		}
 		return false, "the question never settled"
+	case WriteAgentTurn:
+		if pos, ok := turnOp(a); ok {
+			for _, e := range l.Events {
+				if f := fields(e); e.Kind == evAgentSettled && f.Op == pos && f.Agent != nil {
+					return false, fmt.Sprintf("the turn settled otherwise (%s %q)", f.Agent.Status, f.Agent.Reply)
+				}
+			}
+			return false, "the turn never settled"
+		}
 	case WriteCancel:
 		return false, "the run ended " + l.Status
 	}

@@ -71,6 +71,39 @@ func TestCheck(t *testing.T) {
 			want: []Invariant{InvAckedInLog}, lost: map[WriteKind]int{WriteCancel: 1},
 		},
 		{
+			name: "agent turn completed, lost",
+			acks: append(okAcks(), Ack{Kind: WriteAgentTurn, RunID: "r1", Key: "r1:4", Nonce: "nonce-9"}),
+			log: func() *RunLog {
+				l := okLog()
+				l.Events = slices.Insert(l.Events, 7, Event{Seq: 98, Kind: "agent_settled", Data: json.RawMessage(`{"op":4,"agent":{"status":"completed","reply":"nonce-8"}}`)})
+				return l
+			}(),
+			effects: map[string]int{"s1": 1},
+			want:    []Invariant{InvAckedInLog}, lost: map[WriteKind]int{WriteAgentTurn: 1},
+		},
+		{
+			name: "agent turn completed, superseded by the harness's cancel",
+			acks: append(okAcks(), Ack{Kind: WriteAgentTurn, RunID: "r1", Key: "r1:4", Nonce: "nonce-9"}),
+			log: func() *RunLog {
+				l := okLog()
+				l.Status = "cancelled"
+				l.Events[len(l.Events)-1].Kind = "run_cancelled"
+				l.Events = slices.Insert(l.Events, 7, Event{Seq: 98, Kind: "agent_settled", Data: json.RawMessage(`{"op":4,"agent":{"status":"cancelled"}}`)})
+				return l
+			}(),
+			effects: map[string]int{"s1": 1}, cancel: true,
+		},
+		{
+			name: "agent turn completed and recorded",
+			acks: append(okAcks(), Ack{Kind: WriteAgentTurn, RunID: "r1", Key: "r1:4", Nonce: "nonce-9"}),
+			log: func() *RunLog {
+				l := okLog()
+				l.Events = slices.Insert(l.Events, 7, Event{Seq: 98, Kind: "agent_settled", Data: json.RawMessage(`{"op":4,"agent":{"status":"completed","reply":"nonce-9"}}`)})
+				return l
+			}(),
+			effects: map[string]int{"s1": 1},
+		},
+		{
 			name: "step ran twice, one attempt recorded",
 			acks: okAcks(), log: okLog(), effects: map[string]int{"s1": 2},
 			want: []Invariant{InvEffectsWithinAttempts},
@@ -191,7 +224,7 @@ func TestCheckCountsInterruptedAttempts(t *testing.T) {
 func TestSummaryNamesTheCounts(t *testing.T) {
 	r := Report{Seed: 7, Runs: 2, Kills: 3, Acked: map[WriteKind]int{WriteCall: 2, WriteAnswer: 1}, Lost: map[WriteKind]int{WriteAnswer: 1},
 		StepAttempts: 4, InterruptedAttempts: 1, SideEffects: 5, Findings: []Finding{{InvAckedInLog, "r1", "x"}}}
-	want := "chaos: seed=7 runs=2 kills=3 acked=3 (answer=1,call=2) lost=1 (answer=1) step_attempts=4 interrupted_attempts=1 side_effects=5 findings=1"
+	want := "chaos: seed=7 runs=2 kills=3 acked=3 (answer=1,call=2) lost=1 (answer=1) superseded=0 step_attempts=4 interrupted_attempts=1 side_effects=5 findings=1"
 	if got := r.Summary(); got != want {
 		t.Errorf("Summary() = %q, want %q", got, want)
 	}

@@ -111,7 +111,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	cl := &api{base: "http://" + addr, token: srv.apiToken, c: hc}
-	if err := setUp(ctx, cl, srv.adminToken, wasm, filepath.Join(root, "internal", "chaos", "testdata", "guest", "manifest.json")); err != nil {
+	// The upload compiles the tool, which on a loaded machine takes far
+	// longer than a driving request may.
+	setUpClient := &api{base: cl.base, token: cl.token, c: &http.Client{Timeout: 5 * time.Minute}}
+	if err := setUp(ctx, setUpClient, srv.adminToken, wasm, filepath.Join(root, "internal", "chaos", "testdata", "guest", "manifest.json")); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 

@@ -57,6 +57,10 @@ type Report struct {
 	// Acked counts the writes acknowledged with a 2xx, by kind; Lost those
 	// of them missing from the log.
 	Acked, Lost map[WriteKind]int
+	// Superseded counts acknowledged answers and agent turns of runs the
+	// harness cancelled whose question or turn the cancel settled first:
+	// not lost, and not in Lost.
+	Superseded int
 	// StepAttempts is the step attempts the logs record; Interrupted those
 	// of them that were started and never ended; SideEffects the step
 	// executions the counter server saw.
@@ -89,8 +93,8 @@ func byKind(m map[WriteKind]int) string {
 
 // Summary is the report's one-line summary.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("chaos: seed=%d runs=%d kills=%d acked=%d (%s) lost=%d (%s) step_attempts=%d interrupted_attempts=%d side_effects=%d findings=%d",
-		r.Seed, r.Runs, r.Kills, total(r.Acked), byKind(r.Acked), total(r.Lost), byKind(r.Lost),
+	return fmt.Sprintf("chaos: seed=%d runs=%d kills=%d acked=%d (%s) lost=%d (%s) superseded=%d step_attempts=%d interrupted_attempts=%d side_effects=%d findings=%d",
+		r.Seed, r.Runs, r.Kills, total(r.Acked), byKind(r.Acked), total(r.Lost), byKind(r.Lost), r.Superseded,
 		r.StepAttempts, r.InterruptedAttempts, r.SideEffects, len(r.Findings))
 }
 
