@@ -9,7 +9,9 @@
 //
 //   - every write acknowledged with a 2xx (a call started, an answer, a
 //     hook resume, a webhook request, an agent turn completed, a cancel)
-//     is in its run's log;
+//     is in its run's log (an answer or agent turn of a run the harness
+//     cancelled, whose question or turn the cancel settled first, is
+//     counted as superseded instead);
 //   - every run ended exactly once, and every run ended by the end (a run
 //     left waiting or running after the last restart was not resumable);
 //   - no step ran more often than the attempts its log records (the
