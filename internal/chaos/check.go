@@ -104,6 +104,9 @@ type evFields struct {
 		Status string `json:"status"`
 		Reply  string `json:"reply"`
 	} `json:"agent"`
+	Error *struct {
+		Type string `json:"type"`
+	} `json:"error"`
 }
 
 func fields(e Event) evFields {
@@ -114,12 +117,15 @@ func fields(e Event) evFields {
 
 // stepOp is what one run's log says of one step op.
 type stepOp struct {
-	pos       uint32
-	name      string
-	attempts  int // the highest attempt number the log records
-	started   map[int]bool
-	ended     map[int]bool
-	completed bool
+	pos      uint32
+	name     string
+	attempts int // the highest attempt number the log records
+	started  map[int]bool
+	ended    map[int]bool
+	// interrupted are the attempts the log records as cut off
+	// (step_failed with a StepInterruptedError).
+	interrupted map[int]bool
+	completed   bool
 }
 
 func stepOps(l *RunLog) map[uint32]*stepOp {
@@ -128,7 +134,7 @@ func stepOps(l *RunLog) map[uint32]*stepOp {
 		f := fields(e)
 		o := ops[f.Op]
 		if e.Kind == evStepStarted && o == nil {
-			o = &stepOp{pos: f.Op, name: f.Name, started: map[int]bool{}, ended: map[int]bool{}}
+			o = &stepOp{pos: f.Op, name: f.Name, started: map[int]bool{}, ended: map[int]bool{}, interrupted: map[int]bool{}}
 			ops[f.Op] = o
 		}
 		if o == nil {
@@ -145,10 +151,17 @@ func stepOps(l *RunLog) map[uint32]*stepOp {
 			o.completed = true
 		case evStepFailed:
 			o.ended[f.Attempt] = true
+			if f.Error != nil && f.Error.Type == stepInterrupted {
+				o.interrupted[f.Attempt] = true
+			}
 		}
 	}
 	return ops
 }
+
+// stepInterrupted is the error type of an attempt the host recorded as
+// cut off (by a crash, a stop, a cancellation).
+const stepInterrupted = "StepInterruptedError"
 
 func terminal(kind string) bool {
 	return kind == evRunCompleted || kind == evRunFailed || kind == evRunCancelled
@@ -363,7 +376,7 @@ func checkSteps(id string, l *RunLog, effects map[string]int, r *Report) {
 		for n := range o.started {
 			// An attempt that never ended is interrupted once something
 			// came after it: a later attempt, the op's result, the run's end.
-			if !o.ended[n] && (n < o.attempts || o.completed || runEnded) {
+			if o.interrupted[n] || !o.ended[n] && (n < o.attempts || o.completed || runEnded) {
 				r.InterruptedAttempts++
 			}
 		}

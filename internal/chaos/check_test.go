@@ -221,6 +221,27 @@ func TestCheckCountsInterruptedAttempts(t *testing.T) {
 	}
 }
 
+// An attempt the host recorded as cut off (step_failed with a
+// StepInterruptedError) is counted as interrupted; a plain failure is not.
+func TestCheckCountsRecordedInterruptions(t *testing.T) {
+	l := logOf("r1", "completed", "run_created", `{}`,
+		"step_started", `{"op":1,"name":"s1","attempt":1}`,
+		"step_failed", `{"op":1,"attempt":1,"error":{"type":"StepInterruptedError"},"retryAt":"2026-01-01T00:00:00Z"}`,
+		"step_started", `{"op":1,"name":"s1","attempt":2}`,
+		"step_failed", `{"op":1,"attempt":2,"error":{"type":"Error"},"retryAt":"2026-01-01T00:00:01Z"}`,
+		"step_started", `{"op":1,"name":"s1","attempt":3}`,
+		"step_completed", `{"op":1,"attempt":3}`,
+		"run_completed", `{}`)
+	var r Report
+	Check(Evidence{Runs: map[string]*RunLog{"r1": l}, Effects: Effects{"r1": {"s1": 3}}}, &r)
+	if len(r.Findings) != 0 {
+		t.Errorf("findings %v, want none", r.Findings)
+	}
+	if r.StepAttempts != 3 || r.InterruptedAttempts != 1 {
+		t.Errorf("attempts %d, interrupted %d; want 3, 1", r.StepAttempts, r.InterruptedAttempts)
+	}
+}
+
 func TestSummaryNamesTheCounts(t *testing.T) {
 	r := Report{Seed: 7, Runs: 2, Kills: 3, Acked: map[WriteKind]int{WriteCall: 2, WriteAnswer: 1}, Lost: map[WriteKind]int{WriteAnswer: 1},
 		StepAttempts: 4, InterruptedAttempts: 1, SideEffects: 5, Findings: []Finding{{InvAckedInLog, "r1", "x"}}}

@@ -25,7 +25,7 @@ func buildSandflow(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "sandflow")
 	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./cmd/sandflow")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

@@ -4,9 +4,4 @@ go 1.26.8
 
 require github.com/sandflow/sandflow/guest-sdk v0.0.0
 
-require github.com/sandflow/sandflow v0.0.0 // indirect
-
-replace (
-	github.com/sandflow/sandflow => ../../../..
-	github.com/sandflow/sandflow/guest-sdk => ../../../../guest-sdk
-)
+require github.com/sandflow/sandflow/abi v0.0.0 // indirect

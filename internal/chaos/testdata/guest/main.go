@@ -43,7 +43,11 @@ func effect(name string) *sandflow.Step[effectIn, string] {
 			return "", fmt.Errorf("counter server answered %d", resp.Status)
 		}
 		return name + "@" + fmt.Sprint(sc.Attempt()), nil
-	})
+	},
+		// Kills land inside steps often, and an interrupted attempt counts
+		// against the retry policy like a failed one: enough attempts, soon
+		// after each other, that the runs end within the harness's time.
+		sandflow.MaxAttempts(20), sandflow.Backoff(50*time.Millisecond, 500*time.Millisecond, 2))
 }
 
 type effectIn struct {
