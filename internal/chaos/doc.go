@@ -18,9 +18,7 @@
 //     side-effect counter of a step is at most its recorded attempts), and
 //     no step recorded as completed left no side effect;
 //   - no timer fired twice;
-//   - the store verifies clean with sandflow doctor, when the binary has
-//     that command (without it the invariant is skipped, with the reason in
-//     the report).
+//   - the store verifies clean with sandflow doctor (exit 0).
 //
 // A failed invariant is a Finding naming its run; Run returns them all in
 // a Report, with counts for a summary line. The seed picks the runs' plans

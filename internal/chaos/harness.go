@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"time"
 
@@ -160,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{Seed: cfg.Seed, Runs: len(ps), Kills: kills}
-	rep.DoctorSkipped, rep.Findings = doctor(ctx, srv)
+	rep.Findings = doctor(ctx, srv)
 	ev.Effects = cnt.effects()
 	for _, p := range ps {
 		if ev.Runs[p.ID] == nil {
@@ -279,28 +278,18 @@ func killLoop(ctx context.Context, cfg Config, srv *server, d *driver) (int, err
 	return cfg.Kills, nil
 }
 
-// doctorListed matches the doctor command in sandflow's help.
-var doctorListed = regexp.MustCompile(`(?m)^\s+doctor\s`)
-
-// doctor runs sandflow doctor on the stopped server's data directory, if
-// the binary has the command, and returns why it was skipped or what it
-// found.
-func doctor(ctx context.Context, srv *server) (skipped string, findings []Finding) {
-	help, _, _, err := srv.cli(ctx, "--help")
-	if err != nil {
-		return "sandflow --help: " + err.Error(), nil
-	}
-	if !doctorListed.Match(help) {
-		return "this sandflow has no doctor command", nil
-	}
+// doctor runs sandflow doctor on the stopped server's data directory and
+// returns what it found: a store that does not verify clean, or a binary
+// that cannot verify it, is a finding.
+func doctor(ctx context.Context, srv *server) []Finding {
 	out, errOut, code, err := srv.cli(ctx, "doctor")
 	switch {
 	case err != nil:
-		return "", []Finding{{InvStoreVerifies, "", "running sandflow doctor: " + err.Error()}}
+		return []Finding{{InvStoreVerifies, "", "running sandflow doctor: " + err.Error()}}
 	case code != 0:
-		return "", []Finding{{InvStoreVerifies, "", fmt.Sprintf("sandflow doctor exited %d: %s %s", code, truncate(out), truncate(errOut))}}
+		return []Finding{{InvStoreVerifies, "", fmt.Sprintf("sandflow doctor exited %d: %s %s", code, truncate(out), truncate(errOut))}}
 	}
-	return "", nil
+	return nil
 }
 
 // exitNotFound is sandflow's exit code for an unknown run.

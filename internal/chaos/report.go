@@ -65,9 +65,7 @@ type Report struct {
 	// of them that were started and never ended; SideEffects the step
 	// executions the counter server saw.
 	StepAttempts, InterruptedAttempts, SideEffects int
-	// DoctorSkipped says why the store was not verified, when it was not.
-	DoctorSkipped string
-	Findings      []Finding
+	Findings                                       []Finding
 }
 
 func total(m map[WriteKind]int) int {
