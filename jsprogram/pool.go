@@ -118,7 +118,6 @@ func (p *pool) promote(w *worker) bool {
 		return false
 	}
 	w.long = true
-	lowerPriority(w.cmd.Process.Pid)
 	<-p.slots
 	return true
 }
@@ -161,7 +160,7 @@ func (p *pool) get(ctx context.Context) (*worker, error) {
 func (p *pool) put(w *worker, healthy bool) {
 	slot := p.slots
 	if w.long {
-		slot, healthy = p.long, false
+		slot, w.long = p.long, false
 	}
 	defer func() { <-slot }()
 	p.mu.Lock()

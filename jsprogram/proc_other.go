@@ -5,5 +5,3 @@ package jsprogram
 import "os/exec"
 
 func setProcAttr(*exec.Cmd) {}
-
-func lowerPriority(int) {}
