@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/jsprogram"
 )
 
 // backgroundLoad attaches a load to a server at addr and returns the
@@ -26,6 +29,46 @@ var loads = []struct {
 }{
 	{"alone", func(testing.TB, string) func() { return func() {} }},
 	{"with-300-slow-clients", slowClients(150, 150)},
+	{"with-300-slow-clients-and-6-js-loops", both(slowClients(150, 150), jsLoops(6))},
+}
+
+// both attaches two loads.
+func both(a, b backgroundLoad) backgroundLoad {
+	return func(tb testing.TB, addr string) func() {
+		stopA := a(tb, addr)
+		stopB := b(tb, addr)
+		return func() { stopB(); stopA() }
+	}
+}
+
+// jsLoops keeps n calls of the workflow tool in flight whose programs
+// loop forever: each runs until its JavaScript time limit fails it, and is
+// then called again.
+func jsLoops(n int) backgroundLoad {
+	return func(tb testing.TB, addr string) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		client := &http.Client{}
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/tools/workflow/calls?wait=2m", strings.NewReader(`{"js":"for (;;) {}"}`))
+					req.Header.Set("Authorization", "Bearer "+apiToken)
+					resp, err := client.Do(req)
+					if err != nil {
+						return // detached, or the server is closing
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		time.Sleep(500 * time.Millisecond) // the loops have started
+		// Detaching stops calling; the loops running end with the host.
+		return func() { cancel(); wg.Wait(); client.CloseIdleConnections() }
+	}
 }
 
 // slowClients attaches trickle connections that send a call's body a byte
@@ -123,14 +166,23 @@ func BenchmarkCallLatency(b *testing.B) {
 	}
 }
 
-// benchServer serves a host with the kitchen tool through NewHTTPServer,
-// with the default bounds.
+// benchServer serves a host with the kitchen tool and the workflow tool
+// (JavaScript with its default workers) through NewHTTPServer, with the
+// default bounds.
 func benchServer(b *testing.B) (string, func()) {
 	b.Helper()
-	e := newEnv(b, nil, &httpapi.Config{APITokens: []string{apiToken}, AdminTokens: []string{adminToken},
+	js, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { js.Close(context.Background()) })
+	e := newEnv(b, &host.Options{Engines: map[string]host.Engine{jsprogram.EngineName: js}}, &httpapi.Config{APITokens: []string{apiToken}, AdminTokens: []string{adminToken},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if r := e.upload(adminToken, guestWasm(b, "host/testdata/guests/kitchen"), repoFile(b, "host/testdata/guests/kitchen/manifest.json")); r.status != http.StatusCreated {
 		b.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{}`), "application/json"); r.status != http.StatusCreated {
+		b.Fatalf("enabling the workflow tool: %d %s", r.status, r.body)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
