@@ -110,7 +110,12 @@ nothing committed is lost, and what was in flight is redone on restart.`,
 				if api, err = httpapi.New(h, cfg); err != nil {
 					return err
 				}
-				srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+				handler, stopConsole, err := withConsole(h, api, cfg, logger)
+				if err != nil {
+					return err
+				}
+				defer stopConsole(context.Background())
+				srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 				go func() {
 					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						logger.Error("http", "err", err)
