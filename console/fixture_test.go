@@ -198,3 +198,7 @@ func (f *fixture) get(cl *http.Client, path string) (string, int) {
 	}
 	return b.String(), resp.StatusCode
 }
+
+func registerAgain(f *fixture, name, src string) (host.Plugin, error) {
+	return jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src+"\n// v2\n"))
+}

@@ -20,7 +20,7 @@ type runQuery struct {
 	Tool     string
 	From, To string // RFC 3339 or 2006-01-02T15:04 (datetime-local), UTC
 	Text     string
-	After    string // cursor: the last run of the previous page, "createdAt id"
+	After    string // cursor: the last run of the previous page, "createdAt~id"
 
 	from, to time.Time
 	afterAt  time.Time
@@ -61,7 +61,7 @@ func parseRunQuery(v url.Values) (runQuery, error) {
 		}
 	}
 	if q.After != "" {
-		at, id, ok := strings.Cut(q.After, " ")
+		at, id, ok := strings.Cut(q.After, "~")
 		if q.afterAt, err = time.Parse(time.RFC3339Nano, at); !ok || err != nil {
 			return q, errf(http.StatusBadRequest, ErrBadForm, "the page cursor %q is not valid", q.After)
 		}
@@ -145,7 +145,7 @@ func (c *Console) listRuns(ctx context.Context, q runQuery) (runsPage, error) {
 }
 
 // last moves the page's cursor past r.
-func (p *runsPage) last(r store.Run) { p.Next = r.CreatedAt.Format(time.RFC3339Nano) + " " + r.ID }
+func (p *runsPage) last(r store.Run) { p.Next = r.CreatedAt.Format(time.RFC3339Nano) + "~" + r.ID }
 
 // olderThan says whether r comes after (at, id) in the newest-first order.
 func olderThan(r store.Run, at time.Time, id string) bool {
