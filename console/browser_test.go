@@ -392,3 +392,26 @@ func TestBrowserFormPostWithoutCSRFRefused(t *testing.T) {
 		t.Fatal("question closed")
 	}
 }
+
+func TestBrowserInboxFollowsQuestionsLive(t *testing.T) {
+	f := newFixture(t, nil)
+	first := f.call("note", `{"topic":"one"}`)
+	ctx := browser(t)
+	f.signInBrowser(ctx, apiToken)
+	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/inbox"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, first)))))
+	eval[bool](t, ctx, `window.__sameDocument = true`)
+	// A new question appears; the withdrawn one (its run cancelled) leaves.
+	second := f.call("approve", `{"service":"late"}`)
+	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, second)))))
+	if _, err := f.h.Cancel(context.Background(), first.ID, "withdrawn"); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, chromedp.WaitNotPresent(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, first)))))
+	if ids := eval[[]string](t, ctx, `Array.from(document.querySelectorAll("[data-question]")).map(e => e.dataset.question)`); len(ids) != 1 || ids[0] != askID(t, second) {
+		t.Errorf("inbox shows %v, want only %s", ids, askID(t, second))
+	}
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the inbox reloaded")
+	}
+}

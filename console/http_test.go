@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"html"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -220,5 +221,69 @@ func TestHookResumeRefusesBadPayloadAndChangesNothing(t *testing.T) {
 	}
 	if after.Status != store.StatusWaiting || len(after.Waiting) != 1 || after.Waiting[0].Kind != "hook" {
 		t.Errorf("run after refused resumes: %s %+v", after.Status, after.Waiting)
+	}
+}
+
+func TestUpgradeReplaysOrRefuses(t *testing.T) {
+	f := newFixture(t, nil)
+	ri := f.call("note", `{"topic":"up"}`)
+	if _, err := registerAgain(f, "note", tools["note"]); err != nil { // v2: replays
+		t.Fatal(err)
+	}
+	// v3 sleeps where v1 asked: it cannot replay the run.
+	if _, err := registerAgain(f, "note", strings.Replace(tools["note"], `const a = await ctx.ask({ prompt: "Write a note about " + topic, allowFreeform: true });`, `await sleep("1h"); const a = { text: "" };`, 1)); err != nil {
+		t.Fatal(err)
+	}
+	cl := f.client()
+	csrf := f.signIn(cl, apiToken)
+	if resp := f.post(cl, "/console/runs/"+ri.ID+"/upgrade", url.Values{"csrf": {csrf}, "version": {"3"}}, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("upgrade to a version that does not replay: %s, want 409", resp.Status)
+	}
+	if after, _ := f.h.Run(context.Background(), ri.ID); after.Version != 1 {
+		t.Fatalf("refused upgrade moved the run to v%d", after.Version)
+	}
+	if resp := f.post(cl, "/console/runs/"+ri.ID+"/upgrade", url.Values{"csrf": {csrf}, "version": {"2"}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("upgrade to a version that replays: %s, want 303", resp.Status)
+	}
+	if after, _ := f.h.Run(context.Background(), ri.ID); after.Version != 2 {
+		t.Errorf("run is on v%d after the upgrade, want 2", after.Version)
+	}
+}
+
+func TestAdminUploadsAScript(t *testing.T) {
+	f := newFixture(t, nil)
+	admin := f.client()
+	csrf := f.signIn(admin, adminToken)
+	var body strings.Builder
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("csrf", csrf)
+	mw.WriteField("name", "sleeper2")
+	fw, _ := mw.CreateFormFile("module", "sleeper2.js")
+	fw.Write([]byte(tools["sleeper"]))
+	mw.Close()
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/console/plugins", strings.NewReader(body.String()))
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := admin.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("upload: %s, want 303", resp.Status)
+	}
+	ts, err := f.h.Tools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tl := range ts {
+		found = found || tl.Name == "sleeper2"
+	}
+	if !found {
+		t.Fatal("the uploaded tool is not in the tool list")
+	}
+	page, _ := f.get(admin, "/console/plugins")
+	if !strings.Contains(page, `data-tool="sleeper2"`) {
+		t.Error("the plugins page does not list the uploaded tool")
 	}
 }
