@@ -287,3 +287,4 @@ func TestAdminUploadsAScript(t *testing.T) {
 		t.Error("the plugins page does not list the uploaded tool")
 	}
 }
+

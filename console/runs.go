@@ -178,10 +178,15 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request, si *signin) error
 	return nil
 }
 
+// maxTimeline bounds the entries a run page shows: the newest ones, with
+// a note of how many older ones are left out.
+const maxTimeline = 2000
+
 // runView is what a run page and its live region show.
 type runView struct {
 	Run      host.RunInfo
 	Timeline []entry
+	Hidden   int // older entries not shown
 	Live     bool
 }
 
@@ -194,7 +199,13 @@ func (c *Console) runView(ctx context.Context, id string) (runView, error) {
 	if err != nil {
 		return runView{}, err
 	}
-	return runView{Run: ri, Timeline: timeline(evs), Live: !ri.Status.Terminal()}, nil
+	return newRunView(ri, evs), nil
+}
+
+func newRunView(ri host.RunInfo, evs []store.Event) runView {
+	tl := timeline(evs)
+	hidden := max(0, len(tl)-maxTimeline)
+	return runView{Run: ri, Timeline: tl[hidden:], Hidden: hidden, Live: !ri.Status.Terminal()}
 }
 
 func (c *Console) run(w http.ResponseWriter, r *http.Request, si *signin) error {
