@@ -287,4 +287,3 @@ func TestAdminUploadsAScript(t *testing.T) {
 		t.Error("the plugins page does not list the uploaded tool")
 	}
 }
-
