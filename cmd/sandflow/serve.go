@@ -137,8 +137,13 @@ at once.`,
 				mux := http.NewServeMux()
 				mux.Handle("/mcp", api.Admit(mcpSrv.Handler()))
 				mux.Handle("/", api)
+				handler, stopConsole, err := withConsole(h, mux, cfg, logger)
+				if err != nil {
+					return err
+				}
+				defer stopConsole(context.Background())
 				srv = httpapi.NewHTTPServer(api)
-				srv.Handler = mux
+				srv.Handler = handler
 				srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 				go func() {
 					if err := srv.Serve(httpapi.LimitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
