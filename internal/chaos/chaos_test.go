@@ -11,7 +11,11 @@ import (
 	"time"
 )
 
-var seedFlag = flag.Int64("chaos.seed", 0, "the crash harness's seed (0: SANDFLOW_CHAOS_SEED, else from the clock)")
+var (
+	seedFlag  = flag.Int64("chaos.seed", 0, "the crash harness's seed (0: SANDFLOW_CHAOS_SEED, else from the clock)")
+	runsFlag  = flag.Int("chaos.runs", 0, "runs to drive (0: the version's own, 30 short, 80 long)")
+	killsFlag = flag.Int("chaos.kills", 0, "SIGKILLs of the server (0: the version's own, 20 short, 60 long)")
+)
 
 // harnessSeed is -chaos.seed, else SANDFLOW_CHAOS_SEED, else the clock.
 func harnessSeed(t *testing.T) int64 {
@@ -36,6 +40,12 @@ func harnessSeed(t *testing.T) int64 {
 func TestCrashHarness(t *testing.T) {
 	cfg := harnessConfig
 	cfg.Seed = harnessSeed(t)
+	if *runsFlag > 0 {
+		cfg.Runs = *runsFlag
+	}
+	if *killsFlag > 0 {
+		cfg.Kills = *killsFlag
+	}
 	// SANDFLOW_CHAOS_DIR keeps the work directory (binary, data, the
 	// server's log, the counter's file) for a look after a failure.
 	cfg.Dir = os.Getenv("SANDFLOW_CHAOS_DIR")
