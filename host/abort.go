@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultAbortGrace is how long an aborted run has to unwind before it is
-// cancelled (the spec's 30 seconds).
+// cancelled: 30 seconds.
 const DefaultAbortGrace = 30 * time.Second
 
 const timerAbort = "abort"

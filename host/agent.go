@@ -13,7 +13,7 @@ import (
 	"github.com/sandflow/sandflow/internal/schema"
 )
 
-// AgentBackend runs agent turns for runs (the spec's ctx.agent). The host
+// AgentBackend runs agent turns for runs (a program's ctx.agent). The host
 // calls Turn outside any guest, after the run recorded that it sends the
 // message, and records what it returns; a replay never calls it again.
 // After a crash a turn in flight may be sent again with the same TurnID:

@@ -151,7 +151,7 @@ func checkAnswer(req abi.AskRequest, a Answer, maxText int) (abi.AskAnswer, erro
 	return abi.AskAnswer{}, fmt.Errorf("%w: give an option id or text", ErrBadAnswer)
 }
 
-// ResumeHook delivers a JSON payload to the hook holding token (the spec's
+// ResumeHook delivers a JSON payload to the hook holding token (a program's
 // resumeHook) and continues its run until it ends or waits again.
 //
 // Errors, each leaving everything unchanged: ErrUnknownHook when no live

@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// SendCall sends another call to a serve run (the spec's call with a
+// SendCall sends another call to a serve run (a call with a
 // taskId): the input is checked against the tool's input schema and
 // recorded as the run's next call, which the body's next receive takes.
 // It does not run the run: the caller does (Drive). It returns the call's

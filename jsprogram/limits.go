@@ -3,7 +3,7 @@ package jsprogram
 import "time"
 
 // Limits bound one program. The zero value of a field means its default
-// (DefaultLimits); the defaults are the spec's.
+// (DefaultLimits).
 type Limits struct {
 	// SourceBytes bounds the program's source (256 KiB).
 	SourceBytes int `json:"sourceBytes"`
@@ -40,7 +40,7 @@ type Limits struct {
 	InFlightBytes int64 `json:"inFlightBytes"`
 }
 
-// DefaultLimits are the spec's limits.
+// DefaultLimits are the limits a program gets unless the tool sets others.
 var DefaultLimits = Limits{
 	SourceBytes:  256 << 10,
 	ScriptBytes:  4 << 20,

@@ -234,7 +234,7 @@ func functionLiterals(prg *ast.Program) []ast.Node {
 }
 
 // asyncGeneratorHint explains the parser's error at the star of an async
-// generator (the spec's progress form), which goja does not have.
+// generator (the async-generator form of progress), which goja does not have.
 func asyncGeneratorHint(e *WorkflowProgramError, src string) *WorkflowProgramError {
 	if !strings.HasPrefix(e.Message, "SyntaxError: Unexpected token *") || e.Line < 1 {
 		return e

@@ -10,8 +10,8 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// Event types of a session's stream (spec/tasks.md, "Sessions, runs, and
-// streaming").
+// Event types of a session's stream, as the event stream of a session
+// names them.
 const (
 	EvCallStarted        = "call.started"
 	EvCallProgress       = "call.progress"

@@ -2,7 +2,7 @@
 // agent loop lists a session's tools, calls them, gets receipts for tasks
 // and their results later (each once, as <task_result> blocks), waits for
 // and cancels tasks with task_wait and task_cancel, and reads the [Tasks]
-// note. Its texts are the spec's (spec/tasks.md).
+// note. Its texts are fixed: models are prompted with them.
 //
 // A session's record (its tasks, what was delivered) is kept in the host's
 // store, so a session outlives the process; the runs behind its tasks are
@@ -25,7 +25,7 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// Limits of a session (spec/tasks.md).
+// Limits of a session.
 const (
 	// MaxWorkingTasks is how many tasks a session runs at once.
 	MaxWorkingTasks = 32
