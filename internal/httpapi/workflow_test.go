@@ -45,6 +45,13 @@ func TestWorkflowToolOverHTTP(t *testing.T) {
 	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 129}`), "application/json"); r.status != http.StatusBadRequest || r.code(t) != "bad_manifest" {
 		t.Fatalf("maxSubagents 129: %d %s", r.status, r.body)
 	}
+	// Every field is optional, so no body is {} (it was 400).
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, nil, ""); r.status != http.StatusCreated {
+		t.Fatalf("enable with no body: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxsubagents": 5}`), "application/json"); r.status != http.StatusBadRequest || r.code(t) != "bad_request" {
+		t.Fatalf("maxsubagents (misspelt): %d %s", r.status, r.body)
+	}
 	r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 5}`), "application/json")
 	if r.status != http.StatusCreated {
 		t.Fatalf("enable: %d %s", r.status, r.body)
@@ -260,7 +267,7 @@ func TestSessionOverHTTP(t *testing.T) {
 	if res.Message != "" {
 		t.Errorf("a result given twice: %q", res.Message)
 	}
-	if r := e.post("/v1/sessions/conv-1/calls", `{"tool":"task_cancel","input":{"taskId":"approve-deadline-zzzzzz"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+	if r := e.post("/v1/sessions/conv-1/calls", `{"tool":"task_cancel","input":{"taskId":"approve-deadline-zzzzzz"}}`); r.status != http.StatusNotFound || r.code(t) != "unknown_task" {
 		t.Errorf("cancel unknown: %d %s", r.status, r.body)
 	}
 	if r := e.get("/v1/sessions/bad%20id/tasks"); r.status != http.StatusBadRequest {
@@ -310,7 +317,7 @@ func TestServeAndAbortOverHTTP(t *testing.T) {
 	if !strings.Contains(res.Message, `"revision":2`) || !strings.Contains(res.Message, `"a canary"`) {
 		t.Fatalf("second result %q", res.Message)
 	}
-	if r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"x","taskId":"release-plan-nosuch"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+	if r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"x","taskId":"release-plan-nosuch"}}`); r.status != http.StatusNotFound || r.code(t) != "unknown_task" {
 		t.Errorf("unknown task: %d %s", r.status, r.body)
 	}
 	var steer struct{ Interrupted int }
