@@ -141,7 +141,7 @@ func New(h *host.Host, cfg Config) (*Server, error) {
 		calls:  newAdmission("calls", int64(cfg.MaxCalls), int64(cfg.MaxClientCalls)),
 		bodies: newAdmission("request bytes", cfg.MaxBodyInFlight, cfg.MaxClientBodyInFlight)}
 	if len(cfg.AdminTokens) == 0 {
-		cfg.Logger.Warn("no admin token: plugin uploads and deletions and enabling the workflow tool are refused (403); give an admin token to allow them")
+		cfg.Logger.Warn("no admin token: plugin uploads and deletions and enabling the workflow tool are refused (403); give an admin token (serve --admin-token or SANDFLOW_ADMIN_TOKEN) to allow them")
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routes()

@@ -155,7 +155,9 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	}
 	e.post("/v1/tools/workflow/calls", string(in)).json(t, &call)
 	var list struct{ Turns []agents.WorkItem }
-	e.get("/v1/agent-turns?agent=researcher&unclaimed=true&wait=20s").json(t, &list)
+	r := e.get("/v1/agent-turns?agent=researcher&unclaimed=true&wait=20s")
+	checkCamel(t, "agent turns", r.body)
+	r.json(t, &list)
 	if len(list.Turns) != 1 || list.Turns[0].Message != "find X" || list.Turns[0].RunID != call.Run.ID || compactJSON(list.Turns[0].OutputSchema) != `{"type":"object"}` {
 		t.Fatalf("work items: %+v", list)
 	}
@@ -192,7 +194,7 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	}
 	// With no work, a poll waits and returns an empty list.
 	start := time.Now()
-	r := e.get("/v1/agent-turns?wait=200ms")
+	r = e.get("/v1/agent-turns?wait=200ms")
 	r.json(t, &list)
 	if r.status != http.StatusOK || len(list.Turns) != 0 || time.Since(start) < 200*time.Millisecond {
 		t.Errorf("empty poll: %d %s after %s", r.status, r.body, time.Since(start))
@@ -221,13 +223,17 @@ func TestSessionOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tools struct{ Tools []host.Tool }
-	e.get("/v1/sessions/conv-1/tools").json(t, &tools)
+	r := e.get("/v1/sessions/conv-1/tools")
+	checkCamel(t, "session tools", r.body)
+	r.json(t, &tools)
 	if len(tools.Tools) != 3 || tools.Tools[2].Name != "task_cancel" {
 		t.Fatalf("tools %+v", tools)
 	}
 	var c struct{ Text, Status, TaskID, RunID string }
-	r := e.post("/v1/sessions/conv-1/calls", `{"tool":"approve-deadline","input":{"service":"api"}}`)
+	r = e.post("/v1/sessions/conv-1/calls", `{"tool":"approve-deadline","input":{"service":"api"}}`)
+	checkCamel(t, "session call", r.body)
 	r.json(t, &c)
+	checkCamel(t, "session tasks", e.get("/v1/sessions/conv-1/tasks").body)
 	if r.status != http.StatusOK || c.Status != "started" || c.Text != "Started task "+c.TaskID+". Its result will arrive in a <task_result> message." {
 		t.Fatalf("call: %d %s", r.status, r.body)
 	}
