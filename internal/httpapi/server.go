@@ -399,7 +399,8 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		// Every field a body may leave out has a default: no body is {}.
+		// No body is {}: the fields left out take their defaults, and a
+		// handler refuses a required one as missing.
 		body = []byte("{}")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
