@@ -75,3 +75,62 @@ func TestOpenAPICoversTheRoutes(t *testing.T) {
 		t.Logf("routes: %s", strings.Join(want, "; "))
 	}
 }
+
+// Every $ref in the document names a component it defines, and every
+// operation has a unique operationId.
+func TestOpenAPIReferencesResolve(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	refs, ids := 0, map[string]bool{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, sub := range v {
+				if k == "$ref" {
+					refs++
+					ref, _ := sub.(string)
+					if !resolves(doc, ref) {
+						t.Errorf("%s: $ref %q resolves to nothing", path, ref)
+					}
+				}
+				if k == "operationId" {
+					id, _ := sub.(string)
+					if ids[id] {
+						t.Errorf("%s: operationId %q twice", path, id)
+					}
+					ids[id] = true
+				}
+				walk(path+"/"+k, sub)
+			}
+		case []any:
+			for _, sub := range v {
+				walk(path+"[]", sub)
+			}
+		}
+	}
+	walk("", doc)
+	if refs == 0 || len(ids) == 0 {
+		t.Fatalf("the document has %d refs and %d operations", refs, len(ids))
+	}
+}
+
+func resolves(doc map[string]any, ref string) bool {
+	rest, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return false
+	}
+	var v any = doc
+	for _, part := range strings.Split(rest, "/") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		if v, ok = m[part]; !ok {
+			return false
+		}
+	}
+	return true
+}
