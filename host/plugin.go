@@ -169,12 +169,12 @@ func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 
 // Plugin is a registered plugin version.
 type Plugin struct {
-	Name       string
-	Version    int
-	ModuleHash string
-	Manifest   Manifest
-	CreatedAt  time.Time
-	Size       int
+	Name       string    `json:"name"`
+	Version    int       `json:"version"`
+	ModuleHash string    `json:"moduleHash"`
+	Manifest   Manifest  `json:"manifest"`
+	CreatedAt  time.Time `json:"createdAt"`
+	Size       int       `json:"size"`
 }
 
 // AddPlugin checks a module and its manifest, compiles the module, and

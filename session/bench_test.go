@@ -203,7 +203,7 @@ const benchTaskTool = `defineWorkflowTool({ description: "returns its input", in
 // BenchmarkTaskResultThroughput is how fast a session delivers task
 // results: one op starts m calls of a trivial task tool in a new session
 // (no more than session.MaxWorkingTasks working at once: a call refused
-// with TOO_MANY_TASKS waits for results first) and takes their results
+// with too_many_tasks waits for results first) and takes their results
 // with HoldTurn until all m have arrived, each once. The time includes the
 // receipts. ns/result and results/s are over all results.
 func BenchmarkTaskResultThroughput(b *testing.B) {

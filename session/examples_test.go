@@ -74,7 +74,7 @@ func TestAgentRouter(t *testing.T) {
 // and the task goes idle (listed under <idle> in the [Tasks] note, not
 // holding the turn); a second call with its taskId (in the input, as the
 // model sends it) revises the plan, across a restart; a call naming no
-// task of the tool is UNKNOWN_TASK.
+// task of the tool is unknown_task.
 func TestServeReleasePlanRevisedByTaskID(t *testing.T) {
 	f := newFixture(t)
 	f.addExample("release-plan")

@@ -293,7 +293,7 @@ func TestReviewServeCallByTaskIDWhileBusy(t *testing.T) {
 }
 
 // An idle task that gets a call starts working again and counts toward
-// the 32: with 32 working tasks it is refused with TOO_MANY_TASKS (and
+// the 32: with 32 working tasks it is refused with too_many_tasks (and
 // stays idle); with 31 it is taken, and then a new task is refused. A
 // call to a working serve task adds no working task.
 func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
@@ -338,7 +338,7 @@ func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
 }
 
 // taskId rules: a finished serve task, a task of another tool, a task of
-// another session are UNKNOWN_TASK; a bad taskId type is BAD_REQUEST.
+// another session are unknown_task; a bad taskId type is bad_request.
 func TestReviewTaskIDRules(t *testing.T) {
 	f := newFixture(t)
 	f.add("echo", echoServe)

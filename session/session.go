@@ -44,9 +44,9 @@ const (
 
 // Error codes of a session's errors.
 const (
-	CodeUnknownTask  = "UNKNOWN_TASK"
-	CodeTooManyTasks = "TOO_MANY_TASKS"
-	CodeBadRequest   = "BAD_REQUEST"
+	CodeUnknownTask  = "unknown_task"
+	CodeTooManyTasks = "too_many_tasks"
+	CodeBadRequest   = "bad_request"
 )
 
 // Error is a session's refusal of a call, with a stable code; the model

@@ -105,10 +105,10 @@ type Store interface {
 // Event is one entry of a run's log. Kind and Data are the host's; the store
 // keeps them opaque.
 type Event struct {
-	Seq  uint64
-	Time time.Time
-	Kind string
-	Data json.RawMessage
+	Seq  uint64          `json:"seq"`
+	Time time.Time       `json:"time"`
+	Kind string          `json:"kind"`
+	Data json.RawMessage `json:"data"`
 }
 
 // RunStatus is where a run stands.

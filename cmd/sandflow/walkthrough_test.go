@@ -48,7 +48,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 		t.Fatalf("the walkthrough failed: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		`{"Name":"deploy","Version":1}`,
+		`{"name":"deploy","version":1}`,
 		"\norder\n",
 		`{"status":"completed","result":{"deployed":true,`,
 		"event: ask_opened\n",

@@ -18,7 +18,7 @@ import (
 
 func (s *Server) externalAgents() (*agents.External, error) {
 	if s.cfg.ExternalAgents == nil {
-		return nil, &apiError{http.StatusNotFound, "not_found", "this server has no external agents (an agents file with \"kind\": \"external\" agents configures them)"}
+		return nil, &apiError{http.StatusNotFound, "not_found", "this server has no external agents (an agents file with \"kind\": \"external\" agents configures them)", nil}
 	}
 	return s.cfg.ExternalAgents, nil
 }
@@ -148,8 +148,8 @@ func (s *Server) settleTurn(w http.ResponseWriter, r *http.Request, settle func(
 		select {
 		case <-changed:
 		case <-timeout.C:
-			return &apiError{http.StatusGatewayTimeout, "not_recorded",
-				fmt.Sprintf("the run did not record the turn's outcome within %s; if the turn is listed again, settle it again", s.cfg.WebhookTimeout)}
+			return &apiError{http.StatusGatewayTimeout, "not_recorded", fmt.Sprintf("the run did not record the turn's outcome within %s; if the turn is listed again, settle it again", s.cfg.WebhookTimeout), nil}
+
 		case <-r.Context().Done():
 			return r.Context().Err()
 		case <-s.ctx.Done():
@@ -161,9 +161,9 @@ func (s *Server) settleTurn(w http.ResponseWriter, r *http.Request, settle func(
 func agentTurnError(err error) error {
 	switch {
 	case errors.Is(err, agents.ErrUnknownItem):
-		return &apiError{http.StatusNotFound, "not_found", err.Error()}
+		return &apiError{http.StatusNotFound, "not_found", err.Error(), nil}
 	case errors.Is(err, agents.ErrClaimed):
-		return &apiError{http.StatusConflict, "claimed", err.Error()}
+		return &apiError{http.StatusConflict, "claimed", err.Error(), nil}
 	case errors.Is(err, agents.ErrBadResult):
 		return badRequest("%s", err.Error())
 	}

@@ -26,7 +26,10 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	if err := r.ParseMultipartForm(8 << 20); err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			return err
+			// The form's cap has the slack for the manifest and fields on
+			// top; the limit that was set is the module's.
+			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the upload is over its limit: a module of at most %d bytes, and at most %d bytes of manifest and other fields", s.cfg.MaxUploadBytes, uploadSlack),
+				map[string]any{"limit": s.cfg.MaxUploadBytes}}
 		}
 		return badRequest("the upload must be a multipart form with a module file and a manifest: %v", err)
 	}
@@ -43,7 +46,7 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	// file part (formFile).
 	rawManifest := []byte(r.FormValue("manifest"))
 	if int64(len(rawManifest)) > s.cfg.MaxBodyBytes {
-		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the manifest field is %d bytes, over the limit of %d", len(rawManifest), s.cfg.MaxBodyBytes)}
+		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the manifest field is %d bytes, over the limit of %d", len(rawManifest), s.cfg.MaxBodyBytes), map[string]any{"limit": s.cfg.MaxBodyBytes}}
 	}
 	if n := len(r.FormValue("name")); n > 256 {
 		return badRequest("the name field is %d bytes, over the limit of 256", n)
@@ -119,7 +122,7 @@ func formFile(r *http.Request, field string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the %s file is over the limit of %d bytes", field, limit)}
+		return nil, &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the %s file is over the limit of %d bytes", field, limit), map[string]any{"limit": limit}}
 	}
 	return b, nil
 }
@@ -147,7 +150,7 @@ func (s *Server) showPlugin(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(versions) == 0 {
-		return &apiError{http.StatusNotFound, "not_found", "no plugin " + quote(r.PathValue("name"))}
+		return &apiError{http.StatusNotFound, "not_found", "no plugin " + quote(r.PathValue("name")), nil}
 	}
 	sort.Slice(versions, func(i, j int) bool { return versions[i].Version < versions[j].Version })
 	return writeJSON(w, http.StatusOK, map[string]any{"name": r.PathValue("name"), "versions": versions})
@@ -184,7 +187,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if name := r.PathValue("name"); len(name) > maxNameBytes {
-		return &apiError{http.StatusNotFound, "not_found", "no tool is called " + quote(name)}
+		return &apiError{http.StatusNotFound, "not_found", "no tool is called " + quote(name), nil}
 	}
 	q := r.URL.Query()
 	opts := &host.CallOptions{RunID: q.Get("runId"), NoAsk: q.Get("noAsk") == "true"}
@@ -357,7 +360,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, record func(ctx 
 
 func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
 	if token := r.PathValue("token"); len(token) > maxNameBytes {
-		return &apiError{http.StatusNotFound, "not_found", "no live hook holds the token " + quote(token)}
+		return &apiError{http.StatusNotFound, "not_found", "no live hook holds the token " + quote(token), nil}
 	}
 	wait, err := s.waitParam(r, 10*time.Second)
 	if err != nil {
@@ -397,12 +400,12 @@ func (s *Server) resumeHook(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
 	if len(token) > maxNameBytes {
-		s.fail(w, r, &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"})
+		s.fail(w, r, &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL", nil})
 		return
 	}
 	if _, err := s.h.Store().Hook(r.Context(), token); err != nil {
 		if errors.Is(err, store.ErrHookNotFound) {
-			err = &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL"}
+			err = &apiError{http.StatusNotFound, "not_found", "no live webhook has this URL", nil}
 		}
 		s.fail(w, r, err)
 		return

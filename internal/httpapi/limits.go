@@ -117,12 +117,12 @@ func (a *admission) acquire(client string, n int64) (release func(), err error) 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byClient[client]+n > a.perMax {
-		return nil, &apiError{http.StatusTooManyRequests, "too_many_requests",
-			fmt.Sprintf("this client has too many %s in flight (limit %d): retry after %d s", a.what, a.perMax, retryAfter)}
+		return nil, &apiError{http.StatusTooManyRequests, "too_many_requests", fmt.Sprintf("this client has too many %s in flight (limit %d): retry after %d s", a.what, a.perMax, retryAfter), nil}
+
 	}
 	if a.total+n > a.max {
-		return nil, &apiError{http.StatusServiceUnavailable, "overloaded",
-			fmt.Sprintf("the server has too many %s in flight (limit %d): retry after %d s", a.what, a.max, retryAfter)}
+		return nil, &apiError{http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the server has too many %s in flight (limit %d): retry after %d s", a.what, a.max, retryAfter), nil}
+
 	}
 	a.total += n
 	a.byClient[client] += n

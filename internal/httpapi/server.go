@@ -9,6 +9,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,6 +140,9 @@ func New(h *host.Host, cfg Config) (*Server, error) {
 	s := &Server{h: h, cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, sessions: session.NewManager(h),
 		calls:  newAdmission("calls", int64(cfg.MaxCalls), int64(cfg.MaxClientCalls)),
 		bodies: newAdmission("request bytes", cfg.MaxBodyInFlight, cfg.MaxClientBodyInFlight)}
+	if len(cfg.AdminTokens) == 0 {
+		cfg.Logger.Warn("no admin token: plugin uploads and deletions and enabling the workflow tool are refused (403); give an admin token (serve --admin-token or SANDFLOW_ADMIN_TOKEN) to allow them")
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -201,39 +207,80 @@ func (s *Server) routes() {
 			}
 		})
 	}
-	api("POST /v1/plugins", roleAdmin, s.uploadPlugin)
-	api("POST /v1/workflow-tool", roleAdmin, s.enableWorkflowTool)
-	api("GET /v1/plugins", roleAPI, s.listPlugins)
-	api("GET /v1/plugins/{name}", roleAPI, s.showPlugin)
-	api("DELETE /v1/plugins/{name}/versions/{version}", roleAdmin, s.deletePluginVersion)
-	api("GET /v1/tools", roleAPI, s.listTools)
-	api("POST /v1/tools/{name}/calls", roleAPI, s.callTool)
-	api("GET /v1/runs", roleAPI, s.listRuns)
-	api("GET /v1/runs/{id}", roleAPI, s.showRun)
-	api("POST /v1/runs/{id}/cancel", roleAPI, s.cancelRun)
-	api("POST /v1/runs/{id}/abort", roleAPI, s.abortRun)
-	api("GET /v1/runs/{id}/events", roleAPI, s.streamEvents)
-	api("GET /v1/asks", roleAPI, s.listAsks)
-	api("POST /v1/asks/{id}/answer", roleAPI, s.answerAsk)
-	api("POST /v1/asks/{id}/withdraw", roleAPI, s.withdrawAsk)
-	api("POST /v1/hooks/{token}", roleAPI, s.resumeHook)
-	api("GET /v1/sessions/{id}/tools", roleAPI, s.sessionTools)
-	api("POST /v1/sessions/{id}/calls", roleAPI, s.sessionCall)
-	api("GET /v1/sessions/{id}/calls/{runId}", roleAPI, s.sessionAwait)
-	api("POST /v1/sessions/{id}/results", roleAPI, s.sessionResults)
-	api("POST /v1/sessions/{id}/note", roleAPI, s.sessionNote)
-	api("GET /v1/sessions/{id}/tasks", roleAPI, s.sessionTasks)
-	api("POST /v1/sessions/{id}/steer", roleAPI, s.sessionSteer)
-	api("GET /v1/sessions/{id}/events", roleAPI, s.sessionEvents)
-	api("POST /v1/sessions/{id}/cancel", roleAPI, s.sessionCancel)
-	api("GET /v1/agent-turns", roleAPI, s.listAgentTurns)
-	api("POST /v1/agent-turns/{id}/claim", roleAPI, s.claimAgentTurn)
-	api("POST /v1/agent-turns/{id}/complete", roleAPI, s.completeAgentTurn)
-	api("POST /v1/agent-turns/{id}/fail", roleAPI, s.failAgentTurn)
-	s.mux.HandleFunc("/.well-known/workflow/v1/webhook/{token}", s.webhook)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+quote(r.Method+" "+r.URL.Path))
-	})
+	for _, rt := range routeTable {
+		api(rt.pattern, rt.need, func(w http.ResponseWriter, r *http.Request) error { return rt.handle(s, w, r) })
+	}
+	s.mux.HandleFunc(openAPIPattern, s.serveOpenAPI)
+	s.mux.HandleFunc(webhookPattern, s.webhook)
+	s.mux.HandleFunc("/", s.noRoute)
+}
+
+// The routes besides the API's: the OpenAPI document, which needs no
+// token, and webhook URLs, whose token is the credential (any method).
+const (
+	openAPIPattern = "GET /v1/openapi.json"
+	webhookPattern = "/.well-known/workflow/v1/webhook/{token}"
+)
+
+// routeTable is every API endpoint: its pattern, the role it needs and
+// its handler. openapi.json describes each one (TestOpenAPICoversTheRoutes).
+var routeTable = []route{
+	{"POST /v1/plugins", roleAdmin, (*Server).uploadPlugin},
+	{"POST /v1/workflow-tool", roleAdmin, (*Server).enableWorkflowTool},
+	{"GET /v1/plugins", roleAPI, (*Server).listPlugins},
+	{"GET /v1/plugins/{name}", roleAPI, (*Server).showPlugin},
+	{"DELETE /v1/plugins/{name}/versions/{version}", roleAdmin, (*Server).deletePluginVersion},
+	{"GET /v1/tools", roleAPI, (*Server).listTools},
+	{"POST /v1/tools/{name}/calls", roleAPI, (*Server).callTool},
+	{"GET /v1/runs", roleAPI, (*Server).listRuns},
+	{"GET /v1/runs/{id}", roleAPI, (*Server).showRun},
+	{"POST /v1/runs/{id}/cancel", roleAPI, (*Server).cancelRun},
+	{"POST /v1/runs/{id}/abort", roleAPI, (*Server).abortRun},
+	{"GET /v1/runs/{id}/events", roleAPI, (*Server).streamEvents},
+	{"GET /v1/asks", roleAPI, (*Server).listAsks},
+	{"POST /v1/asks/{id}/answer", roleAPI, (*Server).answerAsk},
+	{"POST /v1/asks/{id}/withdraw", roleAPI, (*Server).withdrawAsk},
+	{"POST /v1/hooks/{token}", roleAPI, (*Server).resumeHook},
+	{"GET /v1/sessions/{id}/tools", roleAPI, (*Server).sessionTools},
+	{"POST /v1/sessions/{id}/calls", roleAPI, (*Server).sessionCall},
+	{"GET /v1/sessions/{id}/calls/{runId}", roleAPI, (*Server).sessionAwait},
+	{"POST /v1/sessions/{id}/results", roleAPI, (*Server).sessionResults},
+	{"POST /v1/sessions/{id}/note", roleAPI, (*Server).sessionNote},
+	{"GET /v1/sessions/{id}/tasks", roleAPI, (*Server).sessionTasks},
+	{"POST /v1/sessions/{id}/steer", roleAPI, (*Server).sessionSteer},
+	{"GET /v1/sessions/{id}/events", roleAPI, (*Server).sessionEvents},
+	{"POST /v1/sessions/{id}/cancel", roleAPI, (*Server).sessionCancel},
+	{"GET /v1/agent-turns", roleAPI, (*Server).listAgentTurns},
+	{"POST /v1/agent-turns/{id}/claim", roleAPI, (*Server).claimAgentTurn},
+	{"POST /v1/agent-turns/{id}/complete", roleAPI, (*Server).completeAgentTurn},
+	{"POST /v1/agent-turns/{id}/fail", roleAPI, (*Server).failAgentTurn},
+}
+
+// route is one API endpoint.
+type route struct {
+	pattern string
+	need    role
+	handle  func(*Server, http.ResponseWriter, *http.Request) error
+}
+
+// noRoute answers a request no endpoint takes: 405 with Allow when the
+// path is served under other methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.WithContext(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+			fmt.Sprintf("%s takes %s, not %s", quote(r.URL.Path), strings.Join(allow, ", "), quote(r.Method)))
+		return
+	}
+	writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+quote(r.Method+" "+r.URL.Path))
 }
 
 func (s *Server) roleOf(r *http.Request) role {
@@ -264,12 +311,13 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	detail map[string]any // more members of the error object, or nil
 }
 
 func (e *apiError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) error {
-	return &apiError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...)}
+	return &apiError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...), nil}
 }
 
 // fail answers a request with the error, mapped to a status and a stable
@@ -282,12 +330,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var nd *host.NonDeterminismError
 	switch {
 	case errors.As(err, &ae):
-		writeError(w, ae.status, ae.code, ae.msg)
+		writeErrorDetail(w, ae.status, ae.code, ae.msg, ae.detail)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		// The client stopped sending, or was cut off by the read deadline.
 		writeError(w, http.StatusBadRequest, "bad_request", "the request body ended before its length")
 	case errors.As(err, &mb):
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
+		writeErrorDetail(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit), map[string]any{"limit": mb.Limit})
 	case errors.As(err, &pe):
 		status := http.StatusBadRequest
 		if pe.Reason == "too_large" {
@@ -350,8 +398,48 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		// No body is {}: the fields left out take their defaults, and a
+		// handler refuses a required one as missing.
+		body = []byte("{}")
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return badRequest("the request body is not valid JSON: %v", err)
+	}
+	return unknownFields(body, v)
+}
+
+// unknownFields refuses a body with a member v has no field for, by its
+// exact name: encoding/json would match "optionid" to optionId and drop
+// what it cannot place, so that a misspelt field would be ignored.
+func unknownFields(body []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return badRequest("the request body must be a JSON object")
+	}
+	known := map[string]bool{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			known[name] = true
+		}
+	}
+	for k := range members {
+		if !known[k] {
+			names := make([]string, 0, len(known))
+			for n := range known {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return badRequest("the request body has an unknown field %s (fields are case-sensitive: %s)", quote(k), strings.Join(names, ", "))
+		}
 	}
 	return nil
 }

@@ -164,7 +164,7 @@ func sessionError(err error) error {
 		case session.CodeTooManyTasks:
 			status = http.StatusConflict
 		}
-		return &apiError{status, se.Code, se.Message}
+		return &apiError{status, se.Code, se.Message, nil}
 	}
 	return err
 }

@@ -45,6 +45,13 @@ func TestWorkflowToolOverHTTP(t *testing.T) {
 	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 129}`), "application/json"); r.status != http.StatusBadRequest || r.code(t) != "bad_manifest" {
 		t.Fatalf("maxSubagents 129: %d %s", r.status, r.body)
 	}
+	// Every field is optional, so no body is {} (it was 400).
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, nil, ""); r.status != http.StatusCreated {
+		t.Fatalf("enable with no body: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxsubagents": 5}`), "application/json"); r.status != http.StatusBadRequest || r.code(t) != "bad_request" {
+		t.Fatalf("maxsubagents (misspelt): %d %s", r.status, r.body)
+	}
 	r := e.do("POST", "/v1/workflow-tool", adminToken, strings.NewReader(`{"maxSubagents": 5}`), "application/json")
 	if r.status != http.StatusCreated {
 		t.Fatalf("enable: %d %s", r.status, r.body)
@@ -148,7 +155,9 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	}
 	e.post("/v1/tools/workflow/calls", string(in)).json(t, &call)
 	var list struct{ Turns []agents.WorkItem }
-	e.get("/v1/agent-turns?agent=researcher&unclaimed=true&wait=20s").json(t, &list)
+	r := e.get("/v1/agent-turns?agent=researcher&unclaimed=true&wait=20s")
+	checkCamel(t, "agent turns", r.body)
+	r.json(t, &list)
 	if len(list.Turns) != 1 || list.Turns[0].Message != "find X" || list.Turns[0].RunID != call.Run.ID || compactJSON(list.Turns[0].OutputSchema) != `{"type":"object"}` {
 		t.Fatalf("work items: %+v", list)
 	}
@@ -185,7 +194,7 @@ func TestAgentTurnsOverHTTP(t *testing.T) {
 	}
 	// With no work, a poll waits and returns an empty list.
 	start := time.Now()
-	r := e.get("/v1/agent-turns?wait=200ms")
+	r = e.get("/v1/agent-turns?wait=200ms")
 	r.json(t, &list)
 	if r.status != http.StatusOK || len(list.Turns) != 0 || time.Since(start) < 200*time.Millisecond {
 		t.Errorf("empty poll: %d %s after %s", r.status, r.body, time.Since(start))
@@ -214,13 +223,17 @@ func TestSessionOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tools struct{ Tools []host.Tool }
-	e.get("/v1/sessions/conv-1/tools").json(t, &tools)
+	r := e.get("/v1/sessions/conv-1/tools")
+	checkCamel(t, "session tools", r.body)
+	r.json(t, &tools)
 	if len(tools.Tools) != 3 || tools.Tools[2].Name != "task_cancel" {
 		t.Fatalf("tools %+v", tools)
 	}
 	var c struct{ Text, Status, TaskID, RunID string }
-	r := e.post("/v1/sessions/conv-1/calls", `{"tool":"approve-deadline","input":{"service":"api"}}`)
+	r = e.post("/v1/sessions/conv-1/calls", `{"tool":"approve-deadline","input":{"service":"api"}}`)
+	checkCamel(t, "session call", r.body)
 	r.json(t, &c)
+	checkCamel(t, "session tasks", e.get("/v1/sessions/conv-1/tasks").body)
 	if r.status != http.StatusOK || c.Status != "started" || c.Text != "Started task "+c.TaskID+". Its result will arrive in a <task_result> message." {
 		t.Fatalf("call: %d %s", r.status, r.body)
 	}
@@ -260,7 +273,7 @@ func TestSessionOverHTTP(t *testing.T) {
 	if res.Message != "" {
 		t.Errorf("a result given twice: %q", res.Message)
 	}
-	if r := e.post("/v1/sessions/conv-1/calls", `{"tool":"task_cancel","input":{"taskId":"approve-deadline-zzzzzz"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+	if r := e.post("/v1/sessions/conv-1/calls", `{"tool":"task_cancel","input":{"taskId":"approve-deadline-zzzzzz"}}`); r.status != http.StatusNotFound || r.code(t) != "unknown_task" {
 		t.Errorf("cancel unknown: %d %s", r.status, r.body)
 	}
 	if r := e.get("/v1/sessions/bad%20id/tasks"); r.status != http.StatusBadRequest {
@@ -310,7 +323,7 @@ func TestServeAndAbortOverHTTP(t *testing.T) {
 	if !strings.Contains(res.Message, `"revision":2`) || !strings.Contains(res.Message, `"a canary"`) {
 		t.Fatalf("second result %q", res.Message)
 	}
-	if r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"x","taskId":"release-plan-nosuch"}}`); r.status != http.StatusNotFound || r.code(t) != "UNKNOWN_TASK" {
+	if r := e.post("/v1/sessions/conv-s/calls", `{"tool":"release-plan","input":{"request":"x","taskId":"release-plan-nosuch"}}`); r.status != http.StatusNotFound || r.code(t) != "unknown_task" {
 		t.Errorf("unknown task: %d %s", r.status, r.body)
 	}
 	var steer struct{ Interrupted int }
