@@ -277,12 +277,17 @@ func TestBrowserLiveTimelineGrowsWithoutReload(t *testing.T) {
 	}
 }
 
+// liveRegionRendered waits for a live run page's first server-sent
+// rendering, which replaces the region's fields: a field filled before it
+// arrives is gone (its node replaced) when the click comes.
+var liveRegionRendered = chromedp.WaitReady(chromedp.CSS(`#live[data-updates]`))
+
 func TestBrowserCancelRun(t *testing.T) {
 	f := newFixture(t, nil)
 	ri := f.call("sleeper", `{"n":2}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
-	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID),
+	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), liveRegionRendered,
 		chromedp.SendKeys(chromedp.CSS(`input[name=reason]`), "not needed"),
 		chromedp.Click(chromedp.CSS(`[data-cancel]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=cancelled]`)))
@@ -329,7 +334,7 @@ func TestBrowserResumeHookWithPayload(t *testing.T) {
 	ri := f.call("hooked", `{"order":"o-7"}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
-	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID),
+	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), liveRegionRendered,
 		chromedp.SetValue(chromedp.CSS(`textarea[data-hook-payload]`), `{"amount": 42}`),
 		chromedp.Click(chromedp.CSS(`[data-resume-hook]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=completed]`)))
