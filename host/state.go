@@ -78,6 +78,10 @@ type runState struct {
 	status       store.RunStatus
 	result       json.RawMessage
 	failure      *abi.ErrorObject
+	// cancelResult is the result a body that finished unwinding after an
+	// abort ended with (run_cancelled keeps it): what a replay check
+	// compares the guest's own end with.
+	cancelResult json.RawMessage
 	detail       runDetail
 }
 
@@ -516,7 +520,7 @@ func (rs *runState) apply(e store.Event) error {
 			}
 		}
 		rs.endCalls(e.Seq)
-		rs.status, rs.failure = store.StatusCancelled, d.Error
+		rs.status, rs.failure, rs.cancelResult = store.StatusCancelled, d.Error, d.Result
 	case EvWebhookResponded:
 		h := rs.hooks[d.Hook]
 		if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -48,6 +49,11 @@ type wfInstance struct {
 	// checkOnly: a replay that must not do anything new (a history check,
 	// an upgrade check). The guest is stopped at the end of the history.
 	checkOnly bool
+	// ended is what the guest's replayed complete op asked for, kept by a
+	// check (checkOnly) to compare with the recorded end; endProbed: it
+	// sent the op with the if-recorded flag, so without its payload.
+	ended     []byte
+	endProbed bool
 
 	// State of the current activation.
 	ctx       context.Context // of the op in progress, for the CPU meter
@@ -222,6 +228,9 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		}
 		w.cursor = p
 		w.clock.advance(o.t)
+		if w.checkOnly && kind == abi.OpComplete {
+			w.ended, w.endProbed = bytes.Clone(payload), probe
+		}
 		return w.answer(o, p), nil
 	}
 
