@@ -221,7 +221,8 @@ func (e *InputError) Is(target error) bool { return target == ErrBadInput }
 // PluginError is returned when a plugin upload is refused.
 type PluginError struct {
 	// Reason is a stable code: "not_wasm", "malformed", "import",
-	// "abi_version", "missing_export", "too_large", "compile",
+	// "abi_version", "missing_export", "not_reactor" (a WASI command, or an
+	// _initialize that is not () -> ()), "too_large", "compile",
 	// "module_limit" (a structural limit: Err says which),
 	// "compile_timeout".
 	Reason string

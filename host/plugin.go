@@ -386,6 +386,16 @@ func checkModule(wasm []byte) (*wasmparse.Module, error) {
 			return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
 		}
 	}
+	if _, ok := mod.Export(abi.CommandExport); ok {
+		// A command's toolchain runs its constructors in _start, which the
+		// host never calls, or around every export call (wasm-ld wraps a
+		// command's exports so), which would reset the workflow's state at
+		// each sandflow_run.
+		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("module exports %s, so it is a WASI command; a guest must be a reactor (clang -mexec-model=reactor, Go -buildmode=c-shared, a Rust cdylib)", abi.CommandExport)}
+	}
+	if e, ok := mod.Export(abi.InitializeExport); ok && !sameSig(e.Type, sigVoid) {
+		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.InitializeExport, sigString(e.Type))}
+	}
 	if e, ok := mod.Export(abi.PrepareExport); ok && !sameSig(e.Type, sigVoid) {
 		return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.PrepareExport, sigString(e.Type))}
 	}
