@@ -237,8 +237,15 @@ func compareEnd(rs *runState, payload []byte, probed bool) (outcome, detail stri
 		}
 	case store.StatusFailed:
 		wantErr = rs.failure
+		if wantErr.Type == abi.ErrTypeOutputSchema && rs.endResult != nil {
+			// The body completed; the host failed the run for its result.
+			wantRes, wantErr = rs.endResult, nil
+			if out.Error == nil && string(gotRes) == "null" && rs.lastProgress != nil {
+				gotRes = rs.lastProgress
+			}
+		}
 	case store.StatusCancelled:
-		wantRes, wantErr = nullIfEmpty(rs.cancelResult), rs.failure
+		wantRes, wantErr = nullIfEmpty(rs.endResult), rs.failure
 	default:
 		return OutcomeDiffers, fmt.Sprintf("the guest completed where the history's run is %s", rs.status)
 	}

@@ -40,7 +40,10 @@ type Manifest struct {
 	// InputSchema is the JSON Schema (2020-12 by default) of the input,
 	// which must be an object.
 	InputSchema json.RawMessage `json:"inputSchema"`
-	// OutputSchema optionally describes the result.
+	// OutputSchema optionally describes the result: a run whose body
+	// completes with a result that does not match it fails with an
+	// OutputSchemaError instead. It does not apply to a serve tool's
+	// reply outputs, nor to a run's error.
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	// Capabilities lists the host capabilities the plugin's steps may call.
 	Capabilities []string `json:"capabilities,omitempty"`
@@ -413,6 +416,9 @@ type loadedPlugin struct {
 	limits Limits
 	cm     CompiledModule
 	input  *schema.Schema
+	// output is the manifest's outputSchema compiled, nil without one: a
+	// run's result must match it (workflow.go, OpComplete).
+	output *schema.Schema
 	caps   map[string]bool
 
 	mu    sync.Mutex
@@ -539,7 +545,13 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	for _, c := range m.Capabilities {
 		caps[c] = true
 	}
-	lp = &loadedPlugin{p: p, m: m, limits: limits, cm: cm, input: in, caps: caps}
+	var out *schema.Schema
+	if len(m.OutputSchema) > 0 {
+		if out, err = schema.Compile(m.OutputSchema); err != nil { // check compiled it already
+			return nil, fmt.Errorf("%w: outputSchema: %v", ErrBadManifest, err)
+		}
+	}
+	lp = &loadedPlugin{p: p, m: m, limits: limits, cm: cm, input: in, output: out, caps: caps}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if prev := h.plugins[key]; prev != nil {
