@@ -47,9 +47,12 @@ const (
 	// guest reads the attempt with OpStepInput and reports it with
 	// OpStepComplete, then returns RunDone.
 	StepExport = "sandflow_step"
-	// InitializeExport is the WASI reactor initialiser; the host calls it once
-	// after instantiation when the module exports it.
+	// InitializeExport is the WASI reactor initialiser, () -> (); the host
+	// calls it once after instantiation when the module exports it.
 	InitializeExport = "_initialize"
+	// CommandExport is a WASI command's entry point. A guest must be a
+	// reactor: a module exporting it is refused.
+	CommandExport = "_start"
 	// PrepareExport is optional: () -> (). The host calls it once, right
 	// after InitializeExport and under the same limits, before the instance
 	// runs anything or its state is taken as the plugin's base image. It

@@ -100,6 +100,10 @@ const (
 	ErrTypeCapability = "CapabilityError"
 	// ErrTypeBadRequest is a refused op.
 	ErrTypeBadRequest = "BadRequestError"
+	// ErrTypeOutputSchema fails a run whose body completed with a result
+	// that does not match its tool's outputSchema; the run_failed event
+	// keeps the result.
+	ErrTypeOutputSchema = "OutputSchemaError"
 	// ErrTypeStepInterrupted is a step attempt that began and did not
 	// report how it ended: the host that ran it crashed, closed or stopped
 	// driving the run, or the run was cancelled. Its details are a

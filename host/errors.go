@@ -41,6 +41,10 @@ var (
 	ErrBadManifest = errors.New("invalid plugin manifest")
 	// ErrNonDeterminism is matched by *NonDeterminismError.
 	ErrNonDeterminism = errors.New("non-deterministic workflow")
+	// ErrResultDiffers is matched by *ResultDiffersError: a replay check's
+	// guest made the recorded ops and completed, but with another result
+	// or error than the history records.
+	ErrResultDiffers = errors.New("replay result differs from the history")
 	// ErrLimit is matched by every *LimitError.
 	ErrLimit = errors.New("limit exceeded")
 	// ErrCPULimit is matched by a *LimitError for CPU time.
@@ -114,6 +118,26 @@ func (e *NonDeterminismError) Error() string {
 
 // Is makes errors.Is(err, ErrNonDeterminism) true.
 func (e *NonDeterminismError) Is(target error) bool { return target == ErrNonDeterminism }
+
+// ResultDiffersError is what a strict replay check makes of a report
+// whose Outcome is "differs" (ReplayReport.Strict): the guest replayed
+// every recorded op but ended the run otherwise than the history does. It
+// matches ErrResultDiffers and, as a divergence from the history, also
+// ErrNonDeterminism.
+type ResultDiffersError struct {
+	RunID string
+	// Detail says what the history has and what the guest gave.
+	Detail string
+}
+
+func (e *ResultDiffersError) Error() string {
+	return fmt.Sprintf("replay result differs from the history: run %s: %s", e.RunID, e.Detail)
+}
+
+// Is makes errors.Is true for ErrResultDiffers and ErrNonDeterminism.
+func (e *ResultDiffersError) Is(target error) bool {
+	return target == ErrResultDiffers || target == ErrNonDeterminism
+}
 
 // LimitError is returned when a run or an upload goes over a limit.
 type LimitError struct {
@@ -197,7 +221,8 @@ func (e *InputError) Is(target error) bool { return target == ErrBadInput }
 // PluginError is returned when a plugin upload is refused.
 type PluginError struct {
 	// Reason is a stable code: "not_wasm", "malformed", "import",
-	// "abi_version", "missing_export", "too_large", "compile",
+	// "abi_version", "missing_export", "not_reactor" (a WASI command, or an
+	// _initialize that is not () -> ()), "too_large", "compile",
 	// "module_limit" (a structural limit: Err says which),
 	// "compile_timeout".
 	Reason string

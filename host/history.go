@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -170,15 +171,120 @@ type ReplayReport struct {
 	RunID string `json:"runId"`
 	// Module is the hash of the module the history was replayed against.
 	Module string `json:"module"`
-	// Ops is how many recorded ops the guest asked for again.
+	// Ops is how many recorded ops the guest asked for again: on a
+	// divergence, those before it.
 	Ops int `json:"ops"`
 	// RecordedOps is how many the history has.
 	RecordedOps int `json:"recordedOps"`
-	Activations int `json:"activations"`
+	// ActivationsReached is how many of the recorded activations the guest
+	// got into (the one it diverged in counts); Activations is how many
+	// the history has.
+	ActivationsReached int `json:"activationsReached"`
+	Activations        int `json:"activations"`
 	// End is how the guest stopped: "completed", "suspended", or "beyond"
-	// (it went past the history, with Next its next op).
+	// (it went past the history, with Next its next op); "" when it
+	// diverged.
 	End  string `json:"end"`
 	Next string `json:"next,omitempty"`
+	// Outcome compares, when End is "completed", the result or error the
+	// guest completed with against the run's recorded end: "same", or
+	// "differs" with OutcomeDetail saying how; "unchecked" when the guest
+	// sent its complete op with the if-recorded flag, so without them.
+	// The ops matching is what makes a replay consistent; a different
+	// result is reported here, and is an error only through Strict.
+	Outcome       string `json:"outcome,omitempty"`
+	OutcomeDetail string `json:"outcomeDetail,omitempty"`
+}
+
+// Strict returns a *ResultDiffersError when the report's Outcome is
+// "differs", and nil otherwise: for a check that must fail on a changed
+// result as it does on changed ops.
+func (r *ReplayReport) Strict() error {
+	if r == nil || r.Outcome != OutcomeDiffers {
+		return nil
+	}
+	return &ResultDiffersError{RunID: r.RunID, Detail: r.OutcomeDetail}
+}
+
+// Values of ReplayReport.Outcome.
+const (
+	OutcomeSame      = "same"
+	OutcomeDiffers   = "differs"
+	OutcomeUnchecked = "unchecked"
+)
+
+// compareEnd compares the complete op a checked guest replayed (its
+// payload, or probed when it sent the op without one) with the run's
+// recorded end.
+func compareEnd(rs *runState, payload []byte, probed bool) (outcome, detail string) {
+	if probed {
+		return OutcomeUnchecked, ""
+	}
+	var out abi.Outcome
+	if m := decodeOutcome(payload, &out); m != "" {
+		// The live op would have been refused, and the history records
+		// an end: the guest cannot have ended this way.
+		return OutcomeDiffers, "the guest's complete payload is malformed: " + m
+	}
+	var wantRes json.RawMessage
+	var wantErr *abi.ErrorObject
+	gotRes := nullIfEmpty(out.Result)
+	switch rs.status {
+	case store.StatusCompleted:
+		wantRes = rs.result
+		if out.Error == nil && string(gotRes) == "null" && rs.lastProgress != nil {
+			gotRes = rs.lastProgress // as the live op makes it
+		}
+	case store.StatusFailed:
+		wantErr = rs.failure
+		if wantErr.Type == abi.ErrTypeOutputSchema && rs.endResult != nil {
+			// The body completed; the host failed the run for its result.
+			wantRes, wantErr = rs.endResult, nil
+			if out.Error == nil && string(gotRes) == "null" && rs.lastProgress != nil {
+				gotRes = rs.lastProgress
+			}
+		}
+	case store.StatusCancelled:
+		wantRes, wantErr = nullIfEmpty(rs.endResult), rs.failure
+	default:
+		return OutcomeDiffers, fmt.Sprintf("the guest completed where the history's run is %s", rs.status)
+	}
+	switch {
+	case wantErr == nil && out.Error != nil:
+		return OutcomeDiffers, fmt.Sprintf("the history has result %s, the guest failed with %s", clipJSON(wantRes), clipJSON(mustJSON(out.Error)))
+	case wantErr != nil && out.Error == nil:
+		return OutcomeDiffers, fmt.Sprintf("the history has error %s, the guest completed with %s", clipJSON(mustJSON(wantErr)), clipJSON(gotRes))
+	case wantErr != nil && !sameJSON(mustJSON(wantErr), mustJSON(errOrUnknown(out.Error))):
+		return OutcomeDiffers, fmt.Sprintf("the history has error %s, the guest's is %s", clipJSON(mustJSON(wantErr)), clipJSON(mustJSON(errOrUnknown(out.Error))))
+	case wantRes != nil && !sameJSON(wantRes, gotRes):
+		return OutcomeDiffers, fmt.Sprintf("the history has result %s, the guest's is %s", clipJSON(wantRes), clipJSON(gotRes))
+	}
+	return OutcomeSame, ""
+}
+
+// sameJSON reports whether two JSON texts are the same value: object keys
+// in any order, numbers compared as written.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if decodeNumbers(a, &va) != nil || decodeNumbers(b, &vb) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func decodeNumbers(b []byte, v *any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+// clipJSON shortens a JSON text for a message.
+func clipJSON(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
 }
 
 // CheckReplay replays a history against a module without recording
@@ -396,7 +502,7 @@ func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) 
 	defer h.recycle(ctx, w, nil) // reset for the next check, unless the check stopped it
 	w.begin(nil)
 	res, err := w.inst.Call(ctx, abi.RunExport)
-	rep.Ops = int(w.cursor)
+	rep.Ops, rep.ActivationsReached = int(w.cursor), min(w.act+1, rep.Activations)
 	var fe *frontierError
 	switch {
 	case errors.As(err, &fe):
@@ -411,6 +517,7 @@ func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) 
 		rep.End = "suspended"
 	case res == abi.RunDone && w.completed:
 		rep.End = "completed"
+		rep.Outcome, rep.OutcomeDetail = compareEnd(rs, w.ended, w.endProbed)
 	default:
 		return rep, &GuestError{Message: fmt.Sprintf("ABI violation: %s returned %d", abi.RunExport, res)}
 	}

@@ -40,7 +40,10 @@ type Manifest struct {
 	// InputSchema is the JSON Schema (2020-12 by default) of the input,
 	// which must be an object.
 	InputSchema json.RawMessage `json:"inputSchema"`
-	// OutputSchema optionally describes the result.
+	// OutputSchema optionally describes the result: a run whose body
+	// completes with a result that does not match it fails with an
+	// OutputSchemaError instead. It does not apply to a serve tool's
+	// reply outputs, nor to a run's error.
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	// Capabilities lists the host capabilities the plugin's steps may call.
 	Capabilities []string `json:"capabilities,omitempty"`
@@ -386,6 +389,16 @@ func checkModule(wasm []byte) (*wasmparse.Module, error) {
 			return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
 		}
 	}
+	if _, ok := mod.Export(abi.CommandExport); ok {
+		// A command's toolchain runs its constructors in _start, which the
+		// host never calls, or around every export call (wasm-ld wraps a
+		// command's exports so), which would reset the workflow's state at
+		// each sandflow_run.
+		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("module exports %s, so it is a WASI command; a guest must be a reactor (clang -mexec-model=reactor, Go -buildmode=c-shared, a Rust cdylib)", abi.CommandExport)}
+	}
+	if e, ok := mod.Export(abi.InitializeExport); ok && !sameSig(e.Type, sigVoid) {
+		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.InitializeExport, sigString(e.Type))}
+	}
 	if e, ok := mod.Export(abi.PrepareExport); ok && !sameSig(e.Type, sigVoid) {
 		return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.PrepareExport, sigString(e.Type))}
 	}
@@ -403,6 +416,9 @@ type loadedPlugin struct {
 	limits Limits
 	cm     CompiledModule
 	input  *schema.Schema
+	// output is the manifest's outputSchema compiled, nil without one: a
+	// run's result must match it (workflow.go, OpComplete).
+	output *schema.Schema
 	caps   map[string]bool
 
 	mu    sync.Mutex
@@ -529,7 +545,13 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	for _, c := range m.Capabilities {
 		caps[c] = true
 	}
-	lp = &loadedPlugin{p: p, m: m, limits: limits, cm: cm, input: in, caps: caps}
+	var out *schema.Schema
+	if len(m.OutputSchema) > 0 {
+		if out, err = schema.Compile(m.OutputSchema); err != nil { // check compiled it already
+			return nil, fmt.Errorf("%w: outputSchema: %v", ErrBadManifest, err)
+		}
+	}
+	lp = &loadedPlugin{p: p, m: m, limits: limits, cm: cm, input: in, output: out, caps: caps}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if prev := h.plugins[key]; prev != nil {

@@ -78,7 +78,12 @@ type runState struct {
 	status       store.RunStatus
 	result       json.RawMessage
 	failure      *abi.ErrorObject
-	detail       runDetail
+	// endResult is the result the body ended with when the run did not
+	// complete with it: run_cancelled keeps it (a body that finished
+	// unwinding after an abort), and run_failed for an OutputSchemaError.
+	// A replay check compares the guest's own end with it.
+	endResult json.RawMessage
+	detail    runDetail
 }
 
 type marker struct {
@@ -507,7 +512,7 @@ func (rs *runState) apply(e store.Event) error {
 		if e.Kind == EvRunCompleted {
 			rs.status, rs.result = store.StatusCompleted, nullIfEmpty(d.Result)
 		} else {
-			rs.status, rs.failure = store.StatusFailed, errOrUnknown(d.Error)
+			rs.status, rs.failure, rs.endResult = store.StatusFailed, errOrUnknown(d.Error), d.Result
 		}
 	case EvRunCancelled:
 		if d.Op != 0 { // the body's own end, after an abort
@@ -516,7 +521,7 @@ func (rs *runState) apply(e store.Event) error {
 			}
 		}
 		rs.endCalls(e.Seq)
-		rs.status, rs.failure = store.StatusCancelled, d.Error
+		rs.status, rs.failure, rs.endResult = store.StatusCancelled, d.Error, d.Result
 	case EvWebhookResponded:
 		h := rs.hooks[d.Hook]
 		if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {

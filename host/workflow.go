@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -48,6 +49,11 @@ type wfInstance struct {
 	// checkOnly: a replay that must not do anything new (a history check,
 	// an upgrade check). The guest is stopped at the end of the history.
 	checkOnly bool
+	// ended is what the guest's replayed complete op asked for, kept by a
+	// check (checkOnly) to compare with the recorded end; endProbed: it
+	// sent the op with the if-recorded flag, so without its payload.
+	ended     []byte
+	endProbed bool
 
 	// State of the current activation.
 	ctx       context.Context // of the op in progress, for the CPU meter
@@ -222,6 +228,9 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		}
 		w.cursor = p
 		w.clock.advance(o.t)
+		if w.checkOnly && kind == abi.OpComplete {
+			w.ended, w.endProbed = bytes.Clone(payload), probe
+		}
 		return w.answer(o, p), nil
 	}
 
@@ -549,12 +558,33 @@ func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, 
 			if string(res) == "null" && rs.lastProgress != nil {
 				res = rs.lastProgress
 			}
-			ev, err = b.pushAt(EvRunCompleted, now, &evData{Op: p, Result: clone(res)})
+			if problems := w.outputProblems(res); problems != "" {
+				// The tool promises its callers results of this shape (an
+				// MCP client may check them): a result without it fails
+				// the run, keeping the result for whoever looks into it.
+				ev, err = b.pushAt(EvRunFailed, now, &evData{Op: p, Result: clone(res),
+					Error: &abi.ErrorObject{Type: abi.ErrTypeOutputSchema, Message: "the result does not match the tool's outputSchema: " + problems}})
+			} else {
+				ev, err = b.pushAt(EvRunCompleted, now, &evData{Op: p, Result: clone(res)})
+			}
 		}
 	default:
 		return ev, abi.StatusUnknownOp, "unknown op", nil
 	}
 	return ev, abi.StatusOK, "", err
+}
+
+// outputProblems checks a run's result against its tool's outputSchema,
+// returning what fails, or "" when it matches or there is no schema.
+func (w *wfInstance) outputProblems(res json.RawMessage) string {
+	if w.plugin.output == nil {
+		return ""
+	}
+	v, err := schema.Decode(res)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(w.plugin.output.Validate(v), "; ")
 }
 
 // hookHolder returns the run that holds a token, other than through a hook

@@ -509,13 +509,19 @@ func hooksCmd(a *app) *cobra.Command {
 
 func replayCmd(a *app) *cobra.Command {
 	var historyPath, pluginPath string
+	var strict bool
 	c := &cobra.Command{
-		Use:   "replay RUN | --history FILE [--plugin NEW.wasm|NEW.js]",
+		Use:   "replay RUN | --history FILE [--plugin NEW.wasm|NEW.js] [--strict]",
 		Short: "Re-run a history against its plugin, or a new module, and report any divergence",
 		Long: `Replay re-runs a run's recorded history, read from the data directory or
 from an exported file, against the plugin version it ran on, or against
 another module given with --plugin (a CI check that a new version still
-replays old histories). Nothing is recorded. Exits 4 on a divergence.`,
+replays old histories). Nothing is recorded. Exits 4 on a divergence.
+
+When the guest completes, its result (or error) is compared with the one
+the history records. A different one is a warning, on stderr, and the
+command still exits 0: the ops, not the result, decide whether a module
+can take a run over. With --strict it is a divergence and exits 4.`,
 		Args: args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			if (len(argv) == 1) == (historyPath != "") {
@@ -554,6 +560,9 @@ replays old histories). Nothing is recorded. Exits 4 on a divergence.`,
 				} else {
 					rep, err = h.CheckReplay(ctx, hist, wasm)
 				}
+				if err == nil && strict {
+					err = rep.Strict()
+				}
 				if a.asJSON && rep != nil {
 					out := struct {
 						*host.ReplayReport
@@ -568,21 +577,32 @@ replays old histories). Nothing is recorded. Exits 4 on a divergence.`,
 				} else if rep != nil {
 					printReport(a.out, rep)
 				}
+				if err == nil && rep != nil && rep.Outcome == host.OutcomeDiffers {
+					fmt.Fprintf(a.errOut, "warning: run %s: the guest completed with another result than the history records: %s (--strict makes this an error)\n", rep.RunID, rep.OutcomeDetail)
+				}
 				return err
 			})
 		},
 	}
 	c.Flags().StringVar(&historyPath, "history", "", "an exported history file")
 	c.Flags().StringVar(&pluginPath, "plugin", "", "check against this module instead of the run's own")
+	c.Flags().BoolVar(&strict, "strict", false, "a guest that completes with another result or error than the history's is a divergence (exit 4), not a warning")
 	return c
 }
 
 func printReport(w io.Writer, rep *host.ReplayReport) {
-	fmt.Fprintf(w, "run %s against module %s: replayed %d of %d recorded ops over %d activations\n",
-		rep.RunID, rep.Module[:min(12, len(rep.Module))], rep.Ops, rep.RecordedOps, rep.Activations)
+	fmt.Fprintf(w, "run %s against module %s: replayed %d of %d recorded ops, into %d of %d recorded activations\n",
+		rep.RunID, rep.Module[:min(12, len(rep.Module))], rep.Ops, rep.RecordedOps, rep.ActivationsReached, rep.Activations)
 	switch rep.End {
 	case "completed":
-		fmt.Fprintln(w, "consistent: the guest completed as recorded")
+		switch rep.Outcome {
+		case host.OutcomeSame:
+			fmt.Fprintln(w, "consistent: the guest completed as recorded, with the recorded result")
+		case host.OutcomeDiffers:
+			fmt.Fprintf(w, "ops consistent, result differs: %s\n", rep.OutcomeDetail)
+		default:
+			fmt.Fprintln(w, "consistent: the guest completed where the history does (its result was not sent, so not compared)")
+		}
 	case "suspended":
 		fmt.Fprintln(w, "consistent: the guest waits where the history ends")
 	case "beyond":
