@@ -680,7 +680,12 @@ func (f *fixture) fingerprintCase(t *testing.T) string {
 }
 
 // budgetCase: a body computes for about 0.6 s (a third of the time limit)
-// between four sleeps.
+// between four sleeps. The time limit is wall-clock, so a machine that
+// slows down more than threefold after the calibration can push one
+// activation past it: the case calibrates and tries again, up to three
+// times, before it reports js_time_limit. A budget that did not restart
+// with each replayed activation fails every try (each resume replays 5 ×
+// 0.6 s).
 func (f *fixture) budgetCase(register func(name, src string) error) func(t *testing.T) string {
 	return func(t *testing.T) string {
 		ctx := context.Background()
@@ -696,18 +701,24 @@ func (f *fixture) budgetCase(register func(name, src string) error) func(t *test
 			}
 			return time.Since(start)
 		}
-		base := timeOf(0)
-		const probe = 500_000
-		per := float64(timeOf(probe)-base) / probe
-		n := int(float64(600*time.Millisecond) / per)
-		t.Logf("%.0f ns per iteration; %d iterations between sleeps", per, n)
-		ri, err := f.h.Call(ctx, "advbudget", json.RawMessage(fmt.Sprintf(`{"n":%d,"sleeps":4}`, n)), nil)
-		if err != nil {
-			t.Fatal(err)
+		var out string
+		for try := 1; try <= 3; try++ {
+			base := timeOf(0)
+			const probe = 500_000
+			per := float64(timeOf(probe)-base) / probe
+			n := int(float64(600*time.Millisecond) / per)
+			t.Logf("try %d: %.0f ns per iteration; %d iterations between sleeps", try, per, n)
+			ri, err := f.h.Call(ctx, "advbudget", json.RawMessage(fmt.Sprintf(`{"n":%d,"sleeps":4}`, n)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 5 && ri.Status == store.StatusWaiting; i++ {
+				ri = f.fire(ri.ID, 2*time.Minute)
+			}
+			if out = advOutcome(ri); !strings.Contains(out, jsprogram.CodeJSTime) {
+				return out
+			}
 		}
-		for i := 0; i < 5 && ri.Status == store.StatusWaiting; i++ {
-			ri = f.fire(ri.ID, 2*time.Minute)
-		}
-		return advOutcome(ri)
+		return out
 	}
 }
