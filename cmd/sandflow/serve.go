@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,7 +82,11 @@ at once.`,
 				}
 				defer ln.Close()
 				if baseURL == "" {
-					baseURL = "http://" + ln.Addr().String()
+					var guessed bool
+					baseURL, guessed = defaultBaseURL(ln.Addr())
+					if guessed {
+						logger.Warn("listening on every interface: webhook and run URLs use " + baseURL + "; give --base-url with the URL clients reach this server at")
+					}
 				}
 			}
 			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots,
@@ -121,6 +126,9 @@ at once.`,
 				}
 				if apiToken != "" {
 					cfg.APITokens = []string{apiToken}
+				}
+				if adminToken == "" {
+					logger.Warn("no --admin-token: plugin uploads and deletions are refused; give --admin-token (SANDFLOW_ADMIN_TOKEN) to allow them")
 				}
 				if adminToken != "" {
 					cfg.AdminTokens = []string{adminToken}
@@ -191,6 +199,16 @@ at once.`,
 	c.Flags().IntVar(&maxCompiles, "max-compiles", host.DefaultMaxCompiles, "most modules compiling at once; more wait their turn within their timeout")
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
 	return c
+}
+
+// defaultBaseURL is the base URL of a server listening on addr: http://ADDR,
+// or, for an address that is every interface (0.0.0.0, ::), which no
+// client can reach, http://localhost:PORT, with guessed set.
+func defaultBaseURL(addr net.Addr) (string, bool) {
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort("localhost", strconv.Itoa(ta.Port)), true
+	}
+	return "http://" + addr.String(), false
 }
 
 func addrOf(ln net.Listener) string {
