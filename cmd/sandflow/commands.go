@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
@@ -42,7 +43,15 @@ func pluginCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if manifestPath == "" && jsprogram.IsScript(module) {
+			isWasm := bytes.HasPrefix(module, []byte("\x00asm"))
+			isJS := !isWasm && isScriptFile(argv[0])
+			if !isWasm && !isJS && jsprogram.IsScript(module) {
+				return withCode(exitInvalid, fmt.Errorf("%w: %s is neither a WebAssembly module (it does not start with \\0asm) nor a JavaScript tool script (a .js or .mjs file)", host.ErrBadPlugin, argv[0]))
+			}
+			if isJS && manifestPath != "" {
+				return &usageError{"a JavaScript tool script needs no --manifest: its defineWorkflowTool call is its manifest"}
+			}
+			if manifestPath == "" && isJS {
 				if name == "" {
 					name = strings.TrimSuffix(filepath.Base(argv[0]), filepath.Ext(argv[0]))
 				}
@@ -106,6 +115,15 @@ func pluginCmd(a *app) *cobra.Command {
 	}
 	c.AddCommand(add, list)
 	return c
+}
+
+// isScriptFile reports whether a path names a JavaScript file.
+func isScriptFile(path string) bool {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".js", ".mjs":
+		return true
+	}
+	return false
 }
 
 func toolsCmd(a *app) *cobra.Command {
@@ -278,20 +296,7 @@ func printRunWith(w io.Writer, ri host.RunInfo, cmd string) {
 		fmt.Fprintf(w, "result: %s\n", ri.Result)
 	case ri.Status == store.StatusFailed && ri.Error != nil:
 		fmt.Fprintf(w, "error: %s: %s\n", ri.Error.Type, ri.Error.Message)
-		if pe, ok := jsprogram.FromObject(ri.Error); ok {
-			// A JavaScript program's failure: where, and its stack.
-			if pe.Line > 0 && !strings.Contains(pe.Message, fmt.Sprintf("(line %d, column %d)", pe.Line, pe.Column)) {
-				fmt.Fprintf(w, "at: line %d, column %d\n", pe.Line, pe.Column)
-			}
-			if pe.Code != "" {
-				fmt.Fprintf(w, "code: %s\n", pe.Code)
-			}
-			if pe.Stack != "" {
-				fmt.Fprintf(w, "stack:\n%s\n", indent(pe.Stack, "  "))
-			}
-		} else if len(ri.Error.Details) > 0 {
-			fmt.Fprintf(w, "details: %s\n", ri.Error.Details)
-		}
+		printErrorDetails(w, ri.Tool, ri.Error)
 	}
 	if len(ri.Progress) > 0 && !ri.Status.Terminal() {
 		fmt.Fprintf(w, "progress: %s\n", ri.Progress)
@@ -352,6 +357,42 @@ func printRunWith(w io.Writer, ri host.RunInfo, cmd string) {
 		for _, l := range waits {
 			fmt.Fprintln(w, l)
 		}
+	}
+}
+
+// printErrorDetails prints where a JavaScript failure happened: its line
+// and column, its code, and its stack, which names an authored tool's
+// script by the tool (the log records it as tool.js) and leaves out the
+// host's own frames. Other details are printed as JSON.
+func printErrorDetails(w io.Writer, tool string, eo *abi.ErrorObject) {
+	if len(eo.Details) == 0 {
+		return
+	}
+	var d struct {
+		Code   string `json:"code"`
+		Line   int    `json:"line"`
+		Column int    `json:"column"`
+		Stack  string `json:"stack"`
+	}
+	if json.Unmarshal(eo.Details, &d) != nil || (d.Line == 0 && d.Stack == "" && d.Code == "") {
+		fmt.Fprintf(w, "details: %s\n", eo.Details)
+		return
+	}
+	if d.Line > 0 && !strings.Contains(eo.Message, fmt.Sprintf("(line %d, column %d)", d.Line, d.Column)) {
+		fmt.Fprintf(w, "at: line %d, column %d\n", d.Line, d.Column)
+	}
+	if d.Code != "" {
+		fmt.Fprintf(w, "code: %s\n", d.Code)
+	}
+	if d.Stack != "" {
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(d.Stack, "\n"), "\n") {
+			if strings.Contains(l, "toolshim.js:") || strings.Contains(l, "shim.js:") {
+				continue
+			}
+			lines = append(lines, strings.ReplaceAll(l, "(tool.js:", "("+tool+".js:"))
+		}
+		fmt.Fprintf(w, "stack:\n%s\n", indent(strings.Join(lines, "\n"), "  "))
 	}
 }
 

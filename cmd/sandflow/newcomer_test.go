@@ -214,3 +214,72 @@ func TestDemoOutput(t *testing.T) {
 		t.Errorf("the demo prints hints into a directory it deletes:\n%s", s)
 	}
 }
+
+// plugin add tells a file that is neither WebAssembly nor a .js script
+// from a script, and registers nothing.
+func TestCLIPluginAddRefusesOtherFiles(t *testing.T) {
+	c := newCLI(t)
+	root := t.TempDir()
+	readme := filepath.Join(root, "README.md")
+	if err := os.WriteFile(readme, []byte("# a tool\n\nSome prose, not a program.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(exitInvalid, "plugin", "add", readme)
+	js := filepath.Join(root, "t.js")
+	if err := os.WriteFile(js, []byte(`defineWorkflowTool({ description: "x", inputSchema: { type: "object" }, async execute() { "use workflow"; return 1; } });`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(exitUsage, "plugin", "add", js, "--manifest", readme)
+	if out := strings.TrimSpace(c.ok("plugin", "list", "--json")); out != "[]" {
+		t.Fatalf("refused adds registered %s", out)
+	}
+	c.ok("plugin", "add", js)
+}
+
+// A JavaScript run that fails prints where, its code and its stack, in
+// text as in --json.
+func TestCLIJavaScriptFailureShowsWhere(t *testing.T) {
+	c := newCLI(t)
+	js := filepath.Join(t.TempDir(), "thrower.js")
+	if err := os.WriteFile(js, []byte(`defineWorkflowTool({
+  description: "throws",
+  inputSchema: { type: "object" },
+  async execute() {
+    "use workflow";
+    throw new TypeError("boom");
+  },
+});
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("plugin", "add", js)
+	out, errs, code := c.run("call", "thrower")
+	if code != exitRunFailed {
+		t.Fatalf("exit %d, want %d\n%s%s", code, exitRunFailed, out, errs)
+	}
+	for _, want := range []string{"boom", "line 6, column 11", "stack:", "at execute (thrower.js:6:11"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the failure lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A workflow program's syntax error prints its position and code; one that
+// ends early is located in the program, not in the host's wrapper.
+func TestCLIWorkflowProgramSyntaxError(t *testing.T) {
+	c := newCLI(t)
+	agents := filepath.Join(t.TempDir(), "agents.json")
+	if err := os.WriteFile(agents, []byte(`{"agents": [{"name": "a", "reply": "r"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("--agents", agents, "workflow", "enable")
+	out, errs, code := c.run("--agents", agents, "call", "workflow", "--input", `{"js":"return {"}`)
+	if code != exitRunFailed {
+		t.Fatalf("exit %d, want %d\n%s%s", code, exitRunFailed, out, errs)
+	}
+	for _, want := range []string{"(line 1, column 9)", "code: syntax_error"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the failure lacks %q:\n%s", want, out)
+		}
+	}
+}
