@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/store"
@@ -282,4 +286,49 @@ func TestCLIWorkflowProgramSyntaxError(t *testing.T) {
 			t.Errorf("the failure lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// serve on every interface says to give --base-url, and uses a URL a
+// client can reach meanwhile; an API token alone says uploads are off.
+func TestServeSaysWhatItCannotGuess(t *testing.T) {
+	c := newCLI(t)
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "0.0.0.0:0", "--api-token", "sfa_0123456789abcdef")
+	serr := &syncBuffer{}
+	serve.Stderr = serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(serr.String(), "msg=serving") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+	log := serr.String()
+	for _, want := range []string{"give --base-url", "base=http://localhost:", "no --admin-token: plugin uploads and deletions are refused"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("serve's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "base=http://[::]") || strings.Contains(log, "base=http://0.0.0.0") {
+		t.Errorf("serve uses an address no client reaches:\n%s", log)
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
