@@ -183,7 +183,7 @@ func (a *app) withHostMode(ctx context.Context, readOnly bool, fn func(h *host.H
 	h, err := a.openMode(ctx, &host.Options{}, readOnly)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
-			return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+			return lockedError(a.dataDir, err)
 		}
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -331,4 +332,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// While serve runs, a command that finds the data directory locked names
+// the server's API; once serve stops, its serve.json is gone.
+func TestCLILockedPointsAtTheRunningServer(t *testing.T) {
+	c := newCLI(t)
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "127.0.0.1:0")
+	serr, _ := serve.StderrPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, serr, "serving", 30*time.Second)
+	errs := c.expect(exitLocked, "runs", "list")
+	si, ok := runningServer(c.data)
+	if !ok || si.PID != serve.Process.Pid || !strings.HasPrefix(si.URL, "http://127.0.0.1:") {
+		t.Errorf("serve.json: %+v, %v; serve is pid %d", si, ok, serve.Process.Pid)
+	}
+	if !strings.Contains(errs, "use its HTTP API at "+si.URL) {
+		t.Errorf("the locked error does not name the API: %s", errs)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.data, serveInfoFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("serve.json outlived serve: %v", err)
+	}
 }

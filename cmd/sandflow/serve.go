@@ -93,7 +93,7 @@ at once.`,
 				CompileTimeout: compileTimeout, MaxCompiles: maxCompiles})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
-					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+					return lockedError(a.dataDir, err)
 				}
 				return err
 			}
@@ -153,6 +153,13 @@ at once.`,
 						logger.Error("http", "err", err)
 					}
 				}()
+			}
+			if ln != nil {
+				// Commands that find the directory locked point at this server.
+				if err := writeServeInfo(a.dataDir, baseURL); err != nil {
+					logger.Warn("writing "+serveInfoFile, "err", err)
+				}
+				defer os.Remove(filepath.Join(a.dataDir, serveInfoFile))
 			}
 			logger.Info("serving", "data", a.dataDir, "addr", addrOf(ln), "base", baseURL)
 
@@ -216,6 +223,43 @@ func addrOf(ln net.Listener) string {
 		return ""
 	}
 	return ln.Addr().String()
+}
+
+// serveInfoFile says, while serve runs, which process it is and where its
+// API is: a command that finds the data directory locked names the API.
+const serveInfoFile = "serve.json"
+
+type serveInfo struct {
+	PID int    `json:"pid"`
+	URL string `json:"url"`
+}
+
+func writeServeInfo(dir, url string) error {
+	b, _ := json.Marshal(serveInfo{PID: os.Getpid(), URL: url})
+	tmp := filepath.Join(dir, serveInfoFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, serveInfoFile))
+}
+
+// runningServer returns the URL of the API of the sandflow serve that has
+// dir open, if its serve.json names a live process.
+func runningServer(dir string) (serveInfo, bool) {
+	var si serveInfo
+	b, err := os.ReadFile(filepath.Join(dir, serveInfoFile))
+	if err != nil || json.Unmarshal(b, &si) != nil || si.PID <= 0 || si.URL == "" {
+		return si, false
+	}
+	return si, processAlive(si.PID)
+}
+
+// lockedError explains a data directory another process holds.
+func lockedError(dir string, err error) error {
+	if si, ok := runningServer(dir); ok {
+		return withCode(exitLocked, fmt.Errorf("%w: sandflow serve (pid %d) has it open; use its HTTP API at %s (see API.md), or stop it", err, si.PID, si.URL))
+	}
+	return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
 }
 
 // loadOrMakeTokens reads the data directory's tokens, making them (random,
