@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -422,11 +424,7 @@ func runsCmd(a *app) *cobra.Command {
 			if limit < 0 {
 				return &usageError{fmt.Sprintf("--limit %d is not a count", limit)}
 			}
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				runs, err := h.Runs(cmd.Context(), store.RunFilter{Status: store.RunStatus(status), Tool: tool, Limit: limit})
-				if err != nil {
-					return err
-				}
+			printRuns := func(runs []store.Run) error {
 				if a.asJSON {
 					if runs == nil {
 						runs = []store.Run{}
@@ -439,6 +437,31 @@ func runsCmd(a *app) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", r.ID, r.Tool, r.Version, r.Status, r.LastSeq, r.CreatedAt.Format(time.RFC3339))
 				}
 				return tw.Flush()
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				runs, err := h.Runs(cmd.Context(), store.RunFilter{Status: store.RunStatus(status), Tool: tool, Limit: limit})
+				if err != nil {
+					return err
+				}
+				return printRuns(runs)
+			}, func() error {
+				q := url.Values{}
+				if status != "" {
+					q.Set("status", status)
+				}
+				if tool != "" {
+					q.Set("tool", tool)
+				}
+				if limit > 0 {
+					q.Set("limit", strconv.Itoa(limit))
+				}
+				var out struct {
+					Runs []store.Run `json:"runs"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/runs?"+q.Encode(), &out); err != nil {
+					return err
+				}
+				return printRuns(out.Runs)
 			})
 		},
 	}
@@ -571,11 +594,7 @@ func asksCmd(a *app) *cobra.Command {
 		Short: "List open questions, oldest first (each prompt's first line: asks show QUESTION shows it whole)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				qs, err := h.Questions(cmd.Context(), !all)
-				if err != nil {
-					return err
-				}
+			printQuestions := func(qs []host.Question) error {
 				if a.asJSON {
 					if qs == nil {
 						qs = []host.Question{}
@@ -595,6 +614,25 @@ func asksCmd(a *app) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", q.ID, q.RunID, q.Tool, q.Open, strings.Join(opts, "|"), firstLine(q.Request.Prompt))
 				}
 				return tw.Flush()
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				qs, err := h.Questions(cmd.Context(), !all)
+				if err != nil {
+					return err
+				}
+				return printQuestions(qs)
+			}, func() error {
+				var out struct {
+					Asks []host.Question `json:"asks"`
+				}
+				path := "/v1/asks"
+				if all {
+					path += "?all=true"
+				}
+				if err := a.remoteGet(cmd.Context(), path, &out); err != nil {
+					return err
+				}
+				return printQuestions(out.Asks)
 			})
 		},
 	}

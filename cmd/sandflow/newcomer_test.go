@@ -344,7 +344,7 @@ func TestCLILockedPointsAtTheRunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLine(t, serr, "serving", 30*time.Second)
-	errs := c.expect(exitLocked, "runs", "list")
+	errs := c.expect(exitLocked, "runs", "cancel", "run_x")
 	si, ok := runningServer(c.data)
 	if !ok || si.PID != serve.Process.Pid || !strings.HasPrefix(si.URL, "http://127.0.0.1:") {
 		t.Errorf("serve.json: %+v, %v; serve is pid %d", si, ok, serve.Process.Pid)
@@ -359,4 +359,41 @@ func TestCLILockedPointsAtTheRunningServer(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.data, serveInfoFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("serve.json outlived serve: %v", err)
 	}
+}
+
+// While serve holds the data directory, runs list and asks list read
+// through its API (with the tokens it made), and say so.
+func TestCLIReadsThroughTheRunningServer(t *testing.T) {
+	c := newCLI(t)
+	c.addExample("examples/deploy")
+	ri := decode[host.RunInfo](t, c.ok("--json", "call", "deploy", "--input", `{"service":"api"}`))
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "127.0.0.1:0")
+	serr, _ := serve.StderrPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+	}()
+	waitLine(t, serr, "serving", 30*time.Second)
+	out, errs, code := c.run("--json", "runs", "list")
+	if code != 0 || !strings.Contains(errs, "read through the API of sandflow serve") {
+		t.Fatalf("runs list: exit %d\n%s%s", code, out, errs)
+	}
+	if runs := decode[[]store.Run](t, out); len(runs) != 1 || runs[0].ID != ri.ID {
+		t.Errorf("runs list through the API: %s", out)
+	}
+	qs := decode[[]host.Question](t, c.ok("--json", "asks", "list"))
+	if len(qs) != 1 || qs[0].RunID != ri.ID {
+		t.Errorf("asks list through the API: %+v", qs)
+	}
+	if out := c.ok("runs", "list", "--status", "waiting"); !strings.Contains(out, ri.ID) {
+		t.Errorf("runs list --status waiting:\n%s", out)
+	}
+	if out := c.ok("runs", "list", "--status", "completed"); strings.Contains(out, ri.ID) {
+		t.Errorf("runs list --status completed lists a waiting run:\n%s", out)
+	}
+	// A command that writes still refuses, naming the API.
+	c.expect(exitLocked, "asks", "answer", ri.Waiting[0].AskID, "approve")
 }
