@@ -632,7 +632,8 @@ func (h *Host) DeletePluginVersion(ctx context.Context, name string, version int
 	case errors.Is(err, store.ErrPluginNotFound):
 		return fmt.Errorf("%w: %s version %d", ErrUnknownTool, name, version)
 	case errors.Is(err, store.ErrPluginInUse):
-		return fmt.Errorf("%w: %v", ErrPluginInUse, err)
+		// The store's error says what the host's does, after its prefix.
+		return fmt.Errorf("%w: %s", ErrPluginInUse, strings.TrimPrefix(err.Error(), store.ErrPluginInUse.Error()+": "))
 	case err != nil:
 		return err
 	}

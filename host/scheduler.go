@@ -138,6 +138,28 @@ func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) 
 	return len(due), ctx.Err()
 }
 
+// FireDueOf fires the timers of one run that are due at now, in order, and
+// continues the run; other runs' timers are left to the scheduler. It
+// returns how many it fired. A command that drives its own run (sandflow
+// call --wait) uses it.
+func (h *Host) FireDueOf(ctx context.Context, runID string, now time.Time) (int, error) {
+	due, err := h.store.DueTimers(ctx, now, 0)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range due {
+		if t.RunID != runID {
+			continue
+		}
+		if _, err := h.fireTimer(ctx, t); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
 	ri, err := h.withRun(ctx, t.RunID, func(rh *runHandle) error {
 		rs := rh.rs

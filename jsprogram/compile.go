@@ -32,7 +32,7 @@ func compileBody(js string) (*goja.Program, *WorkflowProgramError) {
 	src := bodyPrefix + js + "\n})"
 	prg, err := parser.ParseFile(nil, fileName, src, 0, parseOptions...)
 	if err != nil {
-		return nil, syntaxError(err, bodyPosition)
+		return nil, bodyEndsEarly(syntaxError(err, bodyPosition), js)
 	}
 	if len(prg.Body) != 1 {
 		return nil, notABody(prg, src, 1)
@@ -59,6 +59,25 @@ func notABody(prg *ast.Program, src string, stmt int) *WorkflowProgramError {
 		pos := prg.File.Position(int(prg.Body[stmt].Idx0()) - 1) // Idx is 1-based
 		e.Line, e.Column = bodyPosition(pos.Line, pos.Column)
 	}
+	return e
+}
+
+// bodyEndsEarly rewrites a syntax error the parser found in the wrapper's
+// closing "})", past the body's last line: the body ended before a
+// statement or expression did (return {, an unclosed call). Its position
+// is then the end of the body, and its message says so; the wrapper's
+// token means nothing to the program's author.
+func bodyEndsEarly(e *WorkflowProgramError, js string) *WorkflowProgramError {
+	lastLine := strings.Count(js, "\n") + 1
+	if e.Line <= lastLine {
+		return e
+	}
+	last := js[strings.LastIndexByte(js, '\n')+1:]
+	e.Line, e.Column = lastLine, len(last)+1
+	if lastLine == 1 {
+		e.Column = len(js) + 1
+	}
+	e.Message = fmt.Sprintf("SyntaxError: unexpected end of the program: a statement or expression is not finished (line %d, column %d)", e.Line, e.Column)
 	return e
 }
 

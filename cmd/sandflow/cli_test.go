@@ -267,7 +267,7 @@ func TestCLIStoreLocked(t *testing.T) {
 		serve.Process.Signal(syscall.SIGTERM)
 		serve.Wait()
 	}()
-	if errs := c.expect(exitLocked, "runs", "list"); !strings.Contains(errs, "in use by another process") {
+	if errs := c.expect(exitLocked, "runs", "cancel", "run_x"); !strings.Contains(errs, "in use by another process") {
 		t.Errorf("%s", errs)
 	}
 }

@@ -6,15 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
@@ -43,7 +45,15 @@ func pluginCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if manifestPath == "" && jsprogram.IsScript(module) {
+			isWasm := bytes.HasPrefix(module, []byte("\x00asm"))
+			isJS := !isWasm && isScriptFile(argv[0])
+			if !isWasm && !isJS && jsprogram.IsScript(module) {
+				return withCode(exitInvalid, fmt.Errorf("%w: %s is neither a WebAssembly module (it does not start with \\0asm) nor a JavaScript tool script (a .js or .mjs file)", host.ErrBadPlugin, argv[0]))
+			}
+			if isJS && manifestPath != "" {
+				return &usageError{"a JavaScript tool script needs no --manifest: its defineWorkflowTool call is its manifest"}
+			}
+			if manifestPath == "" && isJS {
 				if name == "" {
 					name = strings.TrimSuffix(filepath.Base(argv[0]), filepath.Ext(argv[0]))
 				}
@@ -91,6 +101,9 @@ func pluginCmd(a *app) *cobra.Command {
 					return err
 				}
 				if a.asJSON {
+					if ps == nil {
+						ps = []host.Plugin{}
+					}
 					return a.printJSON(ps)
 				}
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
@@ -106,6 +119,15 @@ func pluginCmd(a *app) *cobra.Command {
 	return c
 }
 
+// isScriptFile reports whether a path names a JavaScript file.
+func isScriptFile(path string) bool {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".js", ".mjs":
+		return true
+	}
+	return false
+}
+
 func toolsCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "tools",
@@ -117,6 +139,9 @@ func toolsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if ts == nil {
+					ts = []host.Tool{}
+				}
 				return a.printJSON(ts)
 			})
 		},
@@ -124,16 +149,19 @@ func toolsCmd(a *app) *cobra.Command {
 }
 
 func callCmd(a *app) *cobra.Command {
-	var input, inputFile, runID string
+	var input, inputFile, runID, taskID string
 	var version int
 	var noAsk bool
 	var wait time.Duration
 	c := &cobra.Command{
-		Use:   "call TOOL [--input JSON]",
+		Use:   "call TOOL [--input JSON] [--task-id RUN]",
 		Short: "Call a tool: prints the run id and the result, or what the run waits on",
 		Long: `Call starts a run and drives it until it completes, fails, or waits on
 something outside it: a question, a timer, a hook. With --wait, it also
-fires the run's timers for up to that long, so a short sleep completes.`,
+fires the run's own timers for up to that long, so a short sleep
+completes (other runs' timers are fired by sandflow serve). With
+--task-id, the call goes to a running serve tool's run (a resumable
+task) instead of starting a run; the printed calls show each reply.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			raw := []byte(input)
@@ -146,9 +174,18 @@ fires the run's timers for up to that long, so a short sleep completes.`,
 			if len(bytes.TrimSpace(raw)) == 0 {
 				raw = []byte("{}")
 			}
+			if taskID != "" && (runID != "" || version != 0 || noAsk) {
+				return &usageError{"--task-id sends another call to a running serve task: --run-id, --version and --no-ask are for a new run"}
+			}
 			ctx := cmd.Context()
 			return a.withHost(ctx, func(h *host.Host) error {
-				ri, err := h.Call(ctx, argv[0], raw, &host.CallOptions{RunID: runID, Version: version, NoAsk: noAsk})
+				var ri host.RunInfo
+				var err error
+				if taskID != "" {
+					ri, err = sendToTask(ctx, h, argv[0], taskID, raw)
+				} else {
+					ri, err = h.Call(ctx, argv[0], raw, &host.CallOptions{RunID: runID, Version: version, NoAsk: noAsk})
+				}
 				if err != nil {
 					return err
 				}
@@ -166,17 +203,34 @@ fires the run's timers for up to that long, so a short sleep completes.`,
 	c.Flags().StringVar(&input, "input", "", "the tool input, a JSON object")
 	c.Flags().StringVar(&inputFile, "input-file", "", "read the tool input from a file")
 	c.Flags().StringVar(&runID, "run-id", "", "name the run (default: a random id)")
+	c.Flags().StringVar(&taskID, "task-id", "", "send the call to this run of a serve tool (a resumable task) instead of starting one")
 	c.Flags().IntVar(&version, "version", 0, "plugin version (default: the latest)")
 	c.Flags().BoolVar(&noAsk, "no-ask", false, "no person can answer: questions resolve as unavailable")
 	c.Flags().DurationVar(&wait, "wait", 0, "fire the run's timers for up to this long")
 	return c
 }
 
-// waitTimers fires due timers until the run stops waiting on timers or the
-// time is up.
+// sendToTask sends a call to a serve tool's run and drives the run until
+// it waits again.
+func sendToTask(ctx context.Context, h *host.Host, tool, runID string, input []byte) (host.RunInfo, error) {
+	ri, err := h.Run(ctx, runID)
+	if err != nil {
+		return ri, err
+	}
+	if ri.Tool != tool {
+		return ri, withCode(exitInvalid, fmt.Errorf("%w: task %s is a run of %s, not %s", host.ErrBadInput, runID, ri.Tool, tool))
+	}
+	if _, err := h.SendCall(ctx, runID, "", input); err != nil {
+		return ri, err
+	}
+	return h.Drive(ctx, runID)
+}
+
+// waitTimers fires the run's due timers until it stops waiting on timers
+// or the time is up. Other runs' timers are the scheduler's (sandflow
+// serve).
 func waitTimers(ctx context.Context, h *host.Host, ri host.RunInfo, d time.Duration) (host.RunInfo, error) {
 	deadline := time.Now().Add(d)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for !ri.Status.Terminal() && time.Now().Before(deadline) {
 		onTimers := ri.Status == store.StatusRunning
 		for _, w := range ri.Waiting {
@@ -185,7 +239,7 @@ func waitTimers(ctx context.Context, h *host.Host, ri host.RunInfo, d time.Durat
 		if !onTimers {
 			break
 		}
-		if _, err := h.FireDue(ctx, time.Now(), quiet); err != nil {
+		if _, err := h.FireDueOf(ctx, ri.ID, time.Now()); err != nil {
 			return ri, err
 		}
 		select {
@@ -226,7 +280,17 @@ func firstLine(s string) string {
 	return s
 }
 
-func printRun(w io.Writer, ri host.RunInfo) {
+func printRun(w io.Writer, ri host.RunInfo) { printRunWith(w, ri, "sandflow") }
+
+// printRunWith prints a run; its hints (how to answer, resume, send) name
+// the command cmd, and are left out when cmd is "".
+func printRunWith(w io.Writer, ri host.RunInfo, cmd string) {
+	hint := func(format string, args ...any) string {
+		if cmd == "" {
+			return ""
+		}
+		return "\n    " + fmt.Sprintf(format, args...)
+	}
 	fmt.Fprintf(w, "run %s  tool %s v%d\n", ri.ID, ri.Tool, ri.Version)
 	fmt.Fprintf(w, "status: %s\n", ri.Status)
 	switch {
@@ -234,6 +298,7 @@ func printRun(w io.Writer, ri host.RunInfo) {
 		fmt.Fprintf(w, "result: %s\n", ri.Result)
 	case ri.Status == store.StatusFailed && ri.Error != nil:
 		fmt.Fprintf(w, "error: %s: %s\n", ri.Error.Type, ri.Error.Message)
+		printErrorDetails(w, ri.Tool, ri.Error)
 	}
 	if len(ri.Progress) > 0 && !ri.Status.Terminal() {
 		fmt.Fprintf(w, "progress: %s\n", ri.Progress)
@@ -241,25 +306,105 @@ func printRun(w io.Writer, ri host.RunInfo) {
 	if ri.Stalled != "" {
 		fmt.Fprintf(w, "stalled: %s\n", ri.Stalled)
 	}
-	if len(ri.Waiting) > 0 {
-		fmt.Fprintln(w, "waiting on:")
-		for _, wt := range ri.Waiting {
-			switch wt.Kind {
-			case "ask":
-				fmt.Fprintf(w, "  question %s: %q\n    answer: sandflow asks answer %s OPTION (or --text TEXT)\n", wt.AskID, firstLine(wt.Prompt), wt.AskID)
-			case "sleep":
-				fmt.Fprintf(w, "  timer until %s (in %s)\n", wt.Until.Format(time.RFC3339), time.Until(*wt.Until).Round(time.Second))
-			case "hook":
-				fmt.Fprintf(w, "  hook %s\n    resume: sandflow hooks resume %s --payload JSON\n", wt.Token, wt.Token)
-			case "webhook":
-				fmt.Fprintf(w, "  webhook %s (served by sandflow serve --http)\n", wt.URL)
-			case "step":
-				fmt.Fprintf(w, "  step %s (attempt %d, running)\n", wt.Step, wt.Attempt)
-			case "step_retry":
-				fmt.Fprintf(w, "  step %s retry at %s\n", wt.Step, wt.Until.Format(time.RFC3339))
+	// A serve run's calls: each call's reply, and how to send the next.
+	if len(ri.Calls) > 0 {
+		fmt.Fprintln(w, "calls:")
+		for _, c := range ri.Calls {
+			switch {
+			case c.Status == "completed":
+				fmt.Fprintf(w, "  %d %s: replied %s\n", c.Index, c.CallID, c.Output)
+			case c.Error != nil:
+				fmt.Fprintf(w, "  %d %s: %s: %s: %s\n", c.Index, c.CallID, c.Status, c.Error.Type, firstLine(c.Error.Message))
+			default:
+				fmt.Fprintf(w, "  %d %s: %s\n", c.Index, c.CallID, c.Status)
 			}
 		}
 	}
+	var waits []string
+	for _, wt := range ri.Waiting {
+		switch wt.Kind {
+		case "ask":
+			waits = append(waits, fmt.Sprintf("  question %s:\n%s", wt.AskID, indent(wt.Prompt, "    | "))+
+				hint("answer: %s asks answer %s OPTION (or --text TEXT); %s asks show %s lists the options", cmd, wt.AskID, cmd, wt.AskID))
+		case "sleep":
+			line := fmt.Sprintf("  timer until %s", wt.Until.Format(time.RFC3339))
+			if d := time.Until(*wt.Until); d > 0 {
+				line += fmt.Sprintf(" (in %s)", d.Round(time.Second))
+			} else {
+				line += fmt.Sprintf(" (due %s ago: sandflow serve fires it, or call --wait)", (-d).Round(time.Second))
+			}
+			waits = append(waits, line)
+		case "hook":
+			waits = append(waits, fmt.Sprintf("  hook %s", wt.Token)+hint("resume: %s hooks resume %s --payload JSON", cmd, wt.Token))
+		case "webhook":
+			if strings.HasPrefix(wt.URL, "/") {
+				waits = append(waits, fmt.Sprintf("  webhook %s\n    deliver: POST to that path on a running sandflow serve (its --base-url, default http://ADDR)", wt.URL))
+			} else {
+				waits = append(waits, fmt.Sprintf("  webhook %s\n    deliver: POST to it while sandflow serve runs", wt.URL))
+			}
+		case "step":
+			waits = append(waits, fmt.Sprintf("  step %s (attempt %d, running)", wt.Step, wt.Attempt))
+		case "step_retry":
+			waits = append(waits, fmt.Sprintf("  step %s retry at %s", wt.Step, wt.Until.Format(time.RFC3339)))
+		case "agent":
+			waits = append(waits, fmt.Sprintf("  agent %s (answering)", wt.Agent))
+		case "receive":
+			waits = append(waits, "  its next call"+hint("send: %s call %s --task-id %s --input JSON", cmd, ri.Tool, ri.ID))
+		default:
+			waits = append(waits, fmt.Sprintf("  %s", wt.Kind))
+		}
+	}
+	if len(waits) > 0 {
+		fmt.Fprintln(w, "waiting on:")
+		for _, l := range waits {
+			fmt.Fprintln(w, l)
+		}
+	}
+}
+
+// printErrorDetails prints where a JavaScript failure happened: its line
+// and column, its code, and its stack, which names an authored tool's
+// script by the tool (the log records it as tool.js) and leaves out the
+// host's own frames. Other details are printed as JSON.
+func printErrorDetails(w io.Writer, tool string, eo *abi.ErrorObject) {
+	if len(eo.Details) == 0 {
+		return
+	}
+	var d struct {
+		Code   string `json:"code"`
+		Line   int    `json:"line"`
+		Column int    `json:"column"`
+		Stack  string `json:"stack"`
+	}
+	if json.Unmarshal(eo.Details, &d) != nil || (d.Line == 0 && d.Stack == "" && d.Code == "") {
+		fmt.Fprintf(w, "details: %s\n", eo.Details)
+		return
+	}
+	if d.Line > 0 && !strings.Contains(eo.Message, fmt.Sprintf("(line %d, column %d)", d.Line, d.Column)) {
+		fmt.Fprintf(w, "at: line %d, column %d\n", d.Line, d.Column)
+	}
+	if d.Code != "" {
+		fmt.Fprintf(w, "code: %s\n", d.Code)
+	}
+	if d.Stack != "" {
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(d.Stack, "\n"), "\n") {
+			if strings.Contains(l, "toolshim.js:") || strings.Contains(l, "shim.js:") {
+				continue
+			}
+			lines = append(lines, strings.ReplaceAll(l, "(tool.js:", "("+tool+".js:"))
+		}
+		fmt.Fprintf(w, "stack:\n%s\n", indent(strings.Join(lines, "\n"), "  "))
+	}
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
 }
 
 func runsCmd(a *app) *cobra.Command {
@@ -271,12 +416,19 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "List runs, newest first",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				runs, err := h.Runs(cmd.Context(), store.RunFilter{Status: store.RunStatus(status), Tool: tool, Limit: limit})
-				if err != nil {
-					return err
-				}
+			switch store.RunStatus(status) {
+			case "", store.StatusRunning, store.StatusWaiting, store.StatusCompleted, store.StatusFailed, store.StatusCancelled:
+			default:
+				return &usageError{fmt.Sprintf("--status %q is not running, waiting, completed, failed or cancelled", status)}
+			}
+			if limit < 0 {
+				return &usageError{fmt.Sprintf("--limit %d is not a count", limit)}
+			}
+			printRuns := func(runs []store.Run) error {
 				if a.asJSON {
+					if runs == nil {
+						runs = []store.Run{}
+					}
 					return a.printJSON(runs)
 				}
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
@@ -285,6 +437,31 @@ func runsCmd(a *app) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", r.ID, r.Tool, r.Version, r.Status, r.LastSeq, r.CreatedAt.Format(time.RFC3339))
 				}
 				return tw.Flush()
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				runs, err := h.Runs(cmd.Context(), store.RunFilter{Status: store.RunStatus(status), Tool: tool, Limit: limit})
+				if err != nil {
+					return err
+				}
+				return printRuns(runs)
+			}, func() error {
+				q := url.Values{}
+				if status != "" {
+					q.Set("status", status)
+				}
+				if tool != "" {
+					q.Set("tool", tool)
+				}
+				if limit > 0 {
+					q.Set("limit", strconv.Itoa(limit))
+				}
+				var out struct {
+					Runs []store.Run `json:"runs"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/runs?"+q.Encode(), &out); err != nil {
+					return err
+				}
+				return printRuns(out.Runs)
 			})
 		},
 	}
@@ -337,6 +514,13 @@ func runsCmd(a *app) *cobra.Command {
 				}
 				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 					return err
+				}
+				if a.asJSON {
+					return a.printJSON(struct {
+						Run   string `json:"run"`
+						Path  string `json:"path"`
+						Bytes int    `json:"bytes"`
+					}{argv[0], path, buf.Len()})
 				}
 				fmt.Fprintf(a.out, "wrote %s (%d bytes)\n", path, buf.Len())
 				return nil
@@ -407,15 +591,14 @@ func asksCmd(a *app) *cobra.Command {
 	var all bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List open questions, oldest first",
+		Short: "List open questions, oldest first (each prompt's first line: asks show QUESTION shows it whole)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				qs, err := h.Questions(cmd.Context(), !all)
-				if err != nil {
-					return err
-				}
+			printQuestions := func(qs []host.Question) error {
 				if a.asJSON {
+					if qs == nil {
+						qs = []host.Question{}
+					}
 					return a.printJSON(qs)
 				}
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
@@ -431,6 +614,25 @@ func asksCmd(a *app) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", q.ID, q.RunID, q.Tool, q.Open, strings.Join(opts, "|"), firstLine(q.Request.Prompt))
 				}
 				return tw.Flush()
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				qs, err := h.Questions(cmd.Context(), !all)
+				if err != nil {
+					return err
+				}
+				return printQuestions(qs)
+			}, func() error {
+				var out struct {
+					Asks []host.Question `json:"asks"`
+				}
+				path := "/v1/asks"
+				if all {
+					path += "?all=true"
+				}
+				if err := a.remoteGet(cmd.Context(), path, &out); err != nil {
+					return err
+				}
+				return printQuestions(out.Asks)
 			})
 		},
 	}
@@ -478,18 +680,73 @@ func asksCmd(a *app) *cobra.Command {
 			})
 		},
 	}
-	c.AddCommand(list, answer, withdraw)
+	show := &cobra.Command{
+		Use:   "show QUESTION",
+		Short: "Show a question whole: its title, prompt, and options with their descriptions",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
+				q, err := h.Question(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				if a.asJSON {
+					return a.printJSON(q)
+				}
+				printQuestion(a.out, q)
+				return nil
+			})
+		},
+	}
+	c.AddCommand(list, show, answer, withdraw)
 	return c
+}
+
+func printQuestion(w io.Writer, q host.Question) {
+	state := "open"
+	if !q.Open {
+		state = "settled"
+	}
+	fmt.Fprintf(w, "question %s  run %s  tool %s  (%s, asked %s)\n", q.ID, q.RunID, q.Tool, state, q.CreatedAt.Format(time.RFC3339))
+	if q.Request.Title != "" {
+		fmt.Fprintf(w, "title: %s\n", q.Request.Title)
+	}
+	fmt.Fprintln(w, "prompt:")
+	fmt.Fprintln(w, indent(q.Request.Prompt, "  "))
+	if len(q.Request.Options) > 0 {
+		fmt.Fprintln(w, "options:")
+		for _, o := range q.Request.Options {
+			fmt.Fprintf(w, "  %s: %s", o.ID, o.Label)
+			if o.Style != "" {
+				fmt.Fprintf(w, " [%s]", o.Style)
+			}
+			fmt.Fprintln(w)
+			if o.Description != "" {
+				fmt.Fprintln(w, indent(o.Description, "      "))
+			}
+		}
+	}
+	if q.Request.AllowFreeform || q.Request.Display == "text" {
+		fmt.Fprintln(w, "text answers are allowed: --text TEXT")
+	}
+	if q.Open {
+		fmt.Fprintf(w, "answer: sandflow asks answer %s OPTION (or --text TEXT)\n", q.ID)
+	}
 }
 
 func hooksCmd(a *app) *cobra.Command {
 	c := &cobra.Command{Use: "hooks", Short: "Resume hooks"}
 	var payload string
 	resume := &cobra.Command{
-		Use:   "resume TOKEN [--payload JSON]",
+		Use:   "resume TOKEN --payload JSON",
 		Short: "Send a payload to the hook holding TOKEN and continue its run",
-		Args:  args(cobra.ExactArgs(1)),
+		Long: `Resume delivers a JSON payload to the hook holding TOKEN and continues
+its run. The payload is required: give --payload null to send null.`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
+			if !cmd.Flags().Changed("payload") {
+				return &usageError{"--payload is required (give --payload null to send null)\nusage: " + cmd.UseLine()}
+			}
 			return a.withHost(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.ResumeHook(cmd.Context(), argv[0], json.RawMessage(payload))
 				if err != nil && ri.ID == "" {
@@ -502,7 +759,7 @@ func hooksCmd(a *app) *cobra.Command {
 			})
 		},
 	}
-	resume.Flags().StringVar(&payload, "payload", "null", "the payload, JSON")
+	resume.Flags().StringVar(&payload, "payload", "", "the payload, JSON (required; null for null)")
 	c.AddCommand(resume)
 	return c
 }

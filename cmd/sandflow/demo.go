@@ -34,19 +34,24 @@ timeline. Run it from the repository.`,
 			if err != nil {
 				return err
 			}
+			// Hints name the data directory only when it outlives the demo.
+			hints := ""
 			if keep {
 				fmt.Fprintf(a.out, "data directory: %s (kept)\n", dir)
+				hints = "sandflow --data " + dir
 			} else {
 				defer os.RemoveAll(dir)
 			}
-			return runDemo(cmd.Context(), a.out, dir)
+			return runDemo(cmd.Context(), a.out, dir, hints)
 		},
 	}
 	c.Flags().BoolVar(&keep, "keep", false, "keep the demo's data directory and print where it is")
 	return c
 }
 
-func runDemo(ctx context.Context, out io.Writer, dir string) error {
+// runDemo runs the demo in dir; the runs it prints carry hints naming the
+// command hints ("" for none: the directory is deleted after).
+func runDemo(ctx context.Context, out io.Writer, dir, hints string) error {
 	root, err := guestbuild.RepoRoot()
 	if err != nil {
 		return fmt.Errorf("the demo builds the examples from source: %w", err)
@@ -59,8 +64,11 @@ func runDemo(ctx context.Context, out io.Writer, dir string) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 
 	say("== building the example tools from source (GOOS=wasip1 GOARCH=wasm)")
-	for _, name := range []string{"deploy", "remind", "approve-deadline"} {
+	say("   (the first build compiles Go's standard library for wasip1 too: a few minutes on a cold cache)")
+	names := []string{"deploy", "remind", "approve-deadline"}
+	for i, name := range names {
 		t0 := time.Now()
+		say("   [%d/%d] building %s ...", i+1, len(names), name)
 		src := filepath.Join(root, "examples", name)
 		wasmPath, err := guestbuild.Build(src)
 		if err != nil {
@@ -82,7 +90,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string) error {
 		if err != nil {
 			return err
 		}
-		say("   %-17s %d KiB, module %s, built and compiled in %s", p.Name, len(wasm)>>10, p.ModuleHash[:12], time.Since(t0).Round(time.Millisecond))
+		say("   [%d/%d] %-17s %d KiB, module %s, built and compiled in %s", i+1, len(names), p.Name, len(wasm)>>10, p.ModuleHash[:12], time.Since(t0).Round(time.Millisecond))
 	}
 
 	say("\n== deploy: plan, ask a person, apply")
@@ -90,34 +98,34 @@ func runDemo(ctx context.Context, out io.Writer, dir string) error {
 	if err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	if ri.Status != store.StatusWaiting || len(ri.Waiting) == 0 || ri.Waiting[0].AskID == "" {
 		return fmt.Errorf("deploy should wait on its question, but is %s", ri.Status)
 	}
-	say("-- a person approves (sandflow asks answer %s approve)", ri.Waiting[0].AskID)
+	say("-- a person reads the plan and approves (question %s, option approve)", ri.Waiting[0].AskID)
 	if ri, err = h.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{OptionID: "approve"}); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	deployRun := ri.ID
 
 	say("\n== remind: progress, then a durable 2s sleep")
 	if ri, err = h.Call(ctx, "remind", json.RawMessage(`{"note":"stretch your legs","delay":"2s"}`), nil); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	say("-- the scheduler fires the timer")
 	if ri, err = schedulerUntil(ctx, h, ri.ID, func(ri host.RunInfo) bool { return ri.Status.Terminal() }, 30*time.Second); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	remindRun := ri.ID
 
 	say("\n== approve-deadline: a question raced against a 1s deadline, escalation, a second race")
 	if ri, err = h.Call(ctx, "approve-deadline", json.RawMessage(`{"service":"web","firstDeadline":"1s","secondDeadline":"1h"}`), nil); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	say("-- nobody answers; the first deadline passes and on-call is paged")
 	paged := func(ri host.RunInfo) bool {
 		for _, w := range ri.Waiting {
@@ -130,7 +138,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string) error {
 	if ri, err = schedulerUntil(ctx, h, ri.ID, paged, 30*time.Second); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	var askID string
 	for _, w := range ri.Waiting {
 		if w.Kind == "ask" {
@@ -140,11 +148,11 @@ func runDemo(ctx context.Context, out io.Writer, dir string) error {
 	if askID == "" {
 		return fmt.Errorf("approve-deadline should still wait on its question, but is %s", ri.Status)
 	}
-	say("-- on-call approves (sandflow asks answer %s approve)", askID)
+	say("-- on-call approves (question %s, option approve)", askID)
 	if ri, err = h.AnswerAsk(ctx, askID, host.Answer{OptionID: "approve"}); err != nil {
 		return err
 	}
-	printRun(out, ri)
+	printRunWith(out, ri, hints)
 	deadlineRun := ri.ID
 
 	for _, id := range []string{deployRun, remindRun, deadlineRun} {

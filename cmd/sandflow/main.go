@@ -16,6 +16,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -180,7 +183,7 @@ func (a *app) withHostMode(ctx context.Context, readOnly bool, fn func(h *host.H
 	h, err := a.openMode(ctx, &host.Options{}, readOnly)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
-			return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+			return lockedError(a.dataDir, err)
 		}
 		return err
 	}
@@ -223,11 +226,94 @@ func newRoot(a *app) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.AddCommand(
 		pluginCmd(a), workflowCmd(a), toolsCmd(a), callCmd(a), runsCmd(a), asksCmd(a), hooksCmd(a), replayCmd(a), serveCmd(a), mcpCmd(a), demoCmd(a), doctorCmd(a),
-		&cobra.Command{Use: "exit-codes", Short: "List the exit codes", Run: func(c *cobra.Command, _ []string) {
-			fmt.Fprint(a.out, exitCodesHelp)
-		}},
+		exitCodesCmd(a), versionCmd(a),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// exitCodesCmd lists the exit codes, as a command and as the help topic
+// `sandflow help exit-codes`.
+func exitCodesCmd(a *app) *cobra.Command {
+	c := &cobra.Command{Use: "exit-codes", Short: "List the exit codes", Args: args(cobra.NoArgs), Run: func(c *cobra.Command, _ []string) {
+		fmt.Fprint(a.out, exitCodesHelp)
+	}}
+	c.SetHelpFunc(func(c *cobra.Command, _ []string) { fmt.Fprint(a.out, exitCodesHelp) })
+	return c
+}
+
+func versionCmd(a *app) *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "Print the version of this binary (module version, commit, Go version)", Args: args(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			v := buildVersion()
+			if a.asJSON {
+				return a.printJSON(v)
+			}
+			fmt.Fprintf(a.out, "sandflow %s", v.Version)
+			if v.Commit != "" {
+				fmt.Fprintf(a.out, " (commit %s", v.Commit)
+				if v.Modified {
+					fmt.Fprint(a.out, ", modified")
+				}
+				fmt.Fprint(a.out, ")")
+			}
+			fmt.Fprintf(a.out, " %s\n", v.Go)
+			return nil
+		}}
+}
+
+type versionInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+}
+
+// buildVersion reads the version the Go toolchain stamped into the binary:
+// the module version ("(devel)" for a build from a checkout) and, for a
+// build from a git checkout, the commit.
+func buildVersion() versionInfo {
+	v := versionInfo{Version: "(devel)", Go: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if bi.Main.Version != "" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Commit = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (sandflow, sandflow runs, …) refuse an unknown subcommand with exit 2;
+// without one it prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	if c.HasSubCommands() {
+		if c.Run == nil && c.RunE == nil {
+			c.Args = func(c *cobra.Command, argv []string) error {
+				if len(argv) > 0 {
+					msg := fmt.Sprintf("unknown command %q for %q", argv[0], c.CommandPath())
+					if s := c.SuggestionsFor(argv[0]); len(s) > 0 {
+						msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
+					}
+					return &usageError{msg + "\nrun '" + c.CommandPath() + " --help' for its commands"}
+				}
+				return nil
+			}
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+		for _, sub := range c.Commands() {
+			refuseUnknownSubcommands(sub)
+		}
+	}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -241,10 +327,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if code == exitError && isUsageError(err) {
 			code = exitUsage
 		}
-		fmt.Fprintln(stderr, "sandflow:", err)
+		if a.asJSON {
+			printJSONError(stderr, err, code)
+		} else {
+			fmt.Fprintln(stderr, "sandflow:", err)
+		}
 		return code
 	}
 	return exitOK
+}
+
+// exitNames are the stable names of the exit codes, in --json errors.
+var exitNames = map[int]string{
+	exitError:          "error",
+	exitUsage:          "usage",
+	exitRunFailed:      "run_failed",
+	exitNonDeterminism: "non_deterministic",
+	exitNotFound:       "not_found",
+	exitInvalid:        "invalid",
+	exitConflict:       "conflict",
+	exitLocked:         "locked",
+	exitDamaged:        "damaged",
+}
+
+// printJSONError writes an error as one JSON object, for scripts that ran
+// a command with --json: {"error":{"code":"not_found","exitCode":5,"message":…}}.
+func printJSONError(w io.Writer, err error, code int) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": exitNames[code], "exitCode": code, "message": err.Error()}})
+	fmt.Fprintf(w, "%s\n", b)
 }
 
 // isUsageError recognises cobra's argument errors, which are plain.

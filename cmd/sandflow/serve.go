@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,14 +82,18 @@ at once.`,
 				}
 				defer ln.Close()
 				if baseURL == "" {
-					baseURL = "http://" + ln.Addr().String()
+					var guessed bool
+					baseURL, guessed = defaultBaseURL(ln.Addr())
+					if guessed {
+						logger.Warn("listening on every interface: webhook and run URLs use " + baseURL + "; give --base-url with the URL clients reach this server at")
+					}
 				}
 			}
 			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots,
 				CompileTimeout: compileTimeout, MaxCompiles: maxCompiles})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
-					return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
+					return lockedError(a.dataDir, err)
 				}
 				return err
 			}
@@ -122,6 +127,9 @@ at once.`,
 				if apiToken != "" {
 					cfg.APITokens = []string{apiToken}
 				}
+				if adminToken == "" {
+					logger.Warn("no --admin-token: plugin uploads and deletions are refused; give --admin-token (SANDFLOW_ADMIN_TOKEN) to allow them")
+				}
 				if adminToken != "" {
 					cfg.AdminTokens = []string{adminToken}
 				}
@@ -150,6 +158,13 @@ at once.`,
 						logger.Error("http", "err", err)
 					}
 				}()
+			}
+			if ln != nil {
+				// Commands that find the directory locked point at this server.
+				if err := writeServeInfo(a.dataDir, baseURL); err != nil {
+					logger.Warn("writing "+serveInfoFile, "err", err)
+				}
+				defer os.Remove(filepath.Join(a.dataDir, serveInfoFile))
 			}
 			logger.Info("serving", "data", a.dataDir, "addr", addrOf(ln), "base", baseURL)
 
@@ -198,11 +213,58 @@ at once.`,
 	return c
 }
 
+// defaultBaseURL is the base URL of a server listening on addr: http://ADDR,
+// or, for an address that is every interface (0.0.0.0, ::), which no
+// client can reach, http://localhost:PORT, with guessed set.
+func defaultBaseURL(addr net.Addr) (string, bool) {
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort("localhost", strconv.Itoa(ta.Port)), true
+	}
+	return "http://" + addr.String(), false
+}
+
 func addrOf(ln net.Listener) string {
 	if ln == nil {
 		return ""
 	}
 	return ln.Addr().String()
+}
+
+// serveInfoFile says, while serve runs, which process it is and where its
+// API is: a command that finds the data directory locked names the API.
+const serveInfoFile = "serve.json"
+
+type serveInfo struct {
+	PID int    `json:"pid"`
+	URL string `json:"url"`
+}
+
+func writeServeInfo(dir, url string) error {
+	b, _ := json.Marshal(serveInfo{PID: os.Getpid(), URL: url})
+	tmp := filepath.Join(dir, serveInfoFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, serveInfoFile))
+}
+
+// runningServer returns the URL of the API of the sandflow serve that has
+// dir open, if its serve.json names a live process.
+func runningServer(dir string) (serveInfo, bool) {
+	var si serveInfo
+	b, err := os.ReadFile(filepath.Join(dir, serveInfoFile))
+	if err != nil || json.Unmarshal(b, &si) != nil || si.PID <= 0 || si.URL == "" {
+		return si, false
+	}
+	return si, processAlive(si.PID)
+}
+
+// lockedError explains a data directory another process holds.
+func lockedError(dir string, err error) error {
+	if si, ok := runningServer(dir); ok {
+		return withCode(exitLocked, fmt.Errorf("%w: sandflow serve (pid %d) has it open; use its HTTP API at %s (see API.md), or stop it", err, si.PID, si.URL))
+	}
+	return withCode(exitLocked, fmt.Errorf("%w (stop the other sandflow process, or use another --data directory)", err))
 }
 
 // loadOrMakeTokens reads the data directory's tokens, making them (random,

@@ -36,6 +36,12 @@ func workflowCmd(a *app) *cobra.Command {
 		Short: "Register the workflow tool (again, to change its budget: a new version)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed("max-subagents") && (maxSubagents < 1 || maxSubagents > jsprogram.MaxSubagentsCap) {
+				return &usageError{fmt.Sprintf("--max-subagents must be 1-%d, not %d", jsprogram.MaxSubagentsCap, maxSubagents)}
+			}
+			if a.agentsPath == "" {
+				return &usageError{"workflow enable needs agents for its programs to call: give --agents FILE (env SANDFLOW_AGENTS; examples/agents.json is one)"}
+			}
 			return a.withHost(c.Context(), func(h *host.Host) error {
 				var agents []host.AgentInfo
 				if a.agents != nil {
@@ -43,6 +49,9 @@ func workflowCmd(a *app) *cobra.Command {
 					if agents, err = a.agents.Agents(c.Context()); err != nil {
 						return err
 					}
+				}
+				if len(agents) == 0 {
+					return withCode(exitInvalid, fmt.Errorf("--agents %s lists no agents: a workflow program would have none to call", a.agentsPath))
 				}
 				p, err := jsprogram.RegisterWorkflowTool(c.Context(), h, jsprogram.WorkflowTool{Name: name, MaxSubagents: maxSubagents, Agents: agents})
 				if err != nil {

@@ -119,3 +119,29 @@ func TestCLIJavaScriptTool(t *testing.T) {
 		t.Errorf("the history against the script:\n%s", out)
 	}
 }
+
+// The JavaScript examples that delegate to agents run against the agents
+// file shipped beside them.
+func TestCLIExamplesAgentsFile(t *testing.T) {
+	c := newCLI(t)
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := filepath.Join(root, "examples", "agents.json")
+	for _, s := range []string{"router", "release-notes"} {
+		c.ok("--agents", agents, "plugin", "add", filepath.Join(root, "examples", "js", s+".js"))
+	}
+	ri := decode[host.RunInfo](t, c.ok("--agents", agents, "--json", "call", "router", "--input", `{"question":"where is my refund?"}`, "--wait", "30s"))
+	if ri.Status != store.StatusCompleted || !strings.Contains(compact(t, ri.Result), `"agent":"billing"`) {
+		t.Fatalf("router: %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+	ri = decode[host.RunInfo](t, c.ok("--agents", agents, "--json", "call", "release-notes", "--input", `{"notes":"v1.2: faster replays"}`, "--wait", "30s"))
+	if ri.Status != store.StatusCompleted || !strings.Contains(compact(t, ri.Result), `"published":true`) {
+		t.Fatalf("release-notes, approved: %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+	ri = decode[host.RunInfo](t, c.ok("--agents", agents, "--json", "call", "release-notes", "--input", `{"notes":"v1.3: TODO"}`, "--wait", "30s"))
+	if ri.Status != store.StatusCompleted || !strings.Contains(compact(t, ri.Result), `"published":false`) {
+		t.Fatalf("release-notes, refused: %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+}

@@ -2,7 +2,7 @@
 // approved". The publish step can only run after the reviewer agent's
 // structured answer approves, whatever the model does.
 //
-//   sandflow --agents agents.json plugin add examples/js/release-notes.js
+//   sandflow --agents examples/agents.json plugin add examples/js/release-notes.js
 defineWorkflowTool({
   description: "Have the reviewer check the release notes, then publish them if approved.",
   inputSchema: { type: "object", properties: { notes: { type: "string" } }, required: ["notes"] },

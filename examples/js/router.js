@@ -3,7 +3,7 @@
 // ctx.agent sends the question there. Both get the call's abort signal:
 // the step sees an abort while it runs, and the child turn is cancelled.
 //
-//   sandflow --agents agents.json plugin add examples/js/router.js
+//   sandflow --agents examples/agents.json plugin add examples/js/router.js
 defineWorkflowTool({
   description: "Answer a customer's question with the agent that handles its topic.",
   inputSchema: { type: "object", properties: { question: { type: "string" } }, required: ["question"] },
