@@ -315,10 +315,17 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("host: data dir: %w", err)
 	}
-	st, err := store.Open(filepath.Join(dir, "sandflow.db"), nil)
+	st, err := store.Open(filepath.Join(dir, storeFile), nil)
 	if err != nil {
 		return nil, err
 	}
+	return openOwned(ctx, dir, st, opts)
+}
+
+// openOwned opens a Host on st, the store of data directory dir, that
+// closes st with itself; compiled modules are cached under dir unless
+// opts name another place. st is closed if the Host cannot open.
+func openOwned(ctx context.Context, dir string, st store.Store, opts *Options) (*Host, error) {
 	var o Options
 	if opts != nil {
 		o = *opts

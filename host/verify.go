@@ -57,20 +57,7 @@ func OpenDirReadOnly(ctx context.Context, dir string, opts *Options) (*Host, err
 	if err != nil {
 		return nil, err
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.CacheDir == "" {
-		o.CacheDir = filepath.Join(dir, "cache")
-	}
-	h, err := Open(ctx, st, &o)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	h.ownStore = true
-	return h, nil
+	return openOwned(ctx, dir, st, opts)
 }
 
 // NeedsWritableOpen reports whether OpenDirReadOnly failed only for want

@@ -3,11 +3,9 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
-	"sync"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
+	"github.com/sandflow/sandflow/store/internal/codec"
 )
 
 // Stored values start with a flag byte saying whether the rest is
@@ -18,39 +16,13 @@ const (
 	flagZstd byte = 1
 )
 
-// maxDecoded bounds what one stored value may decompress to, so a corrupt
-// or hostile frame cannot make the host allocate without bound.
-const maxDecoded = 256 << 20
-
-var (
-	zOnce sync.Once
-	zEnc  *zstd.Encoder
-	zDec  *zstd.Decoder
-)
-
-func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
-	zOnce.Do(func() {
-		var err error
-		zEnc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			panic(err) // only on invalid options
-		}
-		zDec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded))
-		if err != nil {
-			panic(err)
-		}
-	})
-	return zEnc, zDec
-}
-
 // packValue appends the stored form of data to dst: compressed when it is
 // at least threshold bytes and compression helps.
 func packValue(dst, data []byte, threshold int) []byte {
 	if threshold > 0 && len(data) >= threshold {
-		enc, _ := zstdCodec()
 		start := len(dst)
 		dst = append(dst, flagZstd)
-		dst = enc.EncodeAll(data, dst)
+		dst = codec.Compress(dst, data)
 		if len(dst)-start-1 < len(data) {
 			return dst
 		}
@@ -69,8 +41,7 @@ func unpackValue(v []byte) ([]byte, error) {
 	case flagRaw:
 		return v[1:], nil
 	case flagZstd:
-		_, dec := zstdCodec()
-		out, err := dec.DecodeAll(v[1:], nil)
+		out, err := codec.Decompress(v[1:])
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
@@ -155,13 +126,8 @@ func eventKey(runID string, seq uint64) []byte {
 
 // Times are stored as unix nanoseconds, which cover the years 1678-2262;
 // times outside that range are refused rather than silently wrapped.
-var (
-	minTime = time.Unix(0, math.MinInt64).UTC()
-	maxTime = time.Unix(0, math.MaxInt64).UTC()
-)
-
 func checkTime(t time.Time, what string) error {
-	if t.Before(minTime) || t.After(maxTime) {
+	if !codec.InRange(t) {
 		return fmt.Errorf("%w: %s %s is outside the years 1678-2262", ErrBadBatch, what, t.Format(time.RFC3339))
 	}
 	return nil
@@ -170,10 +136,10 @@ func checkTime(t time.Time, what string) error {
 // timeKey encodes a time so that byte order is time order, before 1970 too.
 func timeKey(t time.Time) uint64 {
 	switch {
-	case t.Before(minTime):
-		t = minTime
-	case t.After(maxTime):
-		t = maxTime
+	case t.Before(codec.MinTime):
+		t = codec.MinTime
+	case t.After(codec.MaxTime):
+		t = codec.MaxTime
 	}
 	return uint64(t.UnixNano()) ^ (1 << 63)
 }

@@ -1,26 +1,21 @@
 package store
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// The crash child is this test binary run again with crashChildEnv set to
-// the store file. It appends batches with durable sync and prints
-// "committed N" after Append of batch N returns, until it is killed.
-const crashChildEnv = "SANDFLOW_STORE_CRASH_CHILD"
+// The helpers of the tests of a killed writer (the journal's and group
+// commit's): the batches a writer appends, the start of a child process
+// and the check of what a store holds after the kill. The crash test every
+// Store passes runs against this store in storetest_test.go.
 
 const crashRun = "crash-run"
 
@@ -53,117 +48,6 @@ func crashTimer(n uint64) Timer {
 
 func crashAsk(n uint64, open bool) Ask {
 	return Ask{ID: fmt.Sprintf("q%d", n), RunID: crashRun, Open: open, Request: []byte(`{}`), CreatedAt: crashBase.Add(time.Duration(n))}
-}
-
-// crashChild runs in the child process and never returns normally.
-func crashChild(path string) {
-	fail := func(err error) {
-		fmt.Fprintf(os.Stdout, "error %v\n", err)
-		os.Exit(3)
-	}
-	s, err := Open(path, &Options{CompressThreshold: 512, LockTimeout: 5 * time.Second})
-	if err != nil {
-		fail(err)
-	}
-	ctx := context.Background()
-	r, err := s.Run(ctx, crashRun)
-	if errors.Is(err, ErrRunNotFound) {
-		err = s.CreateRun(ctx, Run{ID: crashRun, Tool: "crash", Status: StatusRunning, CreatedAt: crashBase}, Batch{})
-	}
-	if err != nil {
-		fail(err)
-	}
-	fmt.Fprintf(os.Stdout, "ready %d\n", r.LastSeq)
-	for n := r.LastSeq/2 + 1; n < r.LastSeq/2+100000; n++ {
-		if err := s.Append(ctx, crashRun, 2*(n-1), crashBatch(n)); err != nil {
-			fail(err)
-		}
-		// Written straight to the pipe (os.Stdout is unbuffered): once the
-		// parent reads this line, batch n has been committed.
-		fmt.Fprintf(os.Stdout, "committed %d\n", n)
-	}
-	fail(errors.New("child was not killed"))
-}
-
-func TestCrashDurability(t *testing.T) {
-	if path := os.Getenv(crashChildEnv); path != "" {
-		crashChild(path)
-		return
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	path := filepath.Join(t.TempDir(), "crash.db")
-	var committed uint64 // highest batch any child reported
-	for round := 1; round <= 3; round++ {
-		killAfter := 5 + rng.IntN(60) // reported commits before the kill
-		reported := runCrashChild(t, path, killAfter, time.Duration(rng.IntN(3000))*time.Microsecond)
-		if reported < committed {
-			t.Fatalf("round %d: child reported batch %d, earlier rounds already had %d", round, reported, committed)
-		}
-		committed = reported
-		t.Logf("round %d: killed after %d reported commits, last reported batch %d", round, killAfter, committed)
-		checkInvariants(t, path)
-		checkCrashLog(t, path, committed)
-	}
-}
-
-// runCrashChild starts a child on path, waits until it has reported
-// killAfter commits, waits delay more, SIGKILLs it, and returns the highest
-// batch it reported.
-func runCrashChild(t *testing.T, path string, killAfter int, delay time.Duration) uint64 {
-	t.Helper()
-	cmd, out := startChild(t, "TestCrashDurability", crashChildEnv, path)
-	var once sync.Once
-	kill := func() {
-		once.Do(func() {
-			if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) { // SIGKILL
-				t.Errorf("kill child: %v", err)
-			}
-		})
-	}
-	// Never leave the child behind, and never wait for it forever.
-	deadline := time.AfterFunc(8*time.Second, func() { cmd.Process.Kill() })
-	defer deadline.Stop()
-
-	var last uint64
-	seen := 0
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "committed "):
-			n, err := strconv.ParseUint(strings.TrimPrefix(line, "committed "), 10, 64)
-			if err != nil {
-				kill()
-				t.Fatalf("child said %q", line)
-			}
-			if n != last+1 && last != 0 {
-				kill()
-				t.Fatalf("child reported batch %d after %d", n, last)
-			}
-			last = n
-			seen++
-			if seen == killAfter {
-				// Let it run on a little, so the kill lands at an arbitrary
-				// point of an Append, not right after a print.
-				time.AfterFunc(delay, kill)
-			}
-		case strings.HasPrefix(line, "error "):
-			kill()
-			t.Fatalf("child failed: %s", line)
-		}
-		// Lines after the kill were written before it: they count.
-	}
-	err := cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != -1 {
-		t.Fatalf("child ended with %v, want death by SIGKILL", err)
-	}
-	if seen < killAfter {
-		t.Fatalf("child reported only %d commits before dying (deadline?)", seen)
-	}
-	return last
 }
 
 // startChild starts this test binary again to run only the test named,

@@ -3,12 +3,10 @@ package postgres
 import (
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/sandflow/sandflow/store"
+	"github.com/sandflow/sandflow/store/internal/codec"
 )
 
 // Large values (event data, module bytes, session records) are stored
@@ -16,37 +14,11 @@ import (
 // compression makes them smaller; a zstd column says which. The frame
 // is the same zstd the embedded store writes.
 
-// maxDecoded bounds what one stored value may decompress to, so a corrupt
-// or hostile frame cannot make the host allocate without bound.
-const maxDecoded = 256 << 20
-
-var (
-	zOnce sync.Once
-	zEnc  *zstd.Encoder
-	zDec  *zstd.Decoder
-)
-
-func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
-	zOnce.Do(func() {
-		var err error
-		zEnc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			panic(err) // only on invalid options
-		}
-		zDec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxDecoded))
-		if err != nil {
-			panic(err)
-		}
-	})
-	return zEnc, zDec
-}
-
 // pack returns the stored form of data and whether it is compressed. The
 // stored form is never nil: the columns are NOT NULL.
 func pack(data []byte, threshold int) ([]byte, bool) {
 	if threshold > 0 && len(data) >= threshold {
-		enc, _ := zstdCodec()
-		if z := enc.EncodeAll(data, nil); len(z) < len(data) {
+		if z := codec.Compress(nil, data); len(z) < len(data) {
 			return z, true
 		}
 	}
@@ -65,8 +37,7 @@ func unpack(v []byte, compressed bool) ([]byte, error) {
 		}
 		return v, nil
 	}
-	_, dec := zstdCodec()
-	out, err := dec.DecodeAll(v, nil)
+	out, err := codec.Decompress(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 	}
@@ -79,13 +50,8 @@ func unpack(v []byte, compressed bool) ([]byte, error) {
 // Event times and timers are kept as Unix nanoseconds, which cover the
 // years 1678-2262; times outside are refused rather than wrapped, as the
 // embedded store refuses them.
-var (
-	minTime = time.Unix(0, math.MinInt64).UTC()
-	maxTime = time.Unix(0, math.MaxInt64).UTC()
-)
-
 func checkTime(t time.Time, what string) error {
-	if t.Before(minTime) || t.After(maxTime) {
+	if !codec.InRange(t) {
 		return fmt.Errorf("%w: %s %s is outside the years 1678-2262", store.ErrBadBatch, what, t.Format(time.RFC3339))
 	}
 	return nil
@@ -95,9 +61,9 @@ func checkTime(t time.Time, what string) error {
 // a bound for a query, never a stored time.
 func clampNanos(t time.Time) int64 {
 	switch {
-	case t.Before(minTime):
+	case t.Before(codec.MinTime):
 		return math.MinInt64
-	case t.After(maxTime):
+	case t.After(codec.MaxTime):
 		return math.MaxInt64
 	}
 	return t.UnixNano()

@@ -98,6 +98,13 @@ func crashChild(path string, open func(loc string) (store.Store, error)) {
 // called Crash: there Crash does the child's part and exits, so the test
 // must call it before anything it would not want to do twice.
 func Crash(t *testing.T, newLoc func(t *testing.T) string, open func(loc string) (store.Store, error)) {
+	CrashChecked(t, newLoc, open, nil)
+}
+
+// CrashChecked is Crash that also calls check, if not nil, on the store's
+// location after each kill, before the store is opened again: a backend's
+// own check of what it left behind (the embedded store verifies its file).
+func CrashChecked(t *testing.T, newLoc func(t *testing.T) string, open func(loc string) (store.Store, error), check func(t *testing.T, loc string)) {
 	if loc := os.Getenv(crashChildEnv); loc != "" {
 		crashChild(loc, open)
 		return
@@ -115,6 +122,9 @@ func Crash(t *testing.T, newLoc func(t *testing.T) string, open func(loc string)
 		}
 		committed = reported
 		t.Logf("round %d: killed after %d reported commits, last reported batch %d", round, killAfter, committed)
+		if check != nil {
+			check(t, path)
+		}
 		checkCrashLog(t, path, committed, open)
 	}
 }

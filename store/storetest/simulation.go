@@ -23,7 +23,12 @@ import (
 // every error, reopening the store now and then. Set SANDFLOW_SIM_SEED to
 // replay one seed. Data sizes are drawn around 1 KiB, the default
 // compression threshold of both stores.
-func Simulation(t *testing.T, open Opener) {
+func Simulation(t *testing.T, open Opener) { SimulationAround(t, open, simThreshold) }
+
+// SimulationAround is Simulation with data sizes drawn around size bytes,
+// for a store whose compression threshold is size, so that values fall on
+// both sides of it; a size below 1 draws small values only.
+func SimulationAround(t *testing.T, open Opener, size int) {
 	type config struct {
 		seed uint64
 		ops  int
@@ -47,7 +52,7 @@ func Simulation(t *testing.T, open Opener) {
 		t.Run(fmt.Sprintf("seed=%d", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Logf("seed %d (replay with SANDFLOW_SIM_SEED=%d)", c.seed, c.seed)
-			sim := newSim(t, open, c.seed, simThreshold)
+			sim := newSim(t, open, c.seed, size)
 			for i := 0; i < c.ops; i++ {
 				sim.step = i
 				sim.randomOp()
@@ -755,11 +760,13 @@ func (s *sim) opPutPlugin() {
 		hash = ""
 	case x == 1:
 		// A hash that is already stored, with other bytes: the first bytes
-		// stay ("once per hash").
+		// stay ("once per hash"). With no hash stored yet the bytes picked
+		// stay: other bytes under their hash would be a module whose bytes
+		// do not hash to its name, which Verify reports as damage.
 		if hashes := s.moduleHashes(); len(hashes) > 0 {
 			hash = pick(s, hashes)
+			module = []byte("different bytes")
 		}
-		module = []byte("different bytes")
 	}
 	p := store.Plugin{Name: name, ModuleHash: hash, Manifest: s.randJSON(), CreatedAt: s.randTime(), Version: 99, Size: -1}
 	want, wantErr := s.m.putPlugin(p, module)
