@@ -14,8 +14,8 @@ import (
 // whose toolchain runs constructors in _start or around every export) or
 // an _initialize that is not () -> () is refused at upload, naming the
 // export; a reactor with no _initialize, which needs no initialisation,
-// is taken. (Issue 27: the spec said "reactor" without saying what that
-// requires, and a command module was accepted.)
+// is taken. (Issue 27: abi/README.md said "reactor" without saying what
+// that requires, and a command module was accepted.)
 func TestUploadRequiresAReactor(t *testing.T) {
 	i32 := wasmtest.I32
 	guest := func(extra map[string]wasmtest.Func) []byte {

@@ -14,8 +14,8 @@ import (
 // TestReviewOutOfBoundsPointerFailsTheRun: abi/README.md ("Memory and who
 // allocates"): a pointer/length pair outside the memory is an ABI
 // violation that ends the instance and fails the run with a TrapError.
-// (The review found the spec saying the run was not failed; the spec was
-// changed to match, since a deterministic guest would repeat the violation
+// (abi/README.md once said the run was not failed; it was changed to
+// match, since a deterministic guest would repeat the violation
 // on every replay.)
 func TestReviewOutOfBoundsPointerFailsTheRun(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {

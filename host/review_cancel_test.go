@@ -65,8 +65,8 @@ func runIDOf(t *testing.T, r *review) string {
 }
 
 // TestStepSeesAbort: a step attempt in flight sees the run's abort
-// (StepContext.Aborted, the spec's "a step that receives the signal sees
-// the abort"), and a step called after an abort does not count that one,
+// (StepContext.Aborted: a step that receives the signal sees the
+// abort), and a step called after an abort does not count that one,
 // only the next.
 func TestStepSeesAbort(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/sandflow/sandflow/jsprogram"
 )
 
-// hostileLimits are the spec's limits with the times cut short, so the
+// hostileLimits are the default limits with the times cut short, so the
 // corpus runs in seconds.
 var hostileLimits = jsprogram.Limits{JSTime: 4 * time.Second, TotalTime: 20 * time.Second, MemoryBytes: 128 << 20}
 

@@ -429,9 +429,9 @@ func TestReviewServeReplyWithdrawsQuestions(t *testing.T) {
 }
 
 // Fixed (was a finding): a generator function as the entry point was accepted and its
-// body never runs. The spec: "serve can't" be a generator (and goja has
-// no async generators, so a generator execute/task is not the spec's
-// progress form either). Got: the tool registers; a call runs the
+// body never runs. A serve body cannot be a generator (and goja has
+// no async generators, so a generator execute/task is not the
+// async-generator progress form either). Got: the tool registers; a call runs the
 // generator function, which only makes a generator object, and the run
 // completes at once with {} (the object as JSON) without running a line
 // of the body; for serve, the first call is answered with {}.
@@ -444,8 +444,8 @@ func TestReviewGeneratorEntryPoints(t *testing.T) {
 		name, src string
 		want      []string
 	}{
-		// A serve body can't be a generator (the spec); nor can a body
-		// that goja cannot run as the spec's async generator.
+		// A serve body can't be a generator; nor can a body that goja
+		// cannot run as an async generator.
 		{"generator serve", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   *serve(receive, ctx) { "use workflow"; yield 1; } });`, []string{`refused: *generator*`}},
 		{"generator execute", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },

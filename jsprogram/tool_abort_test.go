@@ -249,8 +249,7 @@ async function peek(n, signal) {
 `
 
 // TestToolStepSeesAbort: a step given ctx.abortSignal sees the run's
-// abort while it runs (the spec's "a step that receives the signal sees
-// the abort"), and a step given it after the abort gets it aborted.
+// abort while it runs (a step that receives the signal sees the abort), and a step given it after the abort gets it aborted.
 func TestToolStepSeesAbort(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
 	f.addSource("stepsignal", stepSignalTool)

@@ -15,8 +15,9 @@ import (
 	"github.com/sandflow/sandflow/session"
 )
 
-// Review cases for serve tools' tasks in a session, against the spec's
-// texts (spec/tasks.md, spec/workflow-tools.md "Resumable tasks: serve").
+// Cases for serve tools' tasks in a session: a serve run is a resumable
+// task that stays available between calls, with the session's texts
+// (receipts, <task_result> blocks, task_cancel's answers).
 // Cases marked FINDING fail against the code as it is.
 
 // echoServe answers each call with its input; a call with "hook" waits
@@ -173,7 +174,7 @@ func TestReviewServeCancelKeepsEarlierReplies(t *testing.T) {
 }
 
 // task_cancel on a working serve task stops its current work and the
-// task stays available, with the spec's text. (At a5667ee this failed, a
+// task stays available, with the session's text for it. (At a5667ee this failed, a
 // documented gap: the task ended; the uncommitted abort work in the tree
 // passes it.)
 func TestReviewServeCancelKeepsTaskAvailable(t *testing.T) {

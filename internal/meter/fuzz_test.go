@@ -179,7 +179,8 @@ const (
 // well formed) and its imports plus the tick, and must itself be
 // instrumentable. (An input wazero refuses only for a malformed custom
 // section may become valid: the rewriter drops a name section it cannot
-// read, and the spec says custom sections must not invalidate a module.)
+// read, and the WebAssembly core specification says custom sections must not
+// invalidate a module.)
 func FuzzInstrument(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
