@@ -21,7 +21,7 @@ func abortTimer(runID string, index int, at time.Time) store.Timer {
 }
 
 // Abort stops a run's current work and gives it time to unwind (the
-// spec's cancellation, with reason task_cancel, turn_cancelled,
+// a cancellation, with reason task_cancel, turn_cancelled,
 // turn_ended or steer): the run's abort signals fire (OpSignal futures
 // fulfil with the reason), its open questions are withdrawn as cancelled,
 // and a serve run's waiting calls end as cancelled. The run goes on, on a

@@ -230,7 +230,7 @@ func echoServe(g *sg) {
 // runWork, host/run.go), and SendCall takes the same lock
 // (host/serve.go: h.withRun), so a call sent meanwhile blocks until the
 // turn ends and the run waits again; its ctx is not honoured either
-// (runHandle.mu.Lock in withRun, host/run.go:109). The spec keeps calls
+// (runHandle.mu.Lock in withRun, host/run.go:109). The host keeps calls
 // that arrive while the body is busy ("eve keeps calls that arrive while
 // the body isn't waiting"), and a session's call by taskId is a receipt
 // the model gets at once; session.sendToTask holds the session's mutex

@@ -11,7 +11,7 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// The spec's release-plan serve tool as a Go guest: the first call is
+// The release-plan serve tool as a Go guest: the first call is
 // answered and the run waits on receive (the task is idle); a call sent
 // to the run is received and answered, across a restart, with each
 // revision's side effect run once; a call past the end is refused; the

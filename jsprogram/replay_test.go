@@ -14,7 +14,7 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// The spec's fan-out example, with scripted agents, across a host restart
+// The fan-out example, with scripted agents, across a host restart
 // while both children are running: the run completes with both replies,
 // each turn sent once before the restart and once after under its same id.
 func TestFanOutAcrossRestart(t *testing.T) {

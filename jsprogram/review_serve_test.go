@@ -77,7 +77,7 @@ const reviewSyncReceive = `defineWorkflowTool({ description: "d", inputSchema: {
 // Fixed finding, as first reported: ctx.reply answers a call the body has not received. The body
 // calls receive() for a call that is already queued and, before the
 // promise resolves (it resolves in a later microtask), replies for the
-// call it holds. The spec ("A call counts as received once its promise
+// call it holds. The behaviour ("A call counts as received once its promise
 // resolves ... The next ctx.reply() answers it") says the reply answers
 // call 0 only and the later reply answers call 1. Got: the first reply
 // answers both calls (n0 = 2), call 1's output is the answer meant for
@@ -405,7 +405,7 @@ const reviewReplyWithdraws = `defineWorkflowTool({ description: "d", inputSchema
   } });`
 
 // Fixed finding, as first reported: ctx.reply does not withdraw the open questions of the calls it
-// answers. The spec: "A reply withdraws the open questions of the calls it
+// answers. The rule: "A reply withdraws the open questions of the calls it
 // answers" (the ask resolves as { status: "cancelled" }, and the question
 // is no longer offered). Got: the question stays open and the body stays
 // blocked on it after the reply: the task is idle (every call answered)

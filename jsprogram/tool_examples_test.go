@@ -40,7 +40,7 @@ func waitsOn(t testing.TB, ri host.RunInfo, kinds ...string) {
 	}
 }
 
-// The spec's approval with a deadline and an escalation: the question
+// The approval with a deadline and an escalation: the question
 // races a sleep; when the sleep wins, on-call is paged and a second race
 // starts with the same question still open.
 func TestToolApproveDeadline(t *testing.T) {
@@ -81,7 +81,7 @@ func TestToolApproveDeadline(t *testing.T) {
 	}
 }
 
-// The spec's render example: a webhook's URL goes to a step, and the run
+// The render example: a webhook's URL goes to a step, and the run
 // waits for the callback; a failed render throws FatalError, which the
 // run fails with.
 func TestToolRenderWebhook(t *testing.T) {

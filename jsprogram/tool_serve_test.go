@@ -30,7 +30,7 @@ func callOutput(t *testing.T, ri host.RunInfo, i int) plan {
 	return p
 }
 
-// The spec's release-plan serve tool: the first call drafts the plan and
+// The release-plan serve tool: the first call drafts the plan and
 // the task goes idle (waiting on receive); a second call to the same run
 // revises it, across a host restart; a call to a run of another tool, or
 // to one that ended, is refused. Each revision's side effect ran once.

@@ -63,7 +63,7 @@ func output(t testing.TB, h *host.Host, runID string) string {
 	return b.String()
 }
 
-// The spec's deploy tool in JavaScript: the plan step runs, the question
+// The deploy tool in JavaScript: the plan step runs, the question
 // waits across a host restart, and once approved the apply step runs.
 // Each step's side effect happened exactly once, though the body ran three
 // times (start, and the replays after the restart and the answer).

@@ -675,7 +675,7 @@
   }
 
   // ctx.progress(value): a progress snapshot for the pending call, as the
-  // spec's yield; a body that returns nothing (or null) ends with the
+  // documented yield; a body that returns nothing (or null) ends with the
   // last one.
   function progress(value) {
     inWorkflow("ctx.progress");

@@ -80,7 +80,7 @@ func (el *elicitations) handler(_ context.Context, req *sdk.ElicitRequest) (*sdk
 	return el.answer(req.Params), nil
 }
 
-// The spec's deploy: the question becomes a form whose options are an
+// The deploy: the question becomes a form whose options are an
 // enum with their labels; approving it deploys.
 func TestDeployAnsweredThroughElicitation(t *testing.T) {
 	for _, era := range eras {

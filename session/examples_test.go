@@ -28,7 +28,7 @@ func output(t *testing.T, f *fixture, runID string) string {
 	return b.String()
 }
 
-// The spec's "review the release notes, then publish if approved", as an
+// The "review the release notes, then publish if approved", as an
 // execute call in a session with a scripted reviewer: approved notes are
 // published (once); notes the reviewer rejects never reach the publish
 // step.
@@ -52,7 +52,7 @@ func TestReleaseNotesReviewThenPublish(t *testing.T) {
 	}
 }
 
-// The spec's agent router: a step picks the target and ctx.agent sends the
+// The agent router: a step picks the target and ctx.agent sends the
 // question there.
 func TestAgentRouter(t *testing.T) {
 	f := newFixture(t)
@@ -69,7 +69,7 @@ func TestAgentRouter(t *testing.T) {
 	}
 }
 
-// The spec's serve release-plan tool in a session: the first call's
+// The serve release-plan tool in a session: the first call's
 // receipt says how to reach the task again; its plan arrives as a result
 // and the task goes idle (listed under <idle> in the [Tasks] note, not
 // holding the turn); a second call with its taskId (in the input, as the

@@ -52,7 +52,7 @@ func taskStatus(s *session.Session, id string) string {
 }
 
 // Fixed finding, as first reported: a serve task whose body fails (or returns) before its first
-// receive() never reports back. The spec: "Returning answers the calls
+// receive() never reports back. The rule: "Returning answers the calls
 // still waiting and ends the task; a throw fails them" — the call that
 // started the task is waiting, so it gets the error (or the return
 // value) as its result. Got: task_wait says "No task is working." and
@@ -223,7 +223,7 @@ func (g *gatedAgents) backend() host.AgentBackend {
 
 // Fixed finding, as first reported: a call by taskId to a task whose body is busy (here in an
 // agent turn) does not get its receipt at once, and stalls the session
-// meanwhile. The spec: a call with taskId gets the receipt "Sent to task
+// meanwhile. The rule: a call with taskId gets the receipt "Sent to task
 // X. ..." (receipts come at once; "eve keeps calls that arrive while the
 // body isn't waiting"). Got: Call blocks until the agent turn ends, and
 // every other session operation (Tasks, Results, Note, task_wait, calls

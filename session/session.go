@@ -543,7 +543,7 @@ func randomSuffix() string {
 
 func callResult(ri host.RunInfo) CallResult {
 	if ri.Aborted == "steer" && (ri.Status == store.StatusFailed || ri.Status == store.StatusCancelled) {
-		// The spec: a body that rejects after a steer is interrupted.
+		// A body that rejects after a steer is interrupted.
 		return CallResult{Text: `{"interrupted":true}`, Status: Completed, Run: ri}
 	}
 	switch ri.Status {

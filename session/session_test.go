@@ -128,7 +128,7 @@ func call(t *testing.T, s *session.Session, tool, input string, opts *session.Ca
 
 var receipt = regexp.MustCompile(`^Started task (approve-deadline-[a-z0-9]{6})\. Its result will arrive in a <task_result> message\.$`)
 
-// The spec's deploy task: the receipt comes at once and the conversation
+// The deploy task: the receipt comes at once and the conversation
 // goes on; the [Tasks] note lists the task; once the person approves, the
 // result arrives once, as a <task_result> block, and survives a restart
 // on the way.
@@ -206,7 +206,7 @@ func TestDeployTaskReceiptThenResult(t *testing.T) {
 }
 
 // task_cancel stops a task, which never reports back; the texts are the
-// spec's; bad task ids and arguments are refused with their codes.
+// documented ones; bad task ids and arguments are refused with their codes.
 func TestTaskCancelAndRefusals(t *testing.T) {
 	f := newFixture(t)
 	f.addExample("approve-deadline")
