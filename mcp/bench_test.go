@@ -13,7 +13,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/mcp"
 )
 

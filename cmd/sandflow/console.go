@@ -7,7 +7,7 @@ import (
 
 	"github.com/sandflow/sandflow/console"
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/metrics"
 )
 

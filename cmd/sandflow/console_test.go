@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 )
 
 // TestWithConsoleRoutesAndCounts: serve's handler puts the console, the

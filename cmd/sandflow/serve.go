@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/mcp"
 	"github.com/sandflow/sandflow/store"

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/internal/guestbuild"
-	"github.com/sandflow/sandflow/internal/httpapi"
 	"github.com/sandflow/sandflow/internal/wasmtest"
 	"github.com/sandflow/sandflow/store"
 )

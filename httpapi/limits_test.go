@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 )
 
 // rawRequest writes head (and the first bytes of a body) on a fresh

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/session"
 )
 
@@ -270,7 +270,7 @@ func TestOpenAPIIsServed(t *testing.T) {
 	if r.status != http.StatusOK || !strings.HasPrefix(doc.OpenAPI, "3.1.") || doc.Paths["/v1/tools/{name}/calls"] == nil {
 		t.Fatalf("GET /v1/openapi.json: %d %.200s", r.status, r.body)
 	}
-	if want := repoFile(t, "internal/httpapi/openapi.json"); !bytes.Equal(r.body, want) {
+	if want := repoFile(t, "httpapi/openapi.json"); !bytes.Equal(r.body, want) {
 		t.Fatalf("the served document is not the committed one")
 	}
 }

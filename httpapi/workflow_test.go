@@ -15,7 +15,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/httpapi"
+	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
