@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/sse"
 )
 
 // inboxPoll is how often a live inbox looks for new and settled
@@ -39,7 +40,7 @@ func (c *Console) inbox(w http.ResponseWriter, r *http.Request, si *signin) erro
 // inboxStream sends the inbox's list again whenever the set of open
 // questions changes: new ones appear, answered and withdrawn ones leave.
 func (c *Console) inboxStream(w http.ResponseWriter, r *http.Request, si *signin) error {
-	return c.stream(w, r, func() error {
+	return c.stream(w, r, func(sw *sse.Writer) error {
 		last := "\x00"
 		t := time.NewTicker(inboxPoll)
 		defer t.Stop()
@@ -58,7 +59,7 @@ func (c *Console) inboxStream(w http.ResponseWriter, r *http.Request, si *signin
 				if err != nil {
 					return err
 				}
-				if err := sseSend(w, "", html); err != nil {
+				if err := sendFragment(sw, "", html); err != nil {
 					return err
 				}
 			}

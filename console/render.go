@@ -10,6 +10,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/sandflow/sandflow/internal/sse"
 )
 
 // maxShownJSON bounds a JSON value shown on a page; the rest is cut with a note.
@@ -111,25 +113,18 @@ func (c *Console) fragment(name string, si *signin, data any) (string, error) {
 	return b.String(), err
 }
 
-// sseSend writes one server-sent event whose data is an HTML fragment.
-func sseSend(w http.ResponseWriter, event, data string) error {
-	var b strings.Builder
-	if event != "" {
-		b.WriteString("event: " + event + "\n")
-	}
-	for _, line := range strings.Split(data, "\n") {
-		b.WriteString("data: " + strings.TrimSuffix(line, "\r") + "\n")
-	}
-	b.WriteString("\n")
-	if _, err := w.Write([]byte(b.String())); err != nil {
+// sendFragment writes one server-sent event whose data is an HTML
+// fragment, and flushes it: a live page shows each as it comes.
+func sendFragment(sw *sse.Writer, event, html string) error {
+	if err := sw.Send(sse.Event{Type: event, Data: []byte(html)}); err != nil {
 		return err
 	}
-	return http.NewResponseController(w).Flush()
+	return sw.Flush()
 }
 
-// stream takes a live-stream slot, sets up the response and calls send
-// until it returns false or the client goes.
-func (c *Console) stream(w http.ResponseWriter, r *http.Request, loop func() error) error {
+// stream takes a live-stream slot, starts the event stream and runs loop
+// on it; loop returns when the page's stream ends or the client goes.
+func (c *Console) stream(w http.ResponseWriter, r *http.Request, loop func(*sse.Writer) error) error {
 	select {
 	case c.streams <- struct{}{}:
 		defer func() { <-c.streams }()
@@ -141,10 +136,12 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request, loop func() err
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
-	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	if err := loop(); err != nil && r.Context().Err() == nil && c.ctx.Err() == nil {
+	sw, err := sse.Start(w)
+	if err != nil {
+		return err
+	}
+	if err := loop(sw); err != nil && r.Context().Err() == nil && c.ctx.Err() == nil {
 		c.log.Warn("console: stream", "path", r.URL.Path, "err", err)
 	}
 	return nil

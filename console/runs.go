@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -226,7 +227,7 @@ func (c *Console) runStream(w http.ResponseWriter, r *http.Request, si *signin) 
 	}
 	ch, stop := c.h.Watch(id)
 	defer stop()
-	return c.stream(w, r, func() error {
+	return c.stream(w, r, func(sw *sse.Writer) error {
 		for {
 			v, err := c.runView(r.Context(), id)
 			if err != nil {
@@ -236,11 +237,11 @@ func (c *Console) runStream(w http.ResponseWriter, r *http.Request, si *signin) 
 			if err != nil {
 				return err
 			}
-			if err := sseSend(w, "", html); err != nil {
+			if err := sendFragment(sw, "", html); err != nil {
 				return err
 			}
 			if !v.Live {
-				return sseSend(w, "end", "")
+				return sendFragment(sw, "end", "")
 			}
 			select {
 			case <-ch:

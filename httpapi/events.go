@@ -2,11 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -34,20 +34,15 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.h.Run(r.Context(), id); err != nil {
 		return err
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		return fmt.Errorf("httpapi: the response writer cannot stream")
-	}
 	ch, stop := s.h.Watch(id)
 	defer stop()
 	// A stream has no end to set a deadline by: each write gets its own.
 	s.extendDeadlines(w, -1)
 	s.streamWrite(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	sw, err := sse.Start(w)
+	if err != nil {
+		return err
+	}
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
@@ -57,12 +52,14 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		s.streamWrite(w)
 		for _, e := range evs {
-			if err := writeEvent(w, e); err != nil {
+			if err := sendEvent(sw, e); err != nil {
 				return nil
 			}
 			after = e.Seq
 		}
-		fl.Flush()
+		if err := sw.Flush(); err != nil {
+			return nil
+		}
 		if len(evs) == 1000 {
 			continue
 		}
@@ -71,18 +68,18 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		if run.Status.Terminal() && run.LastSeq <= after {
-			fmt.Fprintf(w, "event: end\ndata: {\"status\":%q}\n\n", run.Status)
-			fl.Flush()
+			if sendEnd(sw, run.Status) == nil {
+				_ = sw.Flush()
+			}
 			return nil
 		}
 		select {
 		case <-ch:
 		case <-tick.C:
 			s.streamWrite(w)
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if err := sw.KeepAlive(); err != nil {
 				return nil
 			}
-			fl.Flush()
 		case <-r.Context().Done():
 			return nil
 		case <-s.ctx.Done():
@@ -91,7 +88,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func writeEvent(w http.ResponseWriter, e store.Event) error {
+// sendEvent writes a log entry as its event: its id the entry's sequence
+// number, its type the entry's kind, its data the entry as JSON.
+func sendEvent(sw *sse.Writer, e store.Event) error {
 	data, err := json.Marshal(struct {
 		Seq  uint64          `json:"seq"`
 		Time time.Time       `json:"time"`
@@ -101,6 +100,17 @@ func writeEvent(w http.ResponseWriter, e store.Event) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data)
-	return err
+	return sw.Send(sse.Event{ID: strconv.FormatUint(e.Seq, 10), Type: e.Kind, Data: data})
+}
+
+// sendEnd writes the event that ends a run's stream, with the run's
+// final status: {"status":"completed"}.
+func sendEnd(sw *sse.Writer, status store.RunStatus) error {
+	data, err := json.Marshal(struct {
+		Status store.RunStatus `json:"status"`
+	}{status})
+	if err != nil {
+		return err
+	}
+	return sw.Send(sse.Event{Type: "end", Data: data})
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/session"
 )
 
@@ -234,18 +234,13 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		return fmt.Errorf("httpapi: the response writer cannot stream")
-	}
 	// A stream has no end to set a deadline by: each write gets its own.
 	s.extendDeadlines(w, -1)
 	s.streamWrite(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	sw, err := sse.Start(w)
+	if err != nil {
+		return err
+	}
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
@@ -253,31 +248,38 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		// Watch before reading, so nothing between the two is missed.
 		changed, stop := ss.Watch()
 		for _, e := range ss.Events(r.Context(), after) {
-			data, err := json.Marshal(e)
-			if err != nil {
-				stop()
-				return nil
-			}
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data); err != nil {
+			if err := sendSessionEvent(sw, e); err != nil {
 				stop()
 				return nil
 			}
 			after = e.Seq
 		}
-		fl.Flush()
+		if err := sw.Flush(); err != nil {
+			stop()
+			return nil
+		}
 		select {
 		case <-changed:
 		case <-tick.C:
 			s.streamWrite(w)
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if err := sw.KeepAlive(); err != nil {
 				stop()
 				return nil
 			}
-			fl.Flush()
 		case <-r.Context().Done():
 			stop()
 			return nil
 		}
 		stop()
 	}
+}
+
+// sendSessionEvent writes a session's event: its id the event's seq, its
+// type the event's, its data the event as JSON.
+func sendSessionEvent(sw *sse.Writer, e session.Event) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return sw.Send(sse.Event{ID: strconv.Itoa(e.Seq), Type: e.Type, Data: data})
 }
