@@ -9,13 +9,16 @@ import (
 	"time"
 )
 
-// Defaults of the server's bounds (Config).
+// Defaults of the server's bounds: the Config fields of the same names
+// take them when zero.
 const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = time.Minute
 	DefaultWriteTimeout      = time.Minute
 	DefaultIdleTimeout       = time.Minute
-	DefaultMaxConns          = 1024
+	// DefaultMaxConns is the connections `sandflow serve` keeps open at
+	// once, by LimitListener.
+	DefaultMaxConns = 1024
 	// DefaultMaxCalls bounds the tool calls in flight at once; a call
 	// holds about 1 MB while it runs.
 	DefaultMaxCalls = 256

@@ -1,11 +1,3 @@
-// Package httpapi is sandflow's HTTP+JSON API over a host: plugins, the
-// tool list, calls, runs and their event streams (Server-Sent Events),
-// questions, hooks, and the webhooks runs create. `sandflow serve` runs it;
-// API.md documents it.
-//
-// Every API request carries a bearer token; plugin uploads and deletions
-// need the admin token. Webhook URLs carry no bearer token: their random
-// 128-bit token is the credential.
 package httpapi
 
 import (
@@ -48,7 +40,10 @@ type Config struct {
 	// ExternalAgents, when set, serves its agent turns as work items
 	// under /v1/agent-turns, for a platform that runs its own agents.
 	ExternalAgents *agents.External
-	Logger         *slog.Logger
+	// Logger receives what no response can report: store damage, requests
+	// that failed inside, runs that failed after their request stopped
+	// waiting (default slog.Default()).
+	Logger *slog.Logger
 
 	// The connection deadlines NewHTTPServer sets: ReadHeaderTimeout
 	// (default 10 s) for the request line and headers, ReadTimeout
@@ -67,7 +62,8 @@ type Config struct {
 	MaxBodyInFlight, MaxClientBodyInFlight int64
 }
 
-// Server serves the API. Make one with New; it is an http.Handler.
+// Server serves the API over one host. Make one with New; it is an
+// http.Handler (see the package doc for where to mount it).
 type Server struct {
 	h   *host.Host
 	cfg Config
@@ -86,7 +82,8 @@ type Server struct {
 	calls, bodies *admission
 }
 
-// New makes a server over a host.
+// New makes a server over a host. It returns an error when cfg has no
+// token, or a token shorter than 16 characters.
 func New(h *host.Host, cfg Config) (*Server, error) {
 	if len(cfg.APITokens)+len(cfg.AdminTokens) == 0 {
 		return nil, errors.New("httpapi: at least one API or admin token is required")
