@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -94,22 +93,19 @@ func TestAnswersAreCamelCase(t *testing.T) {
 	}
 	resp := e.stream(call.Run.ID, 0)
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for i := 0; i < len(evs) && sc.Scan(); {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
+	got := readSSE(t, resp.Body, func(ev streamEvent) bool { return ev.id == evs[len(evs)-1].Seq })
+	if len(got) != len(evs) {
+		t.Fatalf("the stream has %d events, the log %d", len(got), len(evs))
+	}
+	for i, ev := range got {
 		want, err := json.Marshal(evs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line != string(want) {
-			t.Fatalf("event %d: the stream has %s, encoding/json %s", evs[i].Seq, line, want)
+		if ev.data != string(want) {
+			t.Fatalf("event %d: the stream has %s, encoding/json %s", evs[i].Seq, ev.data, want)
 		}
 		checkCamel(t, "event", want)
-		i++
 	}
 }
 

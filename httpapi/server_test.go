@@ -1,10 +1,10 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -22,6 +22,7 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/internal/wasmtest"
 	"github.com/sandflow/sandflow/store"
 )
@@ -382,39 +383,41 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-type sse struct {
+// streamEvent is an event of a run's or a session's stream.
+type streamEvent struct {
 	id   uint64
 	kind string
 	data string
 }
 
-// readSSE reads events until stop says so or the stream ends.
-func readSSE(t *testing.T, body io.Reader, stop func(sse) bool) []sse {
+// readSSE reads the typed events of a stream until stop says so or the
+// stream ends.
+func readSSE(t *testing.T, body io.Reader, stop func(streamEvent) bool) []streamEvent {
 	t.Helper()
-	var out []sse
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	var cur sse
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.kind != "" {
-				out = append(out, cur)
-				if stop(cur) {
-					return out
-				}
+	var out []streamEvent
+	r := sse.NewReader(body)
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		if e.Type == "" {
+			continue
+		}
+		ev := streamEvent{kind: e.Type, data: string(e.Data)}
+		if e.ID != "" {
+			if ev.id, err = strconv.ParseUint(e.ID, 10, 64); err != nil {
+				t.Fatalf("event id %q: %v", e.ID, err)
 			}
-			cur = sse{}
-		case strings.HasPrefix(line, "id: "):
-			cur.id, _ = strconv.ParseUint(line[4:], 10, 64)
-		case strings.HasPrefix(line, "event: "):
-			cur.kind = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			cur.data = line[6:]
+		}
+		out = append(out, ev)
+		if stop(ev) {
+			return out
 		}
 	}
-	return out
 }
 
 func (e *env) stream(runID string, lastID uint64) *http.Response {
@@ -447,7 +450,7 @@ func TestEventStreamResumes(t *testing.T) {
 	// First connection: read until both questions are open, then cut.
 	resp := e.stream(id, 0)
 	asks := 0
-	first := readSSE(t, resp.Body, func(ev sse) bool {
+	first := readSSE(t, resp.Body, func(ev streamEvent) bool {
 		if ev.kind == host.EvAskOpened {
 			asks++
 		}
@@ -467,7 +470,7 @@ func TestEventStreamResumes(t *testing.T) {
 	}
 	// Second connection, from the last id seen: the rest, to the end.
 	resp = e.stream(id, first[len(first)-1].id)
-	rest := readSSE(t, resp.Body, func(ev sse) bool { return ev.kind == "end" })
+	rest := readSSE(t, resp.Body, func(ev streamEvent) bool { return ev.kind == "end" })
 	resp.Body.Close()
 	if last := rest[len(rest)-1]; last.kind != "end" || !strings.Contains(last.data, "completed") {
 		t.Fatalf("the stream did not end with the run: %+v", last)

@@ -382,11 +382,11 @@ func TestSessionEventsOverSSE(t *testing.T) {
 	var c struct{ TaskID string }
 	e.post("/v1/sessions/conv-sse/calls", `{"tool":"release-plan","input":{"request":"draft"}}`).json(t, &c)
 	resp := open(0)
-	first := readSSE(t, resp.Body, func(ev sse) bool { return ev.kind == "task.settled" })
+	first := readSSE(t, resp.Body, func(ev streamEvent) bool { return ev.kind == "task.settled" })
 	resp.Body.Close()
 	e.post("/v1/sessions/conv-sse/calls", `{"tool":"release-plan","input":{"request":"add a canary","taskId":"`+c.TaskID+`"}}`)
 	resp = open(first[len(first)-1].id)
-	rest := readSSE(t, resp.Body, func(ev sse) bool { return ev.kind == "task.settled" })
+	rest := readSSE(t, resp.Body, func(ev streamEvent) bool { return ev.kind == "task.settled" })
 	resp.Body.Close()
 	var kinds []string
 	for i, ev := range append(first, rest...) {

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -276,7 +275,7 @@ func TestParseStream(t *testing.T) {
 		": keep-alive\n\n" +
 		"id: 2\nevent: run_completed\ndata: {\"seq\":2,\"time\":\"2026-01-01T00:00:00Z\",\"kind\":\"run_completed\",\"data\":{}}\n\n" +
 		"event: end\ndata: {\"status\":\"completed\"}\n\n"
-	l, err := parseStream("r1", bufio.NewScanner(strings.NewReader(stream)))
+	l, err := parseStream("r1", strings.NewReader(stream))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +283,7 @@ func TestParseStream(t *testing.T) {
 		t.Errorf("parsed %+v", l)
 	}
 	// A stream cut before its end event is not a whole log.
-	if _, err := parseStream("r1", bufio.NewScanner(strings.NewReader(stream[:len(stream)-40]))); err == nil {
+	if _, err := parseStream("r1", strings.NewReader(stream[:len(stream)-40])); err == nil {
 		t.Error("a stream without its end event parsed")
 	}
 }

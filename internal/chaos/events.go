@@ -1,12 +1,14 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"strings"
+
+	"github.com/sandflow/sandflow/internal/sse"
 )
 
 // streamRun reads an ended run's log from the server's event stream,
@@ -33,44 +35,40 @@ func streamRun(ctx context.Context, cl *api, id string) (*RunLog, bool) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, false
 	}
-	l, err := parseStream(id, bufio.NewScanner(resp.Body))
+	l, err := parseStream(id, resp.Body)
 	return l, err == nil
 }
 
 // parseStream reads Server-Sent Events up to the end event.
-func parseStream(id string, sc *bufio.Scanner) (*RunLog, error) {
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+func parseStream(id string, stream io.Reader) (*RunLog, error) {
 	l := &RunLog{ID: id}
-	var event string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data := []byte(strings.TrimPrefix(line, "data: "))
-			if event == "end" {
-				var end struct {
-					Status string `json:"status"`
-				}
-				if err := json.Unmarshal(data, &end); err != nil {
-					return nil, err
-				}
-				l.Status = end.Status
-				return l, nil
-			}
-			var e Event
-			if err := json.Unmarshal(data, &e); err != nil {
-				return nil, fmt.Errorf("event %q: %v", truncate(data), err)
-			}
-			if e.Kind != event {
-				return nil, fmt.Errorf("event %s carries kind %s", event, e.Kind)
-			}
-			l.Events = append(l.Events, e)
+	r := sse.NewReader(stream)
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		if ev.Type == "end" {
+			var end struct {
+				Status string `json:"status"`
+			}
+			if err := json.Unmarshal(ev.Data, &end); err != nil {
+				return nil, err
+			}
+			l.Status = end.Status
+			return l, nil
+		}
+		var e Event
+		if err := json.Unmarshal(ev.Data, &e); err != nil {
+			return nil, fmt.Errorf("event %q: %v", truncate(ev.Data), err)
+		}
+		if e.Kind != ev.Type {
+			return nil, fmt.Errorf("event %s carries kind %s", ev.Type, e.Kind)
+		}
+		l.Events = append(l.Events, e)
 	}
 	return nil, fmt.Errorf("the stream ended without its end event")
 }

@@ -2,6 +2,8 @@
 // the run and session event streams of the HTTP API and the console's
 // live pages. It is the one place the framing is written, so that a value
 // with a line break in it cannot end an event early or forge a field.
+// Reader reads such a stream back as a client does, for the crash harness
+// and the tests; FuzzRoundTrip checks the two against each other.
 //
 // A Writer is not safe for concurrent use: one handler goroutine writes
 // its stream. It sets no deadlines; a handler that streams for long moves
