@@ -3,7 +3,8 @@
 // live pages. It is the one place the framing is written, so that a value
 // with a line break in it cannot end an event early or forge a field.
 // Reader reads such a stream back as a client does, for the crash harness
-// and the tests; FuzzRoundTrip checks the two against each other.
+// and the tests; FuzzRoundTrip checks the two against each other. See
+// RATIONALE.md, "Why does one package write every event stream?".
 //
 // A Writer is not safe for concurrent use: one handler goroutine writes
 // its stream. It sets no deadlines; a handler that streams for long moves
