@@ -1,0 +1,67 @@
+package console_test
+
+import (
+	"context"
+	"html"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sandflow/sandflow/internal/wasmtest"
+)
+
+// TestAdminUploadRefusals: an upload that lacks what its kind needs is
+// refused with a message that says so, and registers nothing.
+func TestAdminUploadRefusals(t *testing.T) {
+	f := newFixture(t, nil)
+	admin := f.client()
+	csrf := f.signIn(admin, adminToken)
+	before, err := f.h.Plugins(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		module  []byte
+		field   map[string]string
+		status  int
+		message string
+	}{
+		{"script without a name", []byte(tools["sleeper"]), nil, http.StatusBadRequest, "a script needs a tool name"},
+		{"script with a blank name", []byte(tools["sleeper"]), map[string]string{"name": "  "}, http.StatusBadRequest, "a script needs a tool name"},
+		// The manifest field left empty for a module is refused as the
+		// empty manifest it is.
+		{"module without a manifest", wasmtest.Guest(wasmtest.ReturnOne), map[string]string{"name": "x"}, http.StatusBadRequest, "invalid plugin manifest: EOF"},
+		{"module with a bad manifest", wasmtest.Guest(wasmtest.ReturnOne), map[string]string{"manifest": `{"name":"x"}`}, http.StatusBadRequest, "invalid plugin manifest: entry is required"},
+		{"script behind the wasm magic", append([]byte("\x00asm"), tools["sleeper"]...), map[string]string{"name": "x"}, http.StatusBadRequest, "invalid plugin manifest: EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body strings.Builder
+			mw := multipart.NewWriter(&body)
+			mw.WriteField("csrf", csrf)
+			for k, v := range tc.field {
+				mw.WriteField(k, v)
+			}
+			fw, _ := mw.CreateFormFile("module", "upload")
+			fw.Write(tc.module)
+			mw.Close()
+			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/console/plugins", strings.NewReader(body.String()))
+			req.Header.Set("Content-Type", mw.FormDataContentType())
+			resp, err := admin.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(html.UnescapeString(string(page)), tc.message) {
+				t.Fatalf("%s; want %d with %q", resp.Status, tc.status, tc.message)
+			}
+		})
+	}
+	after, err := f.h.Plugins(context.Background())
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("refused uploads registered something: %d plugins before, %d after (%v)", len(before), len(after), err)
+	}
+}
