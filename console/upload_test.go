@@ -12,6 +12,31 @@ import (
 	"github.com/sandflow/sandflow/internal/wasmtest"
 )
 
+// upload posts the console's upload form: the module as a file, and
+// fields.
+func (f *fixture) upload(cl *http.Client, csrf string, fields map[string]string, filename string, module []byte) *http.Response {
+	f.t.Helper()
+	var body strings.Builder
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("csrf", csrf)
+	for k, v := range fields {
+		mw.WriteField(k, v)
+	}
+	fw, _ := mw.CreateFormFile("module", filename)
+	fw.Write(module)
+	mw.Close()
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/console/plugins", strings.NewReader(body.String()))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := cl.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return resp
+}
+
 // TestAdminUploadRefusals: an upload that lacks what its kind needs is
 // refused with a message that says so, and registers nothing.
 func TestAdminUploadRefusals(t *testing.T) {
@@ -38,21 +63,7 @@ func TestAdminUploadRefusals(t *testing.T) {
 		{"script behind the wasm magic", append([]byte("\x00asm"), tools["sleeper"]...), map[string]string{"name": "x"}, http.StatusBadRequest, "invalid plugin manifest: EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var body strings.Builder
-			mw := multipart.NewWriter(&body)
-			mw.WriteField("csrf", csrf)
-			for k, v := range tc.field {
-				mw.WriteField(k, v)
-			}
-			fw, _ := mw.CreateFormFile("module", "upload")
-			fw.Write(tc.module)
-			mw.Close()
-			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/console/plugins", strings.NewReader(body.String()))
-			req.Header.Set("Content-Type", mw.FormDataContentType())
-			resp, err := admin.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := f.upload(admin, csrf, tc.field, "upload", tc.module)
 			page, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != tc.status || !strings.Contains(html.UnescapeString(string(page)), tc.message) {
