@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"html"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -254,19 +253,7 @@ func TestAdminUploadsAScript(t *testing.T) {
 	f := newFixture(t, nil)
 	admin := f.client()
 	csrf := f.signIn(admin, adminToken)
-	var body strings.Builder
-	mw := multipart.NewWriter(&body)
-	mw.WriteField("csrf", csrf)
-	mw.WriteField("name", "sleeper2")
-	fw, _ := mw.CreateFormFile("module", "sleeper2.js")
-	fw.Write([]byte(tools["sleeper"]))
-	mw.Close()
-	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/console/plugins", strings.NewReader(body.String()))
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := admin.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.upload(admin, csrf, map[string]string{"name": "sleeper2"}, "sleeper2.js", []byte(tools["sleeper"]))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("upload: %s, want 303", resp.Status)

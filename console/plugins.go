@@ -1,13 +1,14 @@
 package console
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/plugins"
 )
 
 func (c *Console) plugins(w http.ResponseWriter, r *http.Request, si *signin) error {
@@ -39,22 +40,25 @@ func (c *Console) uploadPlugin(w http.ResponseWriter, r *http.Request, _ *signin
 		return errf(http.StatusRequestEntityTooLarge, ErrBadForm, "the module is larger than %d bytes", c.cfg.MaxUploadBytes)
 	}
 	manifest := strings.TrimSpace(r.PostForm.Get("manifest"))
-	if manifest == "" && jsprogram.IsScript(module) {
-		name := strings.TrimSpace(r.PostForm.Get("name"))
-		if name == "" {
-			return errf(http.StatusBadRequest, ErrBadForm, "a script needs a tool name")
-		}
-		if _, err := jsprogram.RegisterTool(r.Context(), c.h, name, module); err != nil {
-			return err
-		}
-	} else {
-		m, err := host.ParseManifest([]byte(manifest))
-		if err != nil {
-			return err
-		}
-		if _, err := c.h.AddPlugin(r.Context(), module, m); err != nil {
-			return err
-		}
+	u := plugins.Upload{Module: module, Name: strings.TrimSpace(r.PostForm.Get("name"))}
+	if manifest != "" {
+		u.Manifest = func() ([]byte, error) { return []byte(manifest), nil }
+	}
+	d, err := plugins.Classify(u)
+	var ue *plugins.UploadError
+	switch {
+	case errors.As(err, &ue) && ue.Problem == plugins.ProblemNoName:
+		return errf(http.StatusBadRequest, ErrBadForm, "a script needs a tool name")
+	case errors.As(err, &ue) && ue.Problem == plugins.ProblemNoManifest:
+		// The form's manifest field is always there: left empty for a
+		// module, it is refused as the empty manifest it is.
+		_, err = plugins.ParseManifest([]byte(manifest))
+		return err
+	case err != nil:
+		return err
+	}
+	if _, err := jsprogram.Register(r.Context(), c.h, d); err != nil {
+		return err
 	}
 	http.Redirect(w, r, "/console/plugins", http.StatusSeeOther)
 	return nil

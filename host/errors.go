@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/plugins"
 )
 
 // Sentinel errors of the host. Compare with errors.Is; the typed errors
@@ -35,10 +36,11 @@ var (
 	// ErrUnknownHook is returned when no live run holds the hook token.
 	ErrUnknownHook = errors.New("unknown hook token")
 	// ErrBadPlugin is returned when a plugin upload is refused; the
-	// *PluginError says why.
-	ErrBadPlugin = errors.New("plugin refused")
-	// ErrBadManifest is returned when a plugin manifest is invalid.
-	ErrBadManifest = errors.New("invalid plugin manifest")
+	// *PluginError says why. It is plugins.ErrBadPlugin.
+	ErrBadPlugin = plugins.ErrBadPlugin
+	// ErrBadManifest is returned when a plugin manifest is invalid. It is
+	// plugins.ErrBadManifest.
+	ErrBadManifest = plugins.ErrBadManifest
 	// ErrNonDeterminism is matched by *NonDeterminismError.
 	ErrNonDeterminism = errors.New("non-deterministic workflow")
 	// ErrResultDiffers is matched by *ResultDiffersError: a replay check's
@@ -60,8 +62,9 @@ var (
 	// has not ended is pinned to.
 	ErrPluginInUse = errors.New("plugin version in use")
 	// ErrCompileTimeout is matched by the *PluginError returned when a
-	// module did not compile within Options.CompileTimeout.
-	ErrCompileTimeout = errors.New("module compilation timed out")
+	// module did not compile within Options.CompileTimeout. It is
+	// plugins.ErrCompileTimeout.
+	ErrCompileTimeout = plugins.ErrCompileTimeout
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
 	// ErrStepInterrupted is matched by *StepInterruptedError, and by a
@@ -218,29 +221,12 @@ func (e *InputError) Error() string {
 // Is makes errors.Is(err, ErrBadInput) true.
 func (e *InputError) Is(target error) bool { return target == ErrBadInput }
 
-// PluginError is returned when a plugin upload is refused.
-type PluginError struct {
-	// Reason is a stable code: "not_wasm", "malformed", "import",
-	// "abi_version", "missing_export", "not_reactor" (a WASI command, or an
-	// _initialize that is not () -> ()), "too_large", "compile",
-	// "module_limit" (a structural limit: Err says which),
-	// "compile_timeout".
-	Reason string
-	Detail string
-	// Err is the cause, when there is one to match with errors.As.
-	Err error
-}
-
-func (e *PluginError) Error() string { return "plugin refused (" + e.Reason + "): " + e.Detail }
-
-// Is makes errors.Is(err, ErrBadPlugin) true, and ErrCompileTimeout for a
-// compilation that timed out.
-func (e *PluginError) Is(target error) bool {
-	return target == ErrBadPlugin || (target == ErrCompileTimeout && e.Reason == "compile_timeout")
-}
-
-// Unwrap returns the cause.
-func (e *PluginError) Unwrap() error { return e.Err }
+// PluginError is returned when a plugin upload is refused: Reason is a
+// stable code, Detail says why.
+//
+// Deprecated: the type is plugins.PluginError; this name stays for one
+// release.
+type PluginError = plugins.PluginError
 
 // RunError is the error a failed run ended with, as the guest or the host
 // reported it. It carries the stable type string and retryable flag that

@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -445,7 +446,7 @@ func (h *Host) adHocPlugin(ctx context.Context, eng Engine, wasm []byte, name st
 		return e.lp, e.module, nil
 	}
 	if _, isSource := eng.(SourceEngine); !isSource {
-		if err := checkModuleLimits(wasm, h.limits); err != nil {
+		if err := plugins.CheckModuleLimits(wasm, h.limits); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -43,50 +43,17 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
 
 // Limits bound what a run may use. Zero fields take the defaults.
-type Limits struct {
-	// MemoryBytes bounds an instance's linear memory.
-	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
-	// CPUTime bounds each activation and each step attempt.
-	CPUTime time.Duration `json:"cpuTime,omitempty"`
-	// PayloadBytes bounds each op payload and each recorded value.
-	PayloadBytes int `json:"payloadBytes,omitempty"`
-	// Events bounds a run's log.
-	Events int `json:"events,omitempty"`
-	// OutputBytes bounds the stdout and stderr recorded per run.
-	OutputBytes int64 `json:"outputBytes,omitempty"`
-}
+//
+// Deprecated: the type is plugins.Limits; this name stays for one release.
+type Limits = plugins.Limits
 
-// DefaultLimits are the limits of abi/README.md.
-var DefaultLimits = Limits{
-	MemoryBytes:  256 << 20,
-	CPUTime:      10 * time.Second,
-	PayloadBytes: 1 << 20,
-	Events:       100_000,
-	OutputBytes:  64 << 10,
-}
-
-func (l Limits) withDefaults(d Limits) Limits {
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.CPUTime == 0 {
-		l.CPUTime = d.CPUTime
-	}
-	if l.PayloadBytes == 0 {
-		l.PayloadBytes = d.PayloadBytes
-	}
-	if l.Events == 0 {
-		l.Events = d.Events
-	}
-	if l.OutputBytes == 0 {
-		l.OutputBytes = d.OutputBytes
-	}
-	return l
-}
+// DefaultLimits are the limits of abi/README.md (plugins.DefaultLimits).
+var DefaultLimits = plugins.DefaultLimits
 
 // Options configures a Host. The zero value is usable.
 type Options struct {
@@ -250,7 +217,7 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		o.MaxCompiles = DefaultMaxCompiles
 	}
 	h := &Host{
-		store: st, opts: o, limits: o.Limits.withDefaults(DefaultLimits),
+		store: st, opts: o, limits: o.Limits.WithDefaults(DefaultLimits),
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
 		runs: map[string]*runHandle{}, warm: list.New(), idle: list.New(), snapWriters: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		compiles: make(chan struct{}, o.MaxCompiles),

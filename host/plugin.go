@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,176 +16,55 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/schema"
-	"github.com/sandflow/sandflow/internal/wasmparse"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
 
-// Entry kinds of a tool (spec: a workflow tool defines exactly one).
+// Entry kinds of a tool (plugins.EntryExecute and so on).
 const (
-	EntryExecute = "execute"
-	EntryTask    = "task"
-	EntryServe   = "serve"
+	EntryExecute = plugins.EntryExecute
+	EntryTask    = plugins.EntryTask
+	EntryServe   = plugins.EntryServe
 )
 
 // Manifest describes a plugin: the tool it provides and what it may use.
-type Manifest struct {
-	// Name is the tool's name: 1-64 letters, digits, '_' and '-'.
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	// Entry is "execute" (the caller waits for the result) or "task" (the
-	// caller gets a receipt and the result later).
-	Entry string `json:"entry"`
-	// InputSchema is the JSON Schema (2020-12 by default) of the input,
-	// which must be an object.
-	InputSchema json.RawMessage `json:"inputSchema"`
-	// OutputSchema optionally describes the result: a run whose body
-	// completes with a result that does not match it fails with an
-	// OutputSchemaError instead. It does not apply to a serve tool's
-	// reply outputs, nor to a run's error.
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
-	// Capabilities lists the host capabilities the plugin's steps may call.
-	Capabilities []string `json:"capabilities,omitempty"`
-	// HTTPAllow lists the hosts the built-in http.fetch capability may
-	// reach: names, or "*.example.com" for subdomains.
-	HTTPAllow []string `json:"httpAllow,omitempty"`
-	// Limits tighten the host's limits for this plugin.
-	Limits *ManifestLimits `json:"limits,omitempty"`
-	// Engine picks the WebAssembly engine, "wazero" or "wasmtime"; empty
-	// means the host's default.
-	Engine string `json:"engine,omitempty"`
-}
+//
+// Deprecated: the type is plugins.Manifest; this name stays for one
+// release.
+type Manifest = plugins.Manifest
 
 // ManifestLimits are a plugin's own limits; each must be at most the host's.
-type ManifestLimits struct {
-	MemoryMiB    int   `json:"memoryMiB,omitempty"`
-	CPUMs        int64 `json:"cpuMs,omitempty"`
-	PayloadBytes int   `json:"payloadBytes,omitempty"`
-	Events       int   `json:"events,omitempty"`
-	OutputBytes  int64 `json:"outputBytes,omitempty"`
-}
-
-var toolName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
-// ParseManifest decodes and checks a manifest.
-func ParseManifest(raw []byte) (Manifest, error) {
-	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return m, fmt.Errorf("%w: %v", ErrBadManifest, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return m, fmt.Errorf("%w: data after the manifest object", ErrBadManifest)
-	}
-	_, _, err := m.check(DefaultLimits)
-	return m, err
-}
-
-// check validates the manifest against the host's limits and returns the
-// compiled input schema and the plugin's limits.
-var engineName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-
-func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
-	bad := func(format string, args ...any) (*schema.Schema, Limits, error) {
-		return nil, Limits{}, fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, args...))
-	}
-	if m.Engine != "" && !engineName.MatchString(m.Engine) {
-		return bad("engine %q is not an engine name such as %s or %s", m.Engine, EngineWazero, EngineWasmtime)
-	}
-	if !toolName.MatchString(m.Name) {
-		return bad("name %q must be 1-64 letters, digits, '_' or '-', starting with a letter or digit", m.Name)
-	}
-	switch m.Entry {
-	case EntryExecute, EntryTask, EntryServe:
-	case "":
-		return bad("entry is required: execute, task or serve")
-	default:
-		return bad("entry %q is not execute, task or serve", m.Entry)
-	}
-	if len(m.InputSchema) == 0 {
-		return bad("inputSchema is required")
-	}
-	in, err := schema.Compile(m.InputSchema)
-	if err != nil {
-		return bad("inputSchema: %v", err)
-	}
-	if !in.IsObjectSchema() {
-		return bad(`inputSchema must have "type": "object": a tool's input is a JSON object`)
-	}
-	if m.Entry == EntryServe {
-		var props struct {
-			Properties map[string]json.RawMessage `json:"properties"`
-		}
-		if json.Unmarshal(m.InputSchema, &props) == nil && props.Properties["taskId"] != nil {
-			return bad("inputSchema declares taskId, which the host adds to a %s tool's input to route calls to its tasks", m.Entry)
-		}
-	}
-	if len(m.OutputSchema) > 0 {
-		if _, err := schema.Compile(m.OutputSchema); err != nil {
-			return bad("outputSchema: %v", err)
-		}
-	}
-	for _, c := range m.Capabilities {
-		if c == "" {
-			return bad("capabilities: empty name")
-		}
-	}
-	for _, a := range m.HTTPAllow {
-		if a == "" || strings.ContainsAny(a, "/:@ ") || strings.Contains(a[min(len(a), 1):], "*") {
-			return bad("httpAllow: %q is not a host name or *.domain", a)
-		}
-	}
-	if len(m.HTTPAllow) > 0 && !slices.Contains(m.Capabilities, abi.CapabilityFetch) {
-		return bad("httpAllow is set, but capabilities does not list %s", abi.CapabilityFetch)
-	}
-	l := host
-	if ml := m.Limits; ml != nil {
-		type lim struct {
-			name       string
-			got, max   int64
-			set        func(int64)
-			unit       string
-			multiplier int64
-		}
-		for _, x := range []lim{
-			{"memoryMiB", int64(ml.MemoryMiB), int64(host.MemoryBytes >> 20), func(v int64) { l.MemoryBytes = uint64(v) << 20 }, "MiB", 1},
-			{"cpuMs", ml.CPUMs, host.CPUTime.Milliseconds(), func(v int64) { l.CPUTime = time.Duration(v) * time.Millisecond }, "ms", 1},
-			{"payloadBytes", int64(ml.PayloadBytes), int64(host.PayloadBytes), func(v int64) { l.PayloadBytes = int(v) }, "bytes", 1},
-			{"events", int64(ml.Events), int64(host.Events), func(v int64) { l.Events = int(v) }, "events", 1},
-			{"outputBytes", ml.OutputBytes, host.OutputBytes, func(v int64) { l.OutputBytes = v }, "bytes", 1},
-		} {
-			switch {
-			case x.got == 0:
-			case x.got < 0:
-				return bad("limits.%s must be positive", x.name)
-			case x.got > x.max:
-				return bad("limits.%s of %d %s is over this host's limit of %d", x.name, x.got, x.unit, x.max)
-			default:
-				x.set(x.got)
-			}
-		}
-	}
-	return in, l, nil
-}
+//
+// Deprecated: the type is plugins.ManifestLimits; this name stays for one
+// release.
+type ManifestLimits = plugins.ManifestLimits
 
 // Plugin is a registered plugin version.
-type Plugin struct {
-	Name       string    `json:"name"`
-	Version    int       `json:"version"`
-	ModuleHash string    `json:"moduleHash"`
-	Manifest   Manifest  `json:"manifest"`
-	CreatedAt  time.Time `json:"createdAt"`
-	Size       int       `json:"size"`
-}
+//
+// Deprecated: the type is plugins.Plugin; this name stays for one release.
+type Plugin = plugins.Plugin
+
+// ParseManifest decodes and checks a manifest.
+//
+// Deprecated: use plugins.ParseManifest.
+func ParseManifest(raw []byte) (Manifest, error) { return plugins.ParseManifest(raw) }
+
+// CheckModule checks a module's structure, imports and exports against
+// the ABI without compiling it.
+//
+// Deprecated: use plugins.CheckModule.
+func CheckModule(wasm []byte) error { return plugins.CheckModule(wasm) }
 
 // AddPlugin checks a module and its manifest, compiles the module, and
 // registers it as the next version of the plugin the manifest names.
 //
 // Checks, in order, each refusing with a *PluginError or ErrBadManifest and
-// storing nothing: the size cap; the wasm header and structure; every
-// import is a sandflow or WASI function; the ABI version export and the
-// run and step exports are there with their types; the manifest and its
-// schemas; the module compiles.
+// storing nothing: the size cap; the manifest and its schemas against the
+// host's limits (plugins.Manifest.Check); the engine it names; for a
+// WebAssembly engine the module's header, structure, imports and exports
+// (plugins.CheckModuleLimits); the module compiles; and an instance of it
+// initialises and answers the ABI version (or, on a source engine such as
+// goja, the engine's own check).
 func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, error) {
 	if h.isClosed() {
 		return Plugin{}, ErrClosed
@@ -197,17 +74,18 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	}
 	sum := sha256.Sum256(wasm)
 	hash := hex.EncodeToString(sum[:])
-	_, limits, err := m.check(h.limits)
+	checked, err := m.Check(h.limits)
 	if err != nil {
 		return Plugin{}, err
 	}
+	limits := checked.Limits
 	eng, err := h.manifestEngine(ctx, m)
 	if err != nil {
 		return Plugin{}, err
 	}
 	se, isSource := eng.(SourceEngine)
 	if !isSource {
-		if err := checkModuleLimits(wasm, limits); err != nil {
+		if err := plugins.CheckModuleLimits(wasm, limits); err != nil {
 			return Plugin{}, err
 		}
 	}
@@ -269,143 +147,6 @@ func (refuseOps) Op(ctx context.Context, kind abi.OpKind, _, _ []byte) ([]byte, 
 
 func toPlugin(p store.Plugin, m Manifest) Plugin {
 	return Plugin{Name: p.Name, Version: p.Version, ModuleHash: p.ModuleHash, Manifest: m, CreatedAt: p.CreatedAt, Size: p.Size}
-}
-
-// allowedWASI lists the WASI preview1 functions a guest may import. The
-// host serves all of them without files, sockets, arguments or environment.
-var allowedWASI = map[string]bool{
-	"args_get": true, "args_sizes_get": true, "environ_get": true, "environ_sizes_get": true,
-	"clock_res_get": true, "clock_time_get": true, "fd_advise": true, "fd_allocate": true,
-	"fd_close": true, "fd_datasync": true, "fd_fdstat_get": true, "fd_fdstat_set_flags": true,
-	"fd_fdstat_set_rights": true, "fd_filestat_get": true, "fd_filestat_set_size": true,
-	"fd_filestat_set_times": true, "fd_pread": true, "fd_prestat_get": true, "fd_prestat_dir_name": true,
-	"fd_pwrite": true, "fd_read": true, "fd_readdir": true, "fd_renumber": true, "fd_seek": true,
-	"fd_sync": true, "fd_tell": true, "fd_write": true, "path_create_directory": true,
-	"path_filestat_get": true, "path_filestat_set_times": true, "path_link": true, "path_open": true,
-	"path_readlink": true, "path_remove_directory": true, "path_rename": true, "path_symlink": true,
-	"path_unlink_file": true, "poll_oneoff": true, "proc_exit": true, "proc_raise": true,
-	"sched_yield": true, "random_get": true, "sock_accept": true, "sock_recv": true, "sock_send": true,
-	"sock_shutdown": true,
-}
-
-var (
-	sigOp   = wasmparse.FuncType{Params: []byte{wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32, wasmparse.I32}, Results: []byte{wasmparse.I32}}
-	sigRead = wasmparse.FuncType{Params: []byte{wasmparse.I32, wasmparse.I32}, Results: []byte{wasmparse.I32}}
-	sigI32  = wasmparse.FuncType{Results: []byte{wasmparse.I32}}
-	sigVoid = wasmparse.FuncType{}
-)
-
-func sameSig(a *wasmparse.FuncType, b wasmparse.FuncType) bool {
-	return a != nil && bytes.Equal(a.Params, b.Params) && bytes.Equal(a.Results, b.Results)
-}
-
-func sigString(t *wasmparse.FuncType) string {
-	if t == nil {
-		return "not a function"
-	}
-	name := map[byte]string{wasmparse.I32: "i32", wasmparse.I64: "i64", wasmparse.F32: "f32", wasmparse.F64: "f64"}
-	f := func(b []byte) string {
-		s := "("
-		for i, c := range b {
-			if i > 0 {
-				s += ", "
-			}
-			if n, ok := name[c]; ok {
-				s += n
-			} else {
-				s += fmt.Sprintf("%#x", c)
-			}
-		}
-		return s + ")"
-	}
-	return f(t.Params) + " -> " + f(t.Results)
-}
-
-// CheckModule checks a module's structure, imports and exports against
-// the ABI without compiling it.
-func CheckModule(wasm []byte) error {
-	_, err := checkModule(wasm)
-	return err
-}
-
-// checkModuleLimits checks a module and that its initial memory fits l.
-func checkModuleLimits(wasm []byte, l Limits) error {
-	mod, err := checkModule(wasm)
-	if err != nil {
-		return err
-	}
-	if need := uint64(mod.MemoryMinPages) << 16; need > l.MemoryBytes {
-		return &PluginError{Reason: "memory", Detail: fmt.Sprintf("the module starts with %d bytes of memory, over the limit of %d", need, l.MemoryBytes)}
-	}
-	return nil
-}
-
-func checkModule(wasm []byte) (*wasmparse.Module, error) {
-	mod, err := wasmparse.Parse(wasm)
-	if err != nil {
-		if errors.Is(err, wasmparse.ErrNotWasm) {
-			return nil, &PluginError{Reason: "not_wasm", Detail: "the bytes are not a WebAssembly module (no \\0asm header)"}
-		}
-		var le *wasmparse.LimitError
-		if errors.As(err, &le) {
-			return nil, &PluginError{Reason: "module_limit", Detail: err.Error(), Err: err}
-		}
-		return nil, &PluginError{Reason: "malformed", Detail: err.Error()}
-	}
-	for _, imp := range mod.Imports {
-		what := fmt.Sprintf("%s.%s", imp.Module, imp.Name)
-		if imp.Kind != wasmparse.KindFunc {
-			return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function; a guest may import only functions of %s and %s", what, abi.ImportModule, abi.WASIModule)}
-		}
-		switch imp.Module {
-		case abi.ImportModule:
-			want := map[string]wasmparse.FuncType{abi.FuncOp: sigOp, abi.FuncRead: sigRead}
-			sig, ok := want[imp.Name]
-			if !ok {
-				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a function of the sandflow ABI version %d", what, abi.Version)}
-			}
-			if !sameSig(imp.Type, sig) {
-				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s has type %s, the ABI says %s", what, sigString(imp.Type), sigString(&sig))}
-			}
-		case abi.WASIModule:
-			if !allowedWASI[imp.Name] {
-				return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not a WASI preview1 function this host provides", what)}
-			}
-		default:
-			return nil, &PluginError{Reason: "import", Detail: fmt.Sprintf("import %s is not allowed: a guest may import only from %s and %s", what, abi.ImportModule, abi.WASIModule)}
-		}
-	}
-	if e, ok := mod.Export(abi.VersionExport); !ok {
-		return nil, &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("module does not export %s, so it was not built for the sandflow ABI", abi.VersionExport)}
-	} else if !sameSig(e.Type, sigI32) {
-		return nil, &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", abi.VersionExport, sigString(e.Type))}
-	}
-	for _, name := range []string{abi.RunExport, abi.StepExport} {
-		e, ok := mod.Export(name)
-		if !ok {
-			return nil, &PluginError{Reason: "missing_export", Detail: "module does not export " + name}
-		}
-		if !sameSig(e.Type, sigI32) {
-			return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", name, sigString(e.Type))}
-		}
-	}
-	if _, ok := mod.Export(abi.CommandExport); ok {
-		// A command's toolchain runs its constructors in _start, which the
-		// host never calls, or around every export call (wasm-ld wraps a
-		// command's exports so), which would reset the workflow's state at
-		// each sandflow_run.
-		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("module exports %s, so it is a WASI command; a guest must be a reactor (clang -mexec-model=reactor, Go -buildmode=c-shared, a Rust cdylib)", abi.CommandExport)}
-	}
-	if e, ok := mod.Export(abi.InitializeExport); ok && !sameSig(e.Type, sigVoid) {
-		return nil, &PluginError{Reason: "not_reactor", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.InitializeExport, sigString(e.Type))}
-	}
-	if e, ok := mod.Export(abi.PrepareExport); ok && !sameSig(e.Type, sigVoid) {
-		return nil, &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.PrepareExport, sigString(e.Type))}
-	}
-	if e, ok := mod.Export(abi.MemoryExport); !ok || e.Kind != wasmparse.KindMemory {
-		return nil, &PluginError{Reason: "missing_export", Detail: "module does not export its memory as \"memory\""}
-	}
-	return mod, nil
 }
 
 // loadedPlugin is a plugin version ready to run: compiled module, input
@@ -529,7 +270,7 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	if err := json.Unmarshal(p.Manifest, &m); err != nil {
 		return nil, fmt.Errorf("%w: stored manifest of %s: %v", ErrBadManifest, key, err)
 	}
-	in, limits, err := m.check(h.limits)
+	checked, err := m.Check(h.limits)
 	if err != nil {
 		return nil, err
 	}
@@ -545,13 +286,7 @@ func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlu
 	for _, c := range m.Capabilities {
 		caps[c] = true
 	}
-	var out *schema.Schema
-	if len(m.OutputSchema) > 0 {
-		if out, err = schema.Compile(m.OutputSchema); err != nil { // check compiled it already
-			return nil, fmt.Errorf("%w: outputSchema: %v", ErrBadManifest, err)
-		}
-	}
-	lp = &loadedPlugin{p: p, m: m, limits: limits, cm: cm, input: in, output: out, caps: caps}
+	lp = &loadedPlugin{p: p, m: m, limits: checked.Limits, cm: cm, input: checked.Input, output: checked.Output, caps: caps}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if prev := h.plugins[key]; prev != nil {

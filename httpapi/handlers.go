@@ -16,6 +16,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -51,28 +52,23 @@ func (s *Server) uploadPlugin(w http.ResponseWriter, r *http.Request) error {
 	if n := len(r.FormValue("name")); n > 256 {
 		return badRequest("the name field is %d bytes, over the limit of 256", n)
 	}
-	if len(rawManifest) == 0 && len(r.MultipartForm.File["manifest"]) == 0 && jsprogram.IsScript(wasm) {
-		// A JavaScript tool script defines its own manifest.
-		name := r.FormValue("name")
-		if name == "" {
-			return badRequest("a JavaScript tool needs a \"name\" field (a WebAssembly module needs a manifest)")
-		}
-		p, err := jsprogram.RegisterTool(r.Context(), s.h, name, wasm)
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusCreated, p)
+	u := plugins.Upload{Module: wasm, Name: r.FormValue("name")}
+	if len(rawManifest) > 0 {
+		u.Manifest = func() ([]byte, error) { return rawManifest, nil }
+	} else if len(r.MultipartForm.File["manifest"]) > 0 {
+		u.Manifest = func() ([]byte, error) { return formFile(r, "manifest", s.cfg.MaxBodyBytes) }
 	}
-	if len(rawManifest) == 0 {
-		if rawManifest, err = formFile(r, "manifest", s.cfg.MaxBodyBytes); err != nil {
-			return err
-		}
-	}
-	m, err := host.ParseManifest(rawManifest)
-	if err != nil {
+	d, err := plugins.Classify(u)
+	var ue *plugins.UploadError
+	switch {
+	case errors.As(err, &ue) && ue.Problem == plugins.ProblemNoName:
+		return badRequest("a JavaScript tool needs a \"name\" field (a WebAssembly module needs a manifest)")
+	case errors.As(err, &ue) && ue.Problem == plugins.ProblemNoManifest:
+		return badRequest("the form has no %s file", quote("manifest"))
+	case err != nil:
 		return err
 	}
-	p, err := s.h.AddPlugin(r.Context(), wasm, m)
+	p, err := jsprogram.Register(r.Context(), s.h, d)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/plugins"
 )
 
 // EngineName is the engine a JavaScript tool's manifest names.
@@ -120,10 +121,7 @@ func (e *Engine) Close(context.Context) error {
 
 // toolConfig is the module of a workflow tool: which program kind it runs,
 // with what budget.
-type toolConfig struct {
-	Sandflow     string `json:"sandflow"`
-	MaxSubagents *int   `json:"maxSubagents,omitempty"`
-}
+type toolConfig = plugins.WorkflowToolConfig
 
 // toolKind is toolConfig.Sandflow for the workflow tool.
 const toolKind = "workflow-tool"
@@ -134,8 +132,8 @@ const toolKind = "workflow-tool"
 // a script that runs). A script is only checked for size and encoding
 // here: parsing and running it is for workers (see Check).
 func (e *Engine) Compile(_ context.Context, module []byte) (host.CompiledModule, error) {
-	var c toolConfig
-	if json.Unmarshal(module, &c) != nil || c.Sandflow == "" {
+	c, ok := plugins.ParseWorkflowToolConfig(module)
+	if !ok {
 		return e.compileScript(module)
 	}
 	if c.Sandflow != toolKind {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/plugins"
 )
 
 // An authored tool is a script that calls defineWorkflowTool once:
@@ -172,10 +173,18 @@ func RegisterTool(ctx context.Context, h *host.Host, name string, source []byte)
 
 // IsScript reports whether a module is a script rather than WebAssembly or
 // a workflow tool's configuration.
-func IsScript(module []byte) bool {
-	if bytes.HasPrefix(module, []byte("\x00asm")) {
-		return false
+//
+// Deprecated: use plugins.IsScript.
+func IsScript(module []byte) bool { return plugins.IsScript(module) }
+
+// Register registers an upload as plugins.Classify decided it: a script
+// that defines its own tool through RegisterTool, anything else with its
+// manifest through h.AddPlugin. The surfaces that take uploads (the CLI,
+// the HTTP API, the console) call Classify and then this, so none of them
+// has a rule of its own.
+func Register(ctx context.Context, h *host.Host, d plugins.Decision) (host.Plugin, error) {
+	if d.Kind == plugins.KindScript {
+		return RegisterTool(ctx, h, d.Name, d.Module)
 	}
-	var c toolConfig
-	return json.Unmarshal(module, &c) != nil || c.Sandflow == ""
+	return h.AddPlugin(ctx, d.Module, d.Manifest)
 }

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +19,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -45,42 +46,28 @@ func pluginCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			isWasm := bytes.HasPrefix(module, []byte("\x00asm"))
-			isJS := !isWasm && isScriptFile(argv[0])
-			if !isWasm && !isJS && jsprogram.IsScript(module) {
-				return withCode(exitInvalid, fmt.Errorf("%w: %s is neither a WebAssembly module (it does not start with \\0asm) nor a JavaScript tool script (a .js or .mjs file)", host.ErrBadPlugin, argv[0]))
+			u := plugins.Upload{Module: module, Name: name, Path: argv[0]}
+			if manifestPath != "" {
+				u.Manifest = func() ([]byte, error) { return os.ReadFile(manifestPath) }
 			}
-			if isJS && manifestPath != "" {
-				return &usageError{"a JavaScript tool script needs no --manifest: its defineWorkflowTool call is its manifest"}
-			}
-			if manifestPath == "" && isJS {
-				if name == "" {
-					name = strings.TrimSuffix(filepath.Base(argv[0]), filepath.Ext(argv[0]))
+			d, err := plugins.Classify(u)
+			var ue *plugins.UploadError
+			if errors.As(err, &ue) {
+				switch ue.Problem {
+				case plugins.ProblemManifestForScript:
+					return &usageError{"a JavaScript tool script needs no --manifest: its defineWorkflowTool call is its manifest"}
+				case plugins.ProblemNoManifest:
+					return &usageError{"--manifest is required for a WebAssembly module"}
+				case plugins.ProblemNameForModule:
+					return &usageError{"--name is for JavaScript tools; a module's manifest names its tool"}
 				}
-				return a.withHost(cmd.Context(), func(h *host.Host) error {
-					p, err := jsprogram.RegisterTool(cmd.Context(), h, name, module)
-					if err != nil {
-						return err
-					}
-					return a.printAdded(p)
-				})
+				return withCode(exitInvalid, err)
 			}
-			if manifestPath == "" {
-				return &usageError{"--manifest is required for a WebAssembly module"}
-			}
-			if name != "" {
-				return &usageError{"--name is for JavaScript tools; a module's manifest names its tool"}
-			}
-			raw, err := os.ReadFile(manifestPath)
-			if err != nil {
-				return err
-			}
-			m, err := host.ParseManifest(raw)
 			if err != nil {
 				return err
 			}
 			return a.withHost(cmd.Context(), func(h *host.Host) error {
-				p, err := h.AddPlugin(cmd.Context(), module, m)
+				p, err := jsprogram.Register(cmd.Context(), h, d)
 				if err != nil {
 					return err
 				}
@@ -117,15 +104,6 @@ func pluginCmd(a *app) *cobra.Command {
 	}
 	c.AddCommand(add, list)
 	return c
-}
-
-// isScriptFile reports whether a path names a JavaScript file.
-func isScriptFile(path string) bool {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".js", ".mjs":
-		return true
-	}
-	return false
 }
 
 func toolsCmd(a *app) *cobra.Command {
@@ -812,7 +790,7 @@ can take a run over. With --strict it is a divergence and exits 4.`,
 					return err
 				}
 				var rep *host.ReplayReport
-				if wasm != nil && jsprogram.IsScript(wasm) {
+				if wasm != nil && plugins.IsScript(wasm) {
 					rep, err = h.CheckReplayOn(ctx, hist, wasm, jsprogram.EngineName)
 				} else {
 					rep, err = h.CheckReplay(ctx, hist, wasm)
