@@ -4,25 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/store"
 )
 
-// TestReviewStepOutputIgnoresPluginOutputLimit: BUG (host/run.go
-// recordStep and failActivation: capOutput(..., lpOutputRoom(rs,
-// h.limits))). A step's output is cut against the *host's* output limit
-// (64 KiB), not the plugin's: each attempt is capped by the plugin's limit
-// (stepWriter), but the run's total is not. abi/README.md: "recorded output
-// per run ... further output is dropped". A plugin limited to 100 bytes
-// records 3 x 80.
-func TestReviewStepOutputIgnoresPluginOutputLimit(t *testing.T) {
-	r := newReview(t, nil)
-	r.addAs("review-small", &host.ManifestLimits{OutputBytes: 100})
+// The output recorded for a run is capped by its plugin's output limit, not
+// only the host's: each step attempt is capped, and so is the run's total.
+// A plugin limited to 100 bytes whose steps print 3 x 80 records at most
+// 100.
+func TestStepOutputCountsAgainstThePluginOutputLimit(t *testing.T) {
+	r := newEdgeCases(t, nil)
+	r.addAs("edgecases-small", &host.ManifestLimits{OutputBytes: 100})
 	ctx := context.Background()
-	ri, err := r.h.Call(ctx, "review-small", json.RawMessage(`{"mode":"step-print","n":3,"text":"`+strings.Repeat("s", 80)+`"}`), nil)
+	ri, err := r.h.Call(ctx, "edgecases-small", json.RawMessage(`{"mode":"step-print","n":3,"text":"`+strings.Repeat("s", 80)+`"}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,16 +38,14 @@ func TestReviewStepOutputIgnoresPluginOutputLimit(t *testing.T) {
 	}
 }
 
-// TestReviewAnswerTextIgnoresPluginPayloadLimit: BUG (host/asks.go
-// AnswerAsk: checkAnswer(req, a, h.limits.PayloadBytes)). An answer's text
-// is checked against the host's payload limit, not the run's plugin's
-// (ResumeHook uses limitsOf for the same check), so a plugin limited to
-// 4 KiB per recorded value gets a 10 KB answer recorded and delivered.
-func TestReviewAnswerTextIgnoresPluginPayloadLimit(t *testing.T) {
-	r := newReview(t, nil)
-	r.addAs("review-small", &host.ManifestLimits{PayloadBytes: 4096})
+// An answer's text is checked against the payload limit of the run's
+// plugin, as a hook payload is: a 10 KB answer to a plugin limited to
+// 4 KiB per recorded value is refused with ErrLimit.
+func TestAnswerTextIsCheckedAgainstThePluginPayloadLimit(t *testing.T) {
+	r := newEdgeCases(t, nil)
+	r.addAs("edgecases-small", &host.ManifestLimits{PayloadBytes: 4096})
 	ctx := context.Background()
-	ri, err := r.h.Call(ctx, "review-small", json.RawMessage(`{"mode":"ask-text"}`), nil)
+	ri, err := r.h.Call(ctx, "edgecases-small", json.RawMessage(`{"mode":"ask-text"}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +58,10 @@ func TestReviewAnswerTextIgnoresPluginPayloadLimit(t *testing.T) {
 	}
 }
 
-// TestReviewHookPayloadsBypassEventLimit: BUG (host/asks.go ResumeHook).
-// The events limit is checked only when the guest issues a live op
-// (workflow.go Op), so payloads sent to a hook the body is not waiting on
-// append hook_received events without bound: a run limited to 40 events
-// holds 100+, all kept in memory by every load of the run, and the run is
-// neither failed nor refused further payloads. abi/README.md: "events per
-// run ... the run fails with LimitError".
-func TestReviewHookPayloadsBypassEventLimit(t *testing.T) {
+// Payloads sent to a hook the body is not waiting on count against the
+// run's events limit like the events of live ops: a run limited to 40
+// events never holds more, however many payloads arrive.
+func TestHookPayloadsCountAgainstTheEventLimit(t *testing.T) {
 	k := newKitchen(t, nil)
 	k.tight("kitchen-events", host.ManifestLimits{Events: 40})
 	ctx := context.Background()
@@ -94,4 +87,79 @@ func TestReviewHookPayloadsBypassEventLimit(t *testing.T) {
 		ri, _ = k.h.Run(ctx, ri.ID)
 		t.Errorf("a run limited to 40 events has %d (status %s, last ResumeHook error %v)", len(evs), ri.Status, lastErr)
 	}
+}
+
+// The CPU budget covers one activation, so a run that completes on a warm
+// instance also completes when it is resumed by replay (after an eviction,
+// a restart, or with MaxWarm < 0): each replayed activation gets its own
+// budget, not the sum of every earlier activation's compute under the
+// budget of one.
+//
+// The budget is wall-clock time within the guest, so on a loaded machine
+// one activation can overrun by chance. The run has 8 activations of about
+// a quarter of the limit each: were the replayed compute summed, the last
+// replay would compute twice the limit and every attempt would fail; by
+// chance, an activation must run 4x slower than calibrated, so one attempt
+// in three passing shows the budget is per activation.
+func TestCPULimitIsPerActivationOnReplay(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		var failures []string
+		for attempt := 1; attempt <= 3; attempt++ {
+			why := replayWithinCPULimit(t)
+			if why == "" {
+				return
+			}
+			failures = append(failures, fmt.Sprintf("attempt %d: %s", attempt, why))
+		}
+		t.Errorf("no attempt completed both runs:\n%v", failures)
+	})
+}
+
+// replayWithinCPULimit runs the same run warm and by replay under one
+// calibrated limit and says what went wrong, or "".
+func replayWithinCPULimit(t *testing.T) string {
+	ctx := context.Background()
+	const activations = 8
+	cal := newEdgeCases(t, nil)
+	timed := func(millions int) time.Duration {
+		start := time.Now()
+		ri := cal.call("edgecases", fmt.Sprintf(`{"mode":"spin","n":1,"ms":%d}`, millions))
+		if ri.Status != store.StatusCompleted {
+			t.Fatalf("calibration: %+v", ri)
+		}
+		return time.Since(start)
+	}
+	timed(1)
+	perMillion := max((timed(40)-timed(4))/36, time.Microsecond)
+	// Each activation computes about 50ms; the limit is 4x that.
+	millions := max(1, int(50*time.Millisecond/perMillion))
+	limit := max(4*time.Duration(millions)*perMillion, 100*time.Millisecond)
+	in := json.RawMessage(fmt.Sprintf(`{"mode":"spin","n":%d,"ms":%d}`, activations, millions))
+	l := &host.ManifestLimits{CPUMs: limit.Milliseconds()}
+	t.Logf("calibration: %s per million rounds; %d million per activation, limit %s", perMillion, millions, limit)
+
+	run := func(maxWarm int) host.RunInfo {
+		r := newEdgeCases(t, &host.Options{MaxWarm: maxWarm})
+		r.addAs("edgecases-cpu", l)
+		ri, err := r.h.Call(ctx, "edgecases-cpu", in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ri.Status == store.StatusWaiting {
+			if _, err := r.h.FireDue(ctx, time.Now().Add(time.Hour), nil); err != nil {
+				t.Fatal(err)
+			}
+			if ri, err = r.h.Run(ctx, ri.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ri
+	}
+	if warm := run(64); warm.Status != store.StatusCompleted {
+		return fmt.Sprintf("the warm run ended %s within its limit of %s: %+v", warm.Status, limit, warm.Error)
+	}
+	if fresh := run(-1); fresh.Status != store.StatusCompleted {
+		return fmt.Sprintf("the run completes on a warm instance but, resumed by replay, ends %s: %+v", fresh.Status, fresh.Error)
+	}
+	return ""
 }
