@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
@@ -165,5 +166,262 @@ func TestToolServeEnds(t *testing.T) {
 		if ri.Status == store.StatusWaiting {
 			t.Error("still waiting")
 		}
+	}
+}
+
+// startSettled starts a run of a tool and drives it until it waits or ends.
+func startSettled(t *testing.T, f *fixture, tool, input string) host.RunInfo {
+	t.Helper()
+	ri, err := f.h.Start(context.Background(), tool, json.RawMessage(input), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.settle(ri)
+}
+
+// sendCall sends a call to a serve run (without driving it).
+func sendCall(t *testing.T, f *fixture, runID, callID, input string) {
+	t.Helper()
+	if _, err := f.h.SendCall(context.Background(), runID, callID, json.RawMessage(input)); err != nil {
+		t.Fatalf("SendCall %s: %v", input, err)
+	}
+}
+
+// checkReplaysOpForOp exports the run's history and checks that the tool
+// replays it op for op.
+func checkReplaysOpForOp(t *testing.T, f *fixture, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	var buf strings.Builder
+	if err := f.h.ExportHistory(ctx, runID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.h.CheckReplay(ctx, hist, nil)
+	if err != nil || rep.Ops != rep.RecordedOps {
+		t.Errorf("replay check of %s: %+v %v", runID, rep, err)
+	}
+}
+
+func callOutputs(ri host.RunInfo) []string {
+	var out []string
+	for _, c := range ri.Calls {
+		out = append(out, c.Status+" "+string(c.Output))
+	}
+	return out
+}
+
+const syncReceiveTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    const first = await receive();
+    await sleep("1h");                       // call 1 arrives during the sleep
+    const next = receive();                  // call 1 is already queued
+    const n0 = ctx.reply({ for: first.input.n });
+    const second = await next;
+    const n1 = ctx.reply({ for: second.input.n });
+    return { n0, n1 };
+  } });`
+
+// ctx.reply answers only the calls the body has received: a call counts
+// as received once its receive() promise resolves. The body calls
+// receive() for a call that is already queued and, before that promise
+// resolves (in a later microtask), replies for the call it holds: the
+// reply answers call 0 only, and the reply made after reading call 1
+// answers call 1.
+func TestToolServeReplyAnswersOnlyTheCallsReceived(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("sync-receive", syncReceiveTool)
+	ri := startSettled(t, f, "sync-receive", `{"n":0}`)
+	waitsOn(t, ri, "sleep")
+	sendCall(t, f, ri.ID, "c1", `{"n":1}`)
+	ri = f.fire(ri.ID, 2*time.Hour)
+	ri = f.settle(ri)
+	got := strings.Join(callOutputs(ri), " | ")
+	want := `completed {"for":0} | completed {"for":1}`
+	if got != want || string(ri.Result) != `{"n0":1,"n1":1}` {
+		t.Errorf("calls %s, result %s (%s)\nwant calls %s, result {\"n0\":1,\"n1\":1}", got, ri.Result, ri.Status, want)
+	}
+}
+
+const raceTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    const log = [];
+    const first = await receive();
+    log.push("got " + first.input.n);
+    // A race the timer wins: the receive() promise is kept.
+    const pending = receive();
+    const w = await Promise.race([pending.then(() => "call"), sleep("1h").then(() => "timer")]);
+    log.push("race " + w);
+    log.push("reply " + ctx.reply({ for: first.input.n, log: log.slice() }));
+    const second = await pending;
+    log.push("got " + second.input.n);
+    // A race the call wins.
+    const w2 = await Promise.race([receive().then((c) => "call " + c.input.n), sleep("1h").then(() => "timer")]);
+    log.push("race " + w2);
+    log.push("reply " + ctx.reply({ for: second.input.n, log: log.slice() }));
+    return log;
+  } });`
+
+// A Promise.race over receive() and a sleep, both ways round, replayed
+// cold after restarts between the calls, and checked against its history:
+// each call gets the reply made after it was read, and the history
+// replays op for op.
+func TestToolServeRaceOverReceiveReplaysAcrossRestarts(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("race", raceTool)
+	ctx := context.Background()
+	ri := startSettled(t, f, "race", `{"n":0}`)
+	waitsOn(t, ri, "receive", "sleep")
+	ri = f.fire(ri.ID, 2*time.Hour) // the timer wins
+	waitsOn(t, ri, "receive")
+	if got := callOutputs(ri); len(got) != 1 || got[0] != `completed {"for":0,"log":["got 0","race timer"]}` {
+		t.Fatalf("call 0: %v", got)
+	}
+	f.restart()
+	sendCall(t, f, ri.ID, "c1", `{"n":1}`)
+	ri = f.settle(ri)
+	waitsOn(t, ri, "receive", "sleep")
+	f.restart()
+	sendCall(t, f, ri.ID, "c2", `{"n":2}`)
+	ri = f.settle(ri)
+	if ri.Status != store.StatusCompleted {
+		t.Fatalf("run %s: %+v", ri.Status, ri.Error)
+	}
+	got := strings.Join(callOutputs(ri), " | ")
+	want := `completed {"for":0,"log":["got 0","race timer"]} | ` +
+		`completed {"for":1,"log":["got 0","race timer","reply 1","got 1","race call 2"]} | ` +
+		`completed {"for":1,"log":["got 0","race timer","reply 1","got 1","race call 2"]}`
+	if got != want {
+		t.Errorf("calls\n%s\nwant\n%s", got, want)
+	}
+	checkReplaysOpForOp(t, f, ri.ID)
+	if _, err := f.h.Run(ctx, ri.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const queuedTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    const first = await receive();
+    await sleep("1h");
+    if (first.input.fail) throw new Error("failing with calls queued");
+    return { end: first.input.n };
+  } });`
+
+// A body that returns, or throws, with calls queued that it never
+// received: the calls are answered with the result, or failed with the
+// error, and the task ends; a call after the end is refused.
+func TestToolServeEndAnswersTheQueuedCalls(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("queued", queuedTool)
+	ctx := context.Background()
+	for _, tc := range []struct{ input, want string }{
+		{`{"n":0}`, `completed {"end":0} | completed {"end":0} | completed {"end":0}`},
+		{`{"n":0,"fail":true}`, `failed  | failed  | failed `},
+	} {
+		ri := startSettled(t, f, "queued", tc.input)
+		sendCall(t, f, ri.ID, "", `{"n":1}`)
+		sendCall(t, f, ri.ID, "", `{"n":2}`)
+		ri = f.fire(ri.ID, 2*time.Hour)
+		if got := strings.Join(callOutputs(ri), " | "); got != tc.want || ri.Working() {
+			t.Errorf("%s: calls %s (working %v), want %s", tc.input, got, ri.Working(), tc.want)
+		}
+		for _, c := range ri.Calls {
+			if strings.Contains(tc.input, "fail") && (c.Error == nil || c.Error.Message != "failing with calls queued") {
+				t.Errorf("%s: call %d error %+v", tc.input, c.Index, c.Error)
+			}
+		}
+		if _, err := f.h.SendCall(ctx, ri.ID, "", json.RawMessage(`{"n":3}`)); !errors.Is(err, host.ErrRunEnded) {
+			t.Errorf("a call after the end: %v", err)
+		}
+		checkReplaysOpForOp(t, f, ri.ID)
+	}
+}
+
+const replyValuesTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    const out = {};
+    const c = await receive();
+    const cyclic = {}; cyclic.self = cyclic;
+    const tries = {
+      cyclic: () => ctx.reply(cyclic),
+      bigint: () => ctx.reply(10n),
+      huge: () => ctx.reply("x".repeat(2 << 20)),
+      throwingToJSON: () => ctx.reply({ toJSON() { throw new Error("no JSON"); } }),
+    };
+    for (const k of Object.keys(tries)) {
+      try { out[k] = "answered " + tries[k](); } catch (e) { out[k] = e.name; }
+    }
+    let askBefore = "asked";
+    try { ctx.ask({ prompt: "still waiting?" }); } catch (e) { askBefore = e.message; }
+    out.askWhileWaiting = askBefore;
+    out.undefinedReply = ctx.reply(undefined);
+    out.again = ctx.reply("again");
+    try { ctx.ask({ prompt: "?" }); out.askAfter = "asked"; } catch (e) { out.askAfter = e.message; }
+    return out;
+  } });`
+
+// ctx.reply with values that are not JSON throws and answers nothing, so
+// the call stays waiting (ctx.ask is still allowed); reply(undefined)
+// answers it with null; a second reply answers none, and ctx.ask then
+// throws.
+func TestToolServeReplyWithValuesThatAreNotJSON(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("reply-values", replyValuesTool)
+	ri := startSettled(t, f, "reply-values", `{}`)
+	if ri.Status != store.StatusCompleted {
+		t.Fatalf("%s %+v", ri.Status, ri.Error)
+	}
+	var out map[string]any
+	_ = json.Unmarshal(ri.Result, &out)
+	for k, want := range map[string]string{
+		"cyclic": "TypeError", "bigint": "TypeError",
+		"huge": "PayloadTooLargeError", "throwingToJSON": "TypeError", "askWhileWaiting": "asked",
+	} {
+		if got, _ := out[k].(string); got != want && !(k == "throwingToJSON" && got == "Error") {
+			t.Errorf("%s: %v, want %s", k, out[k], want)
+		}
+	}
+	if out["undefinedReply"] != 1.0 || out["again"] != 0.0 || !strings.Contains(out["askAfter"].(string), "no call is waiting") {
+		t.Errorf("result %s", ri.Result)
+	}
+	if got := strings.Join(callOutputs(ri), " | "); got != "completed null" {
+		t.Errorf("calls %s", got)
+	}
+	checkReplaysOpForOp(t, f, ri.ID)
+}
+
+const replyWithdrawsTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+  async serve(receive, ctx) {
+    "use workflow";
+    const c = await receive();
+    const q = ctx.ask({ prompt: "Anything to add for call " + c.input.n + "?" });
+    ctx.reply({ n: c.input.n });  // answers the call: withdraws its question
+    const a = await q;
+    return { after: c.input.n, status: a.status };
+  } });`
+
+// A reply withdraws the open questions of the calls it answers: the ask
+// resolves as { status: "cancelled" }, the question is no longer offered,
+// and the body goes on instead of waiting on a question about a call that
+// already has its result.
+func TestToolServeReplyWithdrawsTheCallsQuestions(t *testing.T) {
+	f := newFixture(t, jsprogram.Limits{}, nil)
+	f.addSource("withdraws", replyWithdrawsTool)
+	ctx := context.Background()
+	ri := startSettled(t, f, "withdraws", `{"n":0}`)
+	qs, err := f.h.Questions(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := advOutcome(ri); len(qs) != 0 || got != `completed {"after":0,"status":"cancelled"}` {
+		t.Errorf("after the reply: %d open questions, the run %s; want none, and completed {\"after\":0,\"status\":\"cancelled\"}", len(qs), got)
 	}
 }
