@@ -16,10 +16,10 @@ import (
 // one line (advOutcome), or "refused: ..." when it is not registered.
 func registerAndRun(t *testing.T, f *fixture, name, src, input string) string {
 	t.Helper()
-	if _, err := jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src)); err != nil {
+	if _, err := jsprogram.RegisterTool(context.Background(), f.H, name, []byte(src)); err != nil {
 		return "refused: " + err.Error()
 	}
-	ri, err := f.h.Call(context.Background(), name, json.RawMessage(input), nil)
+	ri, err := f.H.Call(context.Background(), name, json.RawMessage(input), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

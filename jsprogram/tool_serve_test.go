@@ -37,15 +37,15 @@ func callOutput(t *testing.T, ri host.RunInfo, i int) plan {
 // to one that ended, is refused. Each revision's side effect ran once.
 func TestToolServeReleasePlan(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addTool("release-plan")
-	f.addTool("deploy")
+	f.AddExample("release-plan")
+	f.AddExample("deploy")
 	ctx := context.Background()
 
-	ri, err := f.h.Start(ctx, "release-plan", []byte(`{"request":"draft 2.0"}`), nil)
+	ri, err := f.H.Start(ctx, "release-plan", []byte(`{"request":"draft 2.0"}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	waitsOn(t, ri, "receive")
 	if p := callOutput(t, ri, 0); p.Revision != 1 || len(p.Steps) != 3 {
 		t.Errorf("first reply: %+v", p)
@@ -54,15 +54,15 @@ func TestToolServeReleasePlan(t *testing.T) {
 		t.Error("the task works with every call answered")
 	}
 
-	f.restart()
-	idx, err := f.h.SendCall(ctx, ri.ID, "call-2", []byte(`{"request":"add a canary"}`))
+	f.Restart()
+	idx, err := f.H.SendCall(ctx, ri.ID, "call-2", []byte(`{"request":"add a canary"}`))
 	if err != nil || idx != 1 {
 		t.Fatalf("SendCall: %d %v", idx, err)
 	}
-	if ri, _ = f.h.Run(ctx, ri.ID); !ri.Working() || ri.Calls[1].CallID != "call-2" {
+	if ri, _ = f.H.Run(ctx, ri.ID); !ri.Working() || ri.Calls[1].CallID != "call-2" {
 		t.Errorf("after the second call: %+v", ri.Calls)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	waitsOn(t, ri, "receive")
 	p := callOutput(t, ri, 1)
 	if p.Revision != 2 || strings.Join(p.Steps, "|") != "freeze the release branch|run the release checklist|a canary|tag and publish" ||
@@ -72,7 +72,7 @@ func TestToolServeReleasePlan(t *testing.T) {
 	if callOutput(t, ri, 0).Revision != 1 {
 		t.Error("the first call's answer changed")
 	}
-	out := output(t, f.h, ri.ID)
+	out := output(t, f.H, ri.ID)
 	for _, want := range []string{`revision 1 for "draft 2.0"`, `revision 2 for "add a canary"`} {
 		if n := strings.Count(out, want); n != 1 {
 			t.Errorf("%q ran %d times:\n%s", want, n, out)
@@ -81,33 +81,33 @@ func TestToolServeReleasePlan(t *testing.T) {
 
 	// Bad calls change nothing.
 	var ie *host.InputError
-	if _, err := f.h.SendCall(ctx, ri.ID, "", []byte(`{"request":""}`)); !errors.As(err, &ie) {
+	if _, err := f.H.SendCall(ctx, ri.ID, "", []byte(`{"request":""}`)); !errors.As(err, &ie) {
 		t.Errorf("an input the schema refuses: %v", err)
 	}
-	dep, _ := f.h.Start(ctx, "deploy", []byte(`{"service":"api"}`), nil)
-	if _, err := f.h.SendCall(ctx, dep.ID, "", []byte(`{"service":"web"}`)); !errors.Is(err, host.ErrBadInput) {
+	dep, _ := f.H.Start(ctx, "deploy", []byte(`{"service":"api"}`), nil)
+	if _, err := f.H.SendCall(ctx, dep.ID, "", []byte(`{"service":"web"}`)); !errors.Is(err, host.ErrBadInput) {
 		t.Errorf("a call to a run of an execute tool: %v", err)
 	}
-	if _, err := f.h.SendCall(ctx, "run_nosuchrun", "", []byte(`{}`)); !errors.Is(err, host.ErrRunNotFound) {
+	if _, err := f.H.SendCall(ctx, "run_nosuchrun", "", []byte(`{}`)); !errors.Is(err, host.ErrRunNotFound) {
 		t.Errorf("a call to no run: %v", err)
 	}
-	if _, err := f.h.Cancel(ctx, ri.ID, "test"); err != nil {
+	if _, err := f.H.Cancel(ctx, ri.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.SendCall(ctx, ri.ID, "", []byte(`{"request":"more"}`)); !errors.Is(err, host.ErrRunEnded) {
+	if _, err := f.H.SendCall(ctx, ri.ID, "", []byte(`{"request":"more"}`)); !errors.Is(err, host.ErrRunEnded) {
 		t.Errorf("a call to an ended run: %v", err)
 	}
 
 	// The history replays.
 	var buf strings.Builder
-	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+	if err := f.H.ExportHistory(ctx, ri.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
+	if rep, err := f.H.CheckReplay(ctx, hist, nil); err != nil || rep.Ops != rep.RecordedOps {
 		t.Errorf("replay check: %+v %v", rep, err)
 	}
 }
@@ -117,7 +117,7 @@ func TestToolServeReleasePlan(t *testing.T) {
 // call waiting throws; a throw fails the waiting calls.
 func TestToolServeEnds(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("serve-ends", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("serve-ends", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     const first = await receive();
@@ -135,16 +135,16 @@ func TestToolServeEnds(t *testing.T) {
 	for _, tc := range []struct {
 		input, status string
 	}{{`{"n":2}`, "completed"}, {`{"fail":true}`, "failed"}} {
-		ri, err := f.h.Start(ctx, "serve-ends", []byte(`{"n":1}`), nil)
+		ri, err := f.H.Start(ctx, "serve-ends", []byte(`{"n":1}`), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ri, _ = f.h.Drive(ctx, ri.ID)
+		ri, _ = f.H.Drive(ctx, ri.ID)
 		waitsOn(t, ri, "receive")
-		if _, err := f.h.SendCall(ctx, ri.ID, "c2", []byte(tc.input)); err != nil {
+		if _, err := f.H.SendCall(ctx, ri.ID, "c2", []byte(tc.input)); err != nil {
 			t.Fatal(err)
 		}
-		ri, _ = f.h.Drive(ctx, ri.ID)
+		ri, _ = f.H.Drive(ctx, ri.ID)
 		if string(ri.Status) != tc.status || len(ri.Calls) != 2 || ri.Calls[0].Status != "completed" || ri.Calls[1].Status != tc.status {
 			t.Fatalf("%s: %s %+v %+v", tc.input, ri.Status, ri.Calls, ri.Error)
 		}
@@ -172,7 +172,7 @@ func TestToolServeEnds(t *testing.T) {
 // startSettled starts a run of a tool and drives it until it waits or ends.
 func startSettled(t *testing.T, f *fixture, tool, input string) host.RunInfo {
 	t.Helper()
-	ri, err := f.h.Start(context.Background(), tool, json.RawMessage(input), nil)
+	ri, err := f.H.Start(context.Background(), tool, json.RawMessage(input), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func startSettled(t *testing.T, f *fixture, tool, input string) host.RunInfo {
 // sendCall sends a call to a serve run (without driving it).
 func sendCall(t *testing.T, f *fixture, runID, callID, input string) {
 	t.Helper()
-	if _, err := f.h.SendCall(context.Background(), runID, callID, json.RawMessage(input)); err != nil {
+	if _, err := f.H.SendCall(context.Background(), runID, callID, json.RawMessage(input)); err != nil {
 		t.Fatalf("SendCall %s: %v", input, err)
 	}
 }
@@ -193,14 +193,14 @@ func checkReplaysOpForOp(t *testing.T, f *fixture, runID string) {
 	t.Helper()
 	ctx := context.Background()
 	var buf strings.Builder
-	if err := f.h.ExportHistory(ctx, runID, &buf); err != nil {
+	if err := f.H.ExportHistory(ctx, runID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := f.h.CheckReplay(ctx, hist, nil)
+	rep, err := f.H.CheckReplay(ctx, hist, nil)
 	if err != nil || rep.Ops != rep.RecordedOps {
 		t.Errorf("replay check of %s: %+v %v", runID, rep, err)
 	}
@@ -234,7 +234,7 @@ const syncReceiveTool = `defineWorkflowTool({ description: "d", inputSchema: { t
 // answers call 1.
 func TestToolServeReplyAnswersOnlyTheCallsReceived(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("sync-receive", syncReceiveTool)
+	f.AddJS("sync-receive", syncReceiveTool)
 	ri := startSettled(t, f, "sync-receive", `{"n":0}`)
 	waitsOn(t, ri, "sleep")
 	sendCall(t, f, ri.ID, "c1", `{"n":1}`)
@@ -273,7 +273,7 @@ const raceTool = `defineWorkflowTool({ description: "d", inputSchema: { type: "o
 // replays op for op.
 func TestToolServeRaceOverReceiveReplaysAcrossRestarts(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("race", raceTool)
+	f.AddJS("race", raceTool)
 	ctx := context.Background()
 	ri := startSettled(t, f, "race", `{"n":0}`)
 	waitsOn(t, ri, "receive", "sleep")
@@ -282,11 +282,11 @@ func TestToolServeRaceOverReceiveReplaysAcrossRestarts(t *testing.T) {
 	if got := callOutputs(ri); len(got) != 1 || got[0] != `completed {"for":0,"log":["got 0","race timer"]}` {
 		t.Fatalf("call 0: %v", got)
 	}
-	f.restart()
+	f.Restart()
 	sendCall(t, f, ri.ID, "c1", `{"n":1}`)
 	ri = f.settle(ri)
 	waitsOn(t, ri, "receive", "sleep")
-	f.restart()
+	f.Restart()
 	sendCall(t, f, ri.ID, "c2", `{"n":2}`)
 	ri = f.settle(ri)
 	if ri.Status != store.StatusCompleted {
@@ -300,7 +300,7 @@ func TestToolServeRaceOverReceiveReplaysAcrossRestarts(t *testing.T) {
 		t.Errorf("calls\n%s\nwant\n%s", got, want)
 	}
 	checkReplaysOpForOp(t, f, ri.ID)
-	if _, err := f.h.Run(ctx, ri.ID); err != nil {
+	if _, err := f.H.Run(ctx, ri.ID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -319,7 +319,7 @@ const queuedTool = `defineWorkflowTool({ description: "d", inputSchema: { type: 
 // error, and the task ends; a call after the end is refused.
 func TestToolServeEndAnswersTheQueuedCalls(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("queued", queuedTool)
+	f.AddJS("queued", queuedTool)
 	ctx := context.Background()
 	for _, tc := range []struct{ input, want string }{
 		{`{"n":0}`, `completed {"end":0} | completed {"end":0} | completed {"end":0}`},
@@ -337,7 +337,7 @@ func TestToolServeEndAnswersTheQueuedCalls(t *testing.T) {
 				t.Errorf("%s: call %d error %+v", tc.input, c.Index, c.Error)
 			}
 		}
-		if _, err := f.h.SendCall(ctx, ri.ID, "", json.RawMessage(`{"n":3}`)); !errors.Is(err, host.ErrRunEnded) {
+		if _, err := f.H.SendCall(ctx, ri.ID, "", json.RawMessage(`{"n":3}`)); !errors.Is(err, host.ErrRunEnded) {
 			t.Errorf("a call after the end: %v", err)
 		}
 		checkReplaysOpForOp(t, f, ri.ID)
@@ -374,7 +374,7 @@ const replyValuesTool = `defineWorkflowTool({ description: "d", inputSchema: { t
 // throws.
 func TestToolServeReplyWithValuesThatAreNotJSON(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("reply-values", replyValuesTool)
+	f.AddJS("reply-values", replyValuesTool)
 	ri := startSettled(t, f, "reply-values", `{}`)
 	if ri.Status != store.StatusCompleted {
 		t.Fatalf("%s %+v", ri.Status, ri.Error)
@@ -414,10 +414,10 @@ const replyWithdrawsTool = `defineWorkflowTool({ description: "d", inputSchema: 
 // already has its result.
 func TestToolServeReplyWithdrawsTheCallsQuestions(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("withdraws", replyWithdrawsTool)
+	f.AddJS("withdraws", replyWithdrawsTool)
 	ctx := context.Background()
 	ri := startSettled(t, f, "withdraws", `{"n":0}`)
-	qs, err := f.h.Questions(ctx, true)
+	qs, err := f.H.Questions(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}

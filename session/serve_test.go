@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 )
 
@@ -60,9 +61,9 @@ func taskStatus(s *session.Session, id string) string {
 // Results, once.
 func TestServeTaskEndingBeforeReceiveReportsBack(t *testing.T) {
 	f := newFixture(t)
-	f.add("fails-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("fails-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; throw new Error("no configuration"); } });`)
-	f.add("returns-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("returns-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; return { early: true }; } });`)
 	ctx := context.Background()
 	for _, tc := range []struct{ tool, status, body string }{
@@ -71,7 +72,7 @@ func TestServeTaskEndingBeforeReceiveReportsBack(t *testing.T) {
 	} {
 		s := f.session("conv-" + tc.tool)
 		id := call(t, s, tc.tool, `{}`, nil).TaskID
-		waitUntil(t, "the task to end", func() bool { st := taskStatus(s, id); return st != session.Working && st != session.Idle })
+		testhost.WaitUntil(t, "the task to end", func() bool { st := taskStatus(s, id); return st != session.Working && st != session.Idle })
 		wt, err := s.TaskWait(ctx, time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -91,12 +92,12 @@ func TestServeTaskEndingBeforeReceiveReportsBack(t *testing.T) {
 // after the restart gives the reply.
 func TestServeRepliesOfAFinishedTaskSurviveRestart(t *testing.T) {
 	f := newFixture(t)
-	f.add("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; const c = await receive(); ctx.reply({ got: c.input.n }); return "ended"; } });`)
 	ctx := context.Background()
 	s := f.session("conv-restart")
 	id := call(t, s, "reply-then-end", `{"n":1}`, nil).TaskID
-	waitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
+	testhost.WaitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
 	if _, _, err := s.Note(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +112,12 @@ func TestServeRepliesOfAFinishedTaskSurviveRestart(t *testing.T) {
 // Without the restart the reply arrives once.
 func TestServeReplyArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; const c = await receive(); ctx.reply({ got: c.input.n }); return "ended"; } });`)
 	ctx := context.Background()
 	s := f.session("conv-norestart")
 	id := call(t, s, "reply-then-end", `{"n":1}`, nil).TaskID
-	waitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
+	testhost.WaitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
 	if _, _, err := s.Note(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -136,17 +137,17 @@ func TestServeReplyArrivesOnce(t *testing.T) {
 // reports its own call.settled, and the model receives the reply once).
 func TestServeCancelKeepsEarlierReplies(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-cancel")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
-	waitUntil(t, "call 0's reply", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "call 0's reply", func() bool { return taskStatus(s, id) == session.Idle })
 	r := call(t, s, "echo", `{"n":1,"hook":"cancel-1","taskId":"`+id+`"}`, nil)
 	if r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	waitUntil(t, "call 1 to work", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "call 1 to work", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		for _, w := range ri.Waiting {
 			if w.Kind == "hook" {
 				return true
@@ -168,12 +169,12 @@ func TestServeCancelKeepsEarlierReplies(t *testing.T) {
 // is taken.
 func TestServeCancelKeepsTheTaskAvailable(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-cancel-available")
 	id := call(t, s, "echo", `{"n":0,"hook":"cancel-avail"}`, nil).TaskID
-	waitUntil(t, "call 0 to work", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "call 0 to work", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		return len(ri.Waiting) == 1 && ri.Waiting[0].Kind == "hook"
 	})
 	c := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil)
@@ -221,7 +222,7 @@ func TestServeCallByTaskIDWhileBusyGetsItsReceiptAtOnce(t *testing.T) {
 	g := &gatedAgents{gate: make(chan struct{}), started: make(chan string, 16)}
 	f := newFixtureWith(t, g.backend())
 	defer g.open()
-	f.add("reviewing", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reviewing", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     for (;;) {
@@ -272,7 +273,7 @@ func TestServeCallByTaskIDWhileBusyGetsItsReceiptAtOnce(t *testing.T) {
 			t.Fatal("the call never returned")
 		}
 	}
-	waitUntil(t, "both replies", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "both replies", func() bool { return taskStatus(s, id) == session.Idle })
 	res := takeResults(t, s)
 	if strings.Count(res, "<task_result") != 2 {
 		t.Errorf("results %q", res)
@@ -285,12 +286,12 @@ func TestServeCallByTaskIDWhileBusyGetsItsReceiptAtOnce(t *testing.T) {
 // call to a working serve task adds no working task.
 func TestIdleTaskCountsAsWorkingWhenCalled(t *testing.T) {
 	f := newFixture(t)
-	f.add("waiter", waiter)
-	f.add("echo", echoServe)
+	f.AddJS("waiter", waiter)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-limit")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the task to go idle", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "the task to go idle", func() bool { return taskStatus(s, id) == session.Idle })
 	for i := range session.MaxWorkingTasks {
 		call(t, s, "waiter", fmt.Sprintf(`{"n":%d}`, i), nil)
 	}
@@ -301,10 +302,10 @@ func TestIdleTaskCountsAsWorkingWhenCalled(t *testing.T) {
 	if st := taskStatus(s, id); st != session.Idle {
 		t.Errorf("the refused call left the task %s", st)
 	}
-	if _, err := f.h.ResumeHook(ctx, "wait-0", json.RawMessage(`{}`)); err != nil {
+	if _, err := f.H.ResumeHook(ctx, "wait-0", json.RawMessage(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a waiter to finish", func() bool {
+	testhost.WaitUntil(t, "a waiter to finish", func() bool {
 		n := 0
 		for _, tk := range s.Tasks(ctx) {
 			if tk.Status == session.Working {
@@ -328,8 +329,8 @@ func TestIdleTaskCountsAsWorkingWhenCalled(t *testing.T) {
 // another session are unknown_task; a bad taskId type is bad_request.
 func TestTaskIDMustNameAWorkingTaskOfTheTool(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
-	f.add("echo2", echoServe)
+	f.AddJS("echo", echoServe)
+	f.AddJS("echo2", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-ids")
 	other := f.session("conv-ids-other")
@@ -337,7 +338,7 @@ func TestTaskIDMustNameAWorkingTaskOfTheTool(t *testing.T) {
 	id2 := call(t, s, "echo2", `{"n":0}`, nil).TaskID
 	otherID := call(t, other, "echo", `{"n":0}`, nil).TaskID
 	ended := call(t, s, "echo", `{"n":0,"fail":true}`, nil).TaskID
-	waitUntil(t, "the failing task to end", func() bool { return taskStatus(s, ended) == session.Failed })
+	testhost.WaitUntil(t, "the failing task to end", func() bool { return taskStatus(s, ended) == session.Failed })
 	for _, tc := range []struct {
 		input string
 		want  error
@@ -360,7 +361,7 @@ func TestTaskIDMustNameAWorkingTaskOfTheTool(t *testing.T) {
 // used first, at most 10.
 func TestNoteListsIdleTasksMostRecentFirst(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-note")
 	var ids []string
@@ -368,7 +369,7 @@ func TestNoteListsIdleTasksMostRecentFirst(t *testing.T) {
 		ids = append(ids, call(t, s, "echo", fmt.Sprintf(`{"n":%d}`, i), nil).TaskID)
 		time.Sleep(2 * time.Millisecond)
 	}
-	waitUntil(t, "all idle", func() bool {
+	testhost.WaitUntil(t, "all idle", func() bool {
 		for _, id := range ids {
 			if taskStatus(s, id) != session.Idle {
 				return false
@@ -378,9 +379,9 @@ func TestNoteListsIdleTasksMostRecentFirst(t *testing.T) {
 	})
 	// The oldest is used again and goes idle; another one works.
 	call(t, s, "echo", `{"n":100,"taskId":"`+ids[0]+`"}`, nil)
-	waitUntil(t, "the call's reply", func() bool { return taskStatus(s, ids[0]) == session.Idle })
+	testhost.WaitUntil(t, "the call's reply", func() bool { return taskStatus(s, ids[0]) == session.Idle })
 	call(t, s, "echo", `{"n":101,"hook":"note","taskId":"`+ids[5]+`"}`, nil)
-	waitUntil(t, "the hook", func() bool { return taskStatus(s, ids[5]) == session.Working })
+	testhost.WaitUntil(t, "the hook", func() bool { return taskStatus(s, ids[5]) == session.Working })
 	note, ok, err := s.Note(ctx)
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -404,7 +405,7 @@ func TestNoteListsIdleTasksMostRecentFirst(t *testing.T) {
 // concurrently.
 func TestTaskWaitAndResultsAreSafeTogether(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-race")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
@@ -421,8 +422,8 @@ func TestTaskWaitAndResultsAreSafeTogether(t *testing.T) {
 		fn()
 	}
 	for i := 1; i <= 60; i++ {
-		waitUntil(t, "the reply", func() bool {
-			ri, _ := f.h.Run(ctx, id)
+		testhost.WaitUntil(t, "the reply", func() bool {
+			ri, _ := f.H.Run(ctx, id)
 			return !ri.Working() && len(ri.Calls) == i
 		})
 		var wg sync.WaitGroup
@@ -448,7 +449,7 @@ func TestTaskWaitAndResultsAreSafeTogether(t *testing.T) {
 // one reply answers calls 0 and 1: one <task_result> block.
 func TestServeOneReplyForTwoCallsArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("batcher", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("batcher", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     const first = await receive();
@@ -461,18 +462,18 @@ func TestServeOneReplyForTwoCallsArrivesOnce(t *testing.T) {
 	ctx := context.Background()
 	s := f.session("conv-batch")
 	id := call(t, s, "batcher", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the sleep", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "the sleep", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		return len(ri.Waiting) == 2
 	})
 	if r := call(t, s, "batcher", `{"n":1,"taskId":"`+id+`"}`, nil); r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	waitUntil(t, "call 1 to be recorded", func() bool { ri, _ := f.h.Run(ctx, id); return len(ri.Calls) == 2 })
-	if _, err := f.h.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
+	testhost.WaitUntil(t, "call 1 to be recorded", func() bool { ri, _ := f.H.Run(ctx, id); return len(ri.Calls) == 2 })
+	if _, err := f.H.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the reply", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "the reply", func() bool { return taskStatus(s, id) == session.Idle })
 	wt, _ := s.TaskWait(ctx, time.Second)
 	res := takeResults(t, s)
 	want := `<task_result id="` + id + `" tool="batcher" status="completed">{"ns":[0,1]}</task_result>`
@@ -486,19 +487,19 @@ func TestServeOneReplyForTwoCallsArrivesOnce(t *testing.T) {
 // once.
 func TestServeReturnForTwoCallsArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("ender", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("ender", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; await receive(); await sleep("1h"); return { end: true }; } });`)
 	ctx := context.Background()
 	s := f.session("conv-ender")
 	id := call(t, s, "ender", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the sleep", func() bool { ri, _ := f.h.Run(ctx, id); return len(ri.Waiting) == 1 })
+	testhost.WaitUntil(t, "the sleep", func() bool { ri, _ := f.H.Run(ctx, id); return len(ri.Waiting) == 1 })
 	if r := call(t, s, "ender", `{"n":1,"taskId":"`+id+`"}`, nil); r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	if _, err := f.h.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
+	if _, err := f.H.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the end", func() bool { return taskStatus(s, id) == session.Completed })
+	testhost.WaitUntil(t, "the end", func() bool { return taskStatus(s, id) == session.Completed })
 	res := takeResults(t, s)
 	want := `<task_result id="` + id + `" tool="ender" status="completed">{"end":true}</task_result>`
 	if res != want {
