@@ -83,10 +83,11 @@ func ParseManifest(raw []byte) (Manifest, error) {
 	return m, err
 }
 
-// check validates the manifest against the host's limits and returns the
-// compiled input schema and the plugin's limits.
+// engineName is what a manifest's engine must look like.
 var engineName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
+// check validates the manifest against the host's limits and returns the
+// compiled input schema and the plugin's limits.
 func (m *Manifest) check(host Limits) (*schema.Schema, Limits, error) {
 	bad := func(format string, args ...any) (*schema.Schema, Limits, error) {
 		return nil, Limits{}, fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, args...))
