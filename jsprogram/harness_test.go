@@ -105,16 +105,7 @@ func openFixture(t testing.TB, opts jsprogram.Options, a *agents, wf jsprogram.W
 // run starts a program and drives it to its end.
 func (f *fixture) run(js string) host.RunInfo {
 	f.t.Helper()
-	in, _ := json.Marshal(map[string]string{"js": js})
-	ri, err := f.H.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ri, err = f.H.Drive(context.Background(), ri.ID)
-	if err != nil {
-		f.t.Fatalf("drive: %v", err)
-	}
-	return ri
+	return f.Program(js)
 }
 
 // result decodes a completed run's result.

@@ -215,6 +215,31 @@ func (h *Host) Call(tool, input string) host.RunInfo {
 	return ri
 }
 
+// Drive starts a run of a tool and drives it until it ends or waits.
+func (h *Host) Drive(tool, input string) host.RunInfo {
+	h.T.Helper()
+	ctx := context.Background()
+	ri, err := h.H.Start(ctx, tool, json.RawMessage(input), nil)
+	if err != nil {
+		h.T.Fatalf("starting %s: %v", tool, err)
+	}
+	if ri, err = h.H.Drive(ctx, ri.ID); err != nil {
+		h.T.Fatalf("driving %s: %v", tool, err)
+	}
+	return ri
+}
+
+// Program runs a program of the workflow tool (which must be registered)
+// until it ends or waits.
+func (h *Host) Program(js string) host.RunInfo {
+	h.T.Helper()
+	in, err := json.Marshal(map[string]string{"js": js})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return h.Drive(jsprogram.WorkflowToolName, string(in))
+}
+
 // WaitUntil polls cond until it holds, and fails the test when it does not
 // within 30 seconds.
 func WaitUntil(t testing.TB, what string, cond func() bool) {
