@@ -117,16 +117,21 @@ function p() { "use step"; return 1; }`, []string{`refused: *step p must be an a
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := registerAndRun(t, f, "steps-"+strings.ReplaceAll(tc.name, " ", "-"), tc.src, `{}`)
-			ok := false
-			for _, w := range tc.want {
-				ok = ok || globMatch(w, got)
-			}
-			if !ok {
-				t.Errorf("got  %s\nwant %s", clipLine(got), strings.Join(tc.want, "\n  or "))
-			}
+			wantAny(t, got, tc.want)
 			t.Logf("%s", clipLine(got))
 		})
 	}
+}
+
+// wantAny fails the test unless got matches one of the globs in want.
+func wantAny(t *testing.T, got string, want []string) {
+	t.Helper()
+	for _, w := range want {
+		if globMatch(w, got) {
+			return
+		}
+	}
+	t.Errorf("got  %s\nwant %s", clipLine(got), strings.Join(want, "\n  or "))
 }
 
 // A generator function as the entry point is refused (or, for execute,
@@ -150,13 +155,7 @@ func TestToolGeneratorEntryPointsAreRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := registerAndRun(t, f, "gen-"+strings.ReplaceAll(tc.name, " ", "-"), tc.src, `{}`)
-			ok := false
-			for _, w := range tc.want {
-				ok = ok || globMatch(w, got)
-			}
-			if !ok {
-				t.Errorf("got  %s\nwant %s", clipLine(got), strings.Join(tc.want, "\n  or "))
-			}
+			wantAny(t, got, tc.want)
 		})
 	}
 }
