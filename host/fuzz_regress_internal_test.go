@@ -66,10 +66,9 @@ func TestRegressionNonUTF8OpNameBreaksReplay(t *testing.T) {
 	fuzzCheckOps(t, env, false, []fuzzOp{fop(abi.OpStep, "\xff", `{"input":1}`)})
 }
 
-// A hook_next that answers pending live, followed by a hook_dispose in the
-// same activation, is answered pending on replay too: the guest sees the
-// same answer to the same op (Future.Done() in the Go SDK) live and on
-// replay.
+// A hook_next answered while live, followed by a hook_dispose in the same
+// activation, gets the same answer on replay: the guest sees one answer to
+// one op (Future.Done() in the Go SDK) live and on replay.
 func TestRegressionHookNextAnswerChangesOnReplay(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{
@@ -137,8 +136,8 @@ func TestRegressionAwaitOnRefusedOp(t *testing.T) {
 
 // hook_create claims its token in the store before the activation
 // commits; when the activation fails instead (the guest traps, say), the
-// claim is released with the failed batch, so the token is not held for
-// good by a failed run whose log has no such hook.
+// claim is released, so the token is not held for good by a failed run
+// whose log has no such hook.
 func TestRegressionHookClaimOutlivesFailedActivation(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	ctx := context.Background()
