@@ -18,46 +18,27 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
-func TestMain(m *testing.M) {
-	jsprogram.MaybeWorker() // the workflow tool's programs run in re-executed test binaries
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testhost.Main(m) }
 
-// withHost opens a host with the workflow tool and the backend, and runs
+// runProgram opens a host with the workflow tool and the backend, and runs
 // a program to its end.
 func runProgram(t *testing.T, b host.AgentBackend, opts *host.Options, js string) host.RunInfo {
 	t.Helper()
-	eng, err := jsprogram.NewEngine(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := host.Options{}
+	var o host.Options
 	if opts != nil {
 		o = *opts
 	}
-	o.Engines = map[string]host.Engine{jsprogram.EngineName: eng}
 	o.Agents = b
-	h, err := host.OpenDir(context.Background(), t.TempDir(), &o)
-	if err != nil {
+	th := testhost.New(t, &testhost.Options{Host: o})
+	if _, err := jsprogram.RegisterWorkflowTool(context.Background(), th.H, jsprogram.WorkflowTool{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close(context.Background()); eng.Close(context.Background()) })
-	if _, err := jsprogram.RegisterWorkflowTool(context.Background(), h, jsprogram.WorkflowTool{}); err != nil {
-		t.Fatal(err)
-	}
-	in, _ := json.Marshal(map[string]string{"js": js})
-	ri, err := h.Start(context.Background(), "workflow", in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ri, err = h.Drive(context.Background(), ri.ID); err != nil {
-		t.Fatal(err)
-	}
-	return ri
+	return th.Program(js)
 }
 
 // provider is a fake chat-completions server: answer decides each

@@ -121,7 +121,7 @@ func askID(t *testing.T, ri host.RunInfo) string {
 
 func TestBrowserAnswerByOptionCompletesRun(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("approve", `{"service":"billing"}`)
+	ri := f.Call("approve", `{"service":"billing"}`)
 	q := askID(t, ri)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
@@ -140,7 +140,7 @@ func TestBrowserAnswerByOptionCompletesRun(t *testing.T) {
 	if st := attr(t, ctx, `main .status`, "data-status"); st != string(store.StatusCompleted) {
 		t.Errorf("page shows the run %s, want completed", st)
 	}
-	end, err := f.h.Run(context.Background(), ri.ID)
+	end, err := f.H.Run(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestBrowserAnswerByOptionCompletesRun(t *testing.T) {
 
 func TestBrowserFreeformAnswer(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("note", `{"topic":"the release"}`)
+	ri := f.Call("note", `{"topic":"the release"}`)
 	q := askID(t, ri)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
@@ -177,7 +177,7 @@ func TestBrowserPromptIsTextNotHTML(t *testing.T) {
 	f := newFixture(t, nil)
 	hostile := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
 	in, _ := json.Marshal(map[string]string{"topic": hostile})
-	q := askID(t, f.call("note", string(in)))
+	q := askID(t, f.Call("note", string(in)))
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	card := fmt.Sprintf(`[data-question="%s"]`, q)
@@ -189,7 +189,7 @@ func TestBrowserPromptIsTextNotHTML(t *testing.T) {
 		t.Errorf("prompt shown as %q", got)
 	}
 	// A multi-line prompt keeps its line breaks.
-	q2 := askID(t, f.call("approve", `{"service":"api"}`))
+	q2 := askID(t, f.Call("approve", `{"service":"api"}`))
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/questions/"+q2), chromedp.WaitVisible(chromedp.CSS(`.prompt`)))
 	if got := text(t, ctx, ".prompt"); got != "Deploy api?\nPlan: build api, push image" {
 		t.Errorf("multi-line prompt shown as %q", got)
@@ -198,11 +198,11 @@ func TestBrowserPromptIsTextNotHTML(t *testing.T) {
 
 func TestBrowserFilterRunsByStatusAndTool(t *testing.T) {
 	f := newFixture(t, nil)
-	a1 := f.call("approve", `{"service":"a"}`)
-	a2 := f.call("approve", `{"service":"b"}`)
-	n := f.call("note", `{"topic":"x"}`)
-	s := f.call("sleeper", `{"n":1}`)
-	if _, err := f.h.AnswerAsk(context.Background(), askID(t, a2), host.Answer{OptionID: "reject"}); err != nil {
+	a1 := f.Call("approve", `{"service":"a"}`)
+	a2 := f.Call("approve", `{"service":"b"}`)
+	n := f.Call("note", `{"topic":"x"}`)
+	s := f.Call("sleeper", `{"n":1}`)
+	if _, err := f.H.AnswerAsk(context.Background(), askID(t, a2), host.Answer{OptionID: "reject"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := browser(t)
@@ -232,8 +232,8 @@ func TestBrowserFilterRunsByStatusAndTool(t *testing.T) {
 
 func TestBrowserRunShowsStepInputAndOutput(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("approve", `{"service":"search"}`)
-	if _, err := f.h.AnswerAsk(context.Background(), askID(t, ri), host.Answer{OptionID: "approve"}); err != nil {
+	ri := f.Call("approve", `{"service":"search"}`)
+	if _, err := f.H.AnswerAsk(context.Background(), askID(t, ri), host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := browser(t)
@@ -254,12 +254,12 @@ func TestBrowserRunShowsStepInputAndOutput(t *testing.T) {
 
 func TestBrowserLiveTimelineGrowsWithoutReload(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("approve", `{"service":"live"}`)
+	ri := f.Call("approve", `{"service":"live"}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), chromedp.WaitVisible(chromedp.CSS(`ol.timeline`)))
 	before := eval[int](t, ctx, `window.__sameDocument = true; document.querySelectorAll("ol.timeline li").length`)
-	if _, err := f.h.AnswerAsk(context.Background(), askID(t, ri), host.Answer{OptionID: "approve"}); err != nil {
+	if _, err := f.H.AnswerAsk(context.Background(), askID(t, ri), host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=completed]`)))
@@ -268,7 +268,7 @@ func TestBrowserLiveTimelineGrowsWithoutReload(t *testing.T) {
 	if !same {
 		t.Fatal("the page reloaded")
 	}
-	evs, err := f.h.Events(context.Background(), ri.ID)
+	evs, err := f.H.Events(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,14 +284,14 @@ var liveRegionRendered = chromedp.WaitReady(chromedp.CSS(`#live[data-updates]`))
 
 func TestBrowserCancelRun(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("sleeper", `{"n":2}`)
+	ri := f.Call("sleeper", `{"n":2}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), liveRegionRendered,
 		chromedp.SendKeys(chromedp.CSS(`input[name=reason]`), "not needed"),
 		chromedp.Click(chromedp.CSS(`[data-cancel]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=cancelled]`)))
-	end, err := f.h.Run(context.Background(), ri.ID)
+	end, err := f.H.Run(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +305,8 @@ func TestBrowserCancelRun(t *testing.T) {
 
 func TestBrowserRerunWithSameInput(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("note", `{"topic":"again"}`)
-	if _, err := f.h.AnswerAsk(context.Background(), askID(t, ri), host.Answer{Text: "first"}); err != nil {
+	ri := f.Call("note", `{"topic":"again"}`)
+	if _, err := f.H.AnswerAsk(context.Background(), askID(t, ri), host.Answer{Text: "first"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := browser(t)
@@ -319,7 +319,7 @@ func TestBrowserRerunWithSameInput(t *testing.T) {
 	if newID == ri.ID {
 		t.Fatal("rerun shows the old run")
 	}
-	evs, err := f.h.Events(context.Background(), newID)
+	evs, err := f.H.Events(context.Background(), newID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,14 +331,14 @@ func TestBrowserRerunWithSameInput(t *testing.T) {
 
 func TestBrowserResumeHookWithPayload(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("hooked", `{"order":"o-7"}`)
+	ri := f.Call("hooked", `{"order":"o-7"}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), liveRegionRendered,
 		chromedp.SetValue(chromedp.CSS(`textarea[data-hook-payload]`), `{"amount": 42}`),
 		chromedp.Click(chromedp.CSS(`[data-resume-hook]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=completed]`)))
-	end, err := f.h.Run(context.Background(), ri.ID)
+	end, err := f.H.Run(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestBrowserResumeHookWithPayload(t *testing.T) {
 
 func TestBrowserSignInRequiredAndWrongTokenRefused(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("sleeper", `{"n":3}`)
+	ri := f.Call("sleeper", `{"n":3}`)
 	ctx := browser(t)
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/runs/"+ri.ID), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
 	loc := value(t, ctx, chromedp.Location())
@@ -371,7 +371,7 @@ func TestBrowserSignInRequiredAndWrongTokenRefused(t *testing.T) {
 
 func TestBrowserFormPostWithoutCSRFRefused(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("approve", `{"service":"csrf"}`)
+	ri := f.Call("approve", `{"service":"csrf"}`)
 	q := askID(t, ri)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
@@ -386,30 +386,30 @@ func TestBrowserFormPostWithoutCSRFRefused(t *testing.T) {
 	if got := attr(t, ctx, `[data-error-status]`, "data-error-status"); got != "403" {
 		t.Errorf("post without CSRF token answered %s, want 403", got)
 	}
-	qq, err := f.h.Question(context.Background(), q)
+	qq, err := f.H.Question(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !qq.Open {
 		t.Fatal("the question was answered by a post without its CSRF token")
 	}
-	if _, err := f.h.AnswerAsk(context.Background(), q, host.Answer{OptionID: "approve"}); errors.Is(err, host.ErrAskClosed) {
+	if _, err := f.H.AnswerAsk(context.Background(), q, host.Answer{OptionID: "approve"}); errors.Is(err, host.ErrAskClosed) {
 		t.Fatal("question closed")
 	}
 }
 
 func TestBrowserInboxFollowsQuestionsLive(t *testing.T) {
 	f := newFixture(t, nil)
-	first := f.call("note", `{"topic":"one"}`)
+	first := f.Call("note", `{"topic":"one"}`)
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/inbox"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, first)))))
 	eval[bool](t, ctx, `window.__sameDocument = true`)
 	// A new question appears; the withdrawn one (its run cancelled) leaves.
-	second := f.call("approve", `{"service":"late"}`)
+	second := f.Call("approve", `{"service":"late"}`)
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, second)))))
-	if _, err := f.h.Cancel(context.Background(), first.ID, "withdrawn"); err != nil {
+	if _, err := f.H.Cancel(context.Background(), first.ID, "withdrawn"); err != nil {
 		t.Fatal(err)
 	}
 	run(t, ctx, chromedp.WaitNotPresent(chromedp.CSS(fmt.Sprintf(`[data-question="%s"]`, askID(t, first)))))

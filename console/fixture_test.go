@@ -2,13 +2,9 @@ package console_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,13 +12,11 @@ import (
 
 	"github.com/sandflow/sandflow/console"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 )
 
-func TestMain(m *testing.M) {
-	jsprogram.MaybeWorker() // JavaScript tools run in re-executed test binaries
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testhost.Main(m) }
 
 const (
 	apiToken   = "console-api-token-0123"
@@ -81,56 +75,32 @@ async function applyDeploy(service) { "use step"; return "https://" + service + 
 });`,
 }
 
+// fixture is a console over a host with the tools above, served over
+// HTTP (testhost.Host: f.H is the host).
 type fixture struct {
+	*testhost.Host
 	t   *testing.T
-	h   *host.Host
 	c   *console.Console
-	srv *httptest.Server
+	srv *testhost.Server
 }
 
 func newFixture(t *testing.T, cfg *console.Config) *fixture {
 	t.Helper()
-	eng, err := jsprogram.NewEngine(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := host.OpenDir(context.Background(), filepath.Join(t.TempDir(), "data"), &host.Options{
-		Engines: map[string]host.Engine{jsprogram.EngineName: eng}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := testhost.New(t, nil)
 	for name, src := range tools {
-		if _, err := jsprogram.RegisterTool(context.Background(), h, name, []byte(src)); err != nil {
-			t.Fatalf("registering %s: %v", name, err)
-		}
+		th.AddJS(name, src)
 	}
 	var cc console.Config
 	if cfg != nil {
 		cc = *cfg
 	}
 	cc.APITokens, cc.AdminTokens = []string{apiToken}, []string{adminToken}
-	c, err := console.New(h, cc)
+	c, err := console.New(th.H, cc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(func() {
-		srv.Close()
-		c.Close(context.Background())
-		h.Close(context.Background())
-		eng.Close(context.Background())
-	})
-	return &fixture{t: t, h: h, c: c, srv: srv}
-}
-
-// call runs a tool until it ends or waits.
-func (f *fixture) call(tool, input string) host.RunInfo {
-	f.t.Helper()
-	ri, err := f.h.Call(context.Background(), tool, json.RawMessage(input), nil)
-	if err != nil {
-		f.t.Fatalf("calling %s: %v", tool, err)
-	}
-	return ri
+	t.Cleanup(func() { c.Close(context.Background()) }) // after the server, before the host
+	return &fixture{Host: th, t: t, c: c, srv: testhost.Serve(t, c)}
 }
 
 // waitRun polls a run until ok says so, or fails the test.
@@ -138,7 +108,7 @@ func (f *fixture) waitRun(id string, ok func(host.RunInfo) bool) host.RunInfo {
 	f.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ri, err := f.h.Run(context.Background(), id)
+		ri, err := f.H.Run(context.Background(), id)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -200,5 +170,5 @@ func (f *fixture) get(cl *http.Client, path string) (string, int) {
 }
 
 func registerAgain(f *fixture, name, src string) (host.Plugin, error) {
-	return jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src+"\n// v2\n"))
+	return jsprogram.RegisterTool(context.Background(), f.H, name, []byte(src+"\n// v2\n"))
 }

@@ -34,7 +34,7 @@ func (f *fixture) post(cl *http.Client, path string, form url.Values, header htt
 
 func TestFormPostsNeedSignInCSRFAndSameOrigin(t *testing.T) {
 	f := newFixture(t, nil)
-	q := askID(t, f.call("approve", `{"service":"x"}`))
+	q := askID(t, f.Call("approve", `{"service":"x"}`))
 	path := "/console/questions/" + q + "/answer"
 	cl := f.client()
 	if resp := f.post(cl, path, url.Values{"option": {"approve"}}, nil); resp.StatusCode != http.StatusUnauthorized {
@@ -53,7 +53,7 @@ func TestFormPostsNeedSignInCSRFAndSameOrigin(t *testing.T) {
 			t.Errorf("%s: %s, want 403", name, resp.Status)
 		}
 	}
-	if qq, err := f.h.Question(context.Background(), q); err != nil || !qq.Open {
+	if qq, err := f.H.Question(context.Background(), q); err != nil || !qq.Open {
 		t.Fatalf("question after refused posts: open=%v err=%v", qq.Open, err)
 	}
 	// The right token, from this origin, answers; a second answer conflicts.
@@ -73,7 +73,7 @@ func TestAdminActionsNeedTheAdminToken(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
 	// A second version of note, and a run pinned to the first.
-	if _, err := f.h.Call(ctx, "note", json.RawMessage(`{"topic":"v1"}`), nil); err != nil {
+	if _, err := f.H.Call(ctx, "note", json.RawMessage(`{"topic":"v1"}`), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := registerAgain(f, "note", tools["note"]); err != nil {
@@ -92,7 +92,7 @@ func TestAdminActionsNeedTheAdminToken(t *testing.T) {
 	if resp := f.post(admin, "/console/plugins/note/versions/2/delete", url.Values{"csrf": {acsrf}}, nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("admin delete: %s, want 303", resp.Status)
 	}
-	after, err := f.h.Plugins(ctx)
+	after, err := f.H.Plugins(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +153,9 @@ func TestRunsPagesAndTextFilter(t *testing.T) {
 	var made []string
 	for _, topic := range []string{"alpha", "needle one", "beta", "needle two", "gamma"} {
 		in, _ := json.Marshal(map[string]string{"topic": topic})
-		made = append(made, f.call("note", string(in)).ID)
+		made = append(made, f.Call("note", string(in)).ID)
 	}
-	all, err := f.h.Runs(context.Background(), store.RunFilter{})
+	all, err := f.H.Runs(context.Background(), store.RunFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestRunsPagesAndTextFilter(t *testing.T) {
 
 func TestHookResumeRefusesBadPayloadAndChangesNothing(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("hooked", `{"order":"o-1"}`)
+	ri := f.Call("hooked", `{"order":"o-1"}`)
 	cl := f.client()
 	csrf := f.signIn(cl, apiToken)
 	resp := f.post(cl, "/console/runs/"+ri.ID+"/hook", url.Values{"csrf": {csrf}, "token": {"order-o-1"}, "payload": {"{not json"}}, nil)
@@ -214,7 +214,7 @@ func TestHookResumeRefusesBadPayloadAndChangesNothing(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Errorf("token the run does not hold: %s, want 409", resp.Status)
 	}
-	after, err := f.h.Run(context.Background(), ri.ID)
+	after, err := f.H.Run(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestHookResumeRefusesBadPayloadAndChangesNothing(t *testing.T) {
 
 func TestUpgradeReplaysOrRefuses(t *testing.T) {
 	f := newFixture(t, nil)
-	ri := f.call("note", `{"topic":"up"}`)
+	ri := f.Call("note", `{"topic":"up"}`)
 	if _, err := registerAgain(f, "note", tools["note"]); err != nil { // v2: replays
 		t.Fatal(err)
 	}
@@ -238,13 +238,13 @@ func TestUpgradeReplaysOrRefuses(t *testing.T) {
 	if resp := f.post(cl, "/console/runs/"+ri.ID+"/upgrade", url.Values{"csrf": {csrf}, "version": {"3"}}, nil); resp.StatusCode != http.StatusConflict {
 		t.Errorf("upgrade to a version that does not replay: %s, want 409", resp.Status)
 	}
-	if after, _ := f.h.Run(context.Background(), ri.ID); after.Version != 1 {
+	if after, _ := f.H.Run(context.Background(), ri.ID); after.Version != 1 {
 		t.Fatalf("refused upgrade moved the run to v%d", after.Version)
 	}
 	if resp := f.post(cl, "/console/runs/"+ri.ID+"/upgrade", url.Values{"csrf": {csrf}, "version": {"2"}}, nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("upgrade to a version that replays: %s, want 303", resp.Status)
 	}
-	if after, _ := f.h.Run(context.Background(), ri.ID); after.Version != 2 {
+	if after, _ := f.H.Run(context.Background(), ri.ID); after.Version != 2 {
 		t.Errorf("run is on v%d after the upgrade, want 2", after.Version)
 	}
 }
@@ -258,7 +258,7 @@ func TestAdminUploadsAScript(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("upload: %s, want 303", resp.Status)
 	}
-	ts, err := f.h.Tools(context.Background())
+	ts, err := f.H.Tools(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

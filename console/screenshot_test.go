@@ -21,10 +21,10 @@ var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 //	SANDFLOW_SCREENSHOTS=$PWD/docs go test ./console -run Screenshots
 func TestScreenshotsOfInboxAndRunPage(t *testing.T) {
 	f := newFixture(t, nil)
-	f.call("approve", `{"service":"billing"}`)
-	f.call("note", `{"topic":"the 2.4 release"}`)
-	done := f.call("approve", `{"service":"search"}`)
-	if _, err := f.h.AnswerAsk(context.Background(), askID(t, done), host.Answer{OptionID: "approve"}); err != nil {
+	f.Call("approve", `{"service":"billing"}`)
+	f.Call("note", `{"topic":"the 2.4 release"}`)
+	done := f.Call("approve", `{"service":"search"}`)
+	if _, err := f.H.AnswerAsk(context.Background(), askID(t, done), host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := browser(t)

@@ -144,7 +144,7 @@ func BenchmarkLiveStep(b *testing.B) {
 	}
 }
 
-// BenchmarkResumeByReplay is a resume on a fresh instance of a run with a
+// BenchmarkResumeByReplay100 is a resume on a fresh instance of a run with a
 // 100-step history: instantiate, replay 100 steps, reach the new ground.
 func BenchmarkResumeByReplay100(b *testing.B) {
 	h, lp := benchHost(b, nil)

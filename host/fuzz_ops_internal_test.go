@@ -657,7 +657,7 @@ func fuzzSummary(rs *runState) string {
 // immediate sleep 10 and step 11, fulfilled during activation 1 and so not
 // visible to it. The guest is live in activation 1, at op 11.
 //
-// Seeds: testdata/fuzz/FuzzAwaitPayload/ (crash-* found a bug; see
+// Seeds: testdata/fuzz/FuzzAwaitPayload/ (crash-* is the input of
 // TestRegressionAwaitOnRefusedOp).
 func FuzzAwaitPayload(f *testing.F) {
 	type vis struct {

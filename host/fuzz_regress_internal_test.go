@@ -8,16 +8,15 @@ import (
 	"github.com/sandflow/sandflow/abi"
 )
 
-// Regression tests for the bugs FuzzWorkflowOp and FuzzAwaitPayload found.
-// Each fails until its bug is fixed; the inputs are also in the fuzz
-// corpora (testdata/fuzz/FuzzWorkflowOp/crash-*, FuzzAwaitPayload/crash-*).
+// Regression cases for inputs FuzzWorkflowOp and FuzzAwaitPayload once
+// failed on, each named for the case it covers; the inputs are also in
+// the fuzz corpora (testdata/fuzz/FuzzWorkflowOp/crash-*, FuzzAwaitPayload/crash-*).
 // fuzzCheckOps runs an op sequence live, replays it, commits it, and checks
 // the properties listed on FuzzWorkflowOp.
 
-// TestRegressionSleepUntilOutOfRange: BUG. perform (workflow.go, OpSleep)
-// takes any int64 "until" and records time.UnixMilli(until) as the timer's
-// fireAt; for a year outside 0-9999 json.Marshal of the event fails and
-// mkEvent (events.go) panics, inside the host function a guest called.
+// A sleep "until" a time whose year is outside 0-9999 is refused, and the
+// host function the guest called never panics (an event with such a time
+// cannot be encoded).
 func TestRegressionSleepUntilOutOfRange(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	for _, until := range []string{"9223372036854775807", "-9223372036854775808", "253402300800000" /* 10000-01-01 */} {
@@ -27,11 +26,9 @@ func TestRegressionSleepUntilOutOfRange(t *testing.T) {
 	}
 }
 
-// TestRegressionSleepUntilPastStoreRange: BUG. A sleep "until" a time
-// after 2262 is accepted and recorded, but the store keeps timers only for
-// the years 1678-2262: committing the activation fails with ErrBadBatch
-// (a host error, not a guest one), the batch is dropped, and every later
-// activation of the run does the same, so the run never moves again.
+// A sleep "until" a time after the start of 2200 is refused as the guest's
+// error: the store keeps timers only up to 2262, and accepting one would
+// make every commit of the run fail, so the run would never move again.
 func TestRegressionSleepUntilPastStoreRange(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	for _, until := range []string{"10000000000000" /* 2286 */, "253402300799000" /* 9999-12-31 */} {
@@ -41,11 +38,10 @@ func TestRegressionSleepUntilPastStoreRange(t *testing.T) {
 	}
 }
 
-// TestRegressionNamedNonStepOpBreaksReplay: BUG. A recorded op other than
-// step may come with a name (the ABI says it is empty, but nothing refuses
-// one). Live, the host performs the op and records its event without the
-// name; on replay Op compares the guest's name with the recorded "" and
-// ends the deterministic guest with a NonDeterminismError.
+// A recorded op other than step or agent that comes with a name (the ABI
+// says the name is empty) is refused, and the refusal replays: a
+// deterministic guest that sends one gets the same answer on replay, not a
+// NonDeterminismError.
 func TestRegressionNamedNonStepOpBreaksReplay(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	for _, op := range []fuzzOp{
@@ -61,22 +57,18 @@ func TestRegressionNamedNonStepOpBreaksReplay(t *testing.T) {
 	}
 }
 
-// TestRegressionNonUTF8OpNameBreaksReplay: BUG. A step whose name is not
-// UTF-8 is refused, and the refusal is recorded (op_refused) with the
-// name; json.Marshal replaces the invalid bytes with U+FFFD, so on replay
-// the guest's name no longer matches the log and the run fails with a
-// NonDeterminismError though the guest did the same thing.
+// A step whose name is not UTF-8 is refused, and the refusal, recorded
+// with the name, replays: the name in the log still matches the guest's,
+// so the run does not fail with a NonDeterminismError though the guest did
+// the same thing.
 func TestRegressionNonUTF8OpNameBreaksReplay(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{fop(abi.OpStep, "\xff", `{"input":1}`)})
 }
 
-// TestRegressionHookNextAnswerChangesOnReplay: BUG. hook_next answers
-// pending live; a hook_dispose later in the same activation settles that
-// future as rejected with byGuest set (state.go, EvHookDisposed), and
-// visible() shows byGuest settlements to the whole activation. On replay
-// the same hook_next is answered rejected: the guest sees a different
-// answer to the same op (Future.Done() differs in the Go SDK).
+// A hook_next answered while live, followed by a hook_dispose in the same
+// activation, gets the same answer on replay: the guest sees one answer to
+// one op (Future.Done() in the Go SDK) live and on replay.
 func TestRegressionHookNextAnswerChangesOnReplay(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{
@@ -86,10 +78,9 @@ func TestRegressionHookNextAnswerChangesOnReplay(t *testing.T) {
 	})
 }
 
-// TestRegressionHookTokenTwiceInOneRun: BUG. A second hook_create of a
-// token the run already holds is not a conflict: ClaimHook overwrites the
-// claim with the new hook id, so the first hook, still live, can never
-// receive a payload, and its hook_next futures never settle.
+// A second hook_create of a token the run already holds does not take the
+// claim from the first hook, which is still live: the first hook can
+// receive payloads and its hook_next futures settle.
 func TestRegressionHookTokenTwiceInOneRun(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{
@@ -98,11 +89,10 @@ func TestRegressionHookTokenTwiceInOneRun(t *testing.T) {
 	})
 }
 
-// TestRegressionHookTokenReusedAfterDispose: BUG. hook_create claims its
-// token in the store at once, but a hook_dispose's release waits for the
-// commit. Dispose a hook and create another with the same token in one
-// activation: the new claim is made, then the commit releases the token,
-// so the new, live hook has no token and ResumeHook cannot reach it.
+// A hook disposed and another created on the same token in one activation:
+// the new, live hook keeps the token after the commit, so ResumeHook
+// reaches it (the dispose's release, applied at the commit, does not
+// release the new claim).
 func TestRegressionHookTokenReusedAfterDispose(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{
@@ -112,11 +102,9 @@ func TestRegressionHookTokenReusedAfterDispose(t *testing.T) {
 	})
 }
 
-// TestRegressionTimerOutlivesCompletedRun: BUG. A sleep and a complete in
-// one activation put the sleep's timer (PutTimers) and, from
-// batch.finish, its deletion (DeleteTimers) in the same batch; the store
-// applies deletions before puts, so the timer of the ended run stays in the
-// index until it comes due (up to 100 years).
+// A sleep and a complete in one activation leave no timer behind: the run
+// ends, and its sleep's timer is not in the index (where it would stay
+// until due, up to 100 years later).
 func TestRegressionTimerOutlivesCompletedRun(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	fuzzCheckOps(t, env, false, []fuzzOp{
@@ -125,11 +113,9 @@ func TestRegressionTimerOutlivesCompletedRun(t *testing.T) {
 	})
 }
 
-// TestRegressionAwaitOnRefusedOp: BUG. A refused op takes a position but
-// makes no future (its answer names future 0). await checks only the kind
-// recorded at a position, so awaiting a refused step's position is
-// accepted and suspends on a future that can never settle: the run waits
-// forever instead of the guest getting not_found or bad_request.
+// A refused op takes a position but makes no future (its answer names
+// future 0): awaiting a refused step's position is refused, not suspended
+// on a future that can never settle.
 func TestRegressionAwaitOnRefusedOp(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	r := env.newRun(t, false)
@@ -148,12 +134,10 @@ func TestRegressionAwaitOnRefusedOp(t *testing.T) {
 	}
 }
 
-// TestRegressionHookClaimOutlivesFailedActivation: BUG. hook_create claims
-// its token in the store before the activation commits. When the
-// activation fails instead (the guest traps, say), failActivation drops
-// the batch and fails the run from the reloaded state, which has no such
-// hook, so nothing releases the claim: the token stays held by a failed
-// run, and every other run's hook on it is a conflict, for good.
+// hook_create claims its token in the store before the activation
+// commits; when the activation fails instead (the guest traps, say), the
+// claim is released, so the token is not held for good by a failed run
+// whose log has no such hook.
 func TestRegressionHookClaimOutlivesFailedActivation(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	ctx := context.Background()

@@ -59,19 +59,15 @@ func uploadHugeCounts() map[string][]byte {
 	}
 }
 
-// TestRegressionAddPluginHugeVectorCount: BUG. CheckModule (Parse) reads
-// only the type, import, function and export sections, and AddPlugin then
-// hands the module to the engine (WazeroEngine.Compile: meter.Instrument,
-// then wazero's CompileModule). wazero allocates each vector by the count
-// it reads before reading any entry: a 117-byte guest whose data section
-// says it holds 2^32-1 segments makes it allocate 2^32-1 DataSegments
-// (about 240 GB), and the host process dies with "fatal error: runtime:
-// out of memory", which no recover catches; a table section does the same.
-// (The element, global and custom cases, which wazero would also allocate
-// for, are refused by meter.Instrument today.) Any plugin upload, and
-// CheckReplay with a module, can take the host down. Each module runs in a
-// child process, which also fails on an allocation over 256 MiB, so that
-// the crash is observed, not suffered.
+// A plugin upload whose module claims a vector of 2^32-1 entries (or a name
+// of 2^32-1 bytes) in a section CheckModule does not parse cannot take the
+// host down: the module is refused, at the check or by the engine, and
+// never makes the engine allocate by the claimed count (a 117-byte guest
+// whose data section says it holds 2^32-1 segments would ask for about
+// 240 GB, an out-of-memory that no recover catches). The same holds for
+// CheckReplay with a module. Each module runs in a child process, which
+// also fails on an allocation over 256 MiB, so that a crash is observed,
+// not suffered.
 func TestRegressionAddPluginHugeVectorCount(t *testing.T) {
 	mods := uploadHugeCounts()
 	if name := os.Getenv("SANDFLOW_UPLOAD_CHILD"); name != "" {

@@ -3,39 +3,19 @@ package host_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/store"
-)
-
-var (
-	engineOnce sync.Once
-	engine     host.Engine
-	engineErr  error
 )
 
 // sharedEngine is one wazero engine for the whole test binary, so each
 // guest compiles once.
-func sharedEngine(t testing.TB) host.Engine {
-	engineOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sandflow-test-cache-")
-		if err != nil {
-			engineErr = err
-			return
-		}
-		engine, engineErr = host.NewWazeroEngine(context.Background(), dir)
-	})
-	if engineErr != nil {
-		t.Fatal(engineErr)
-	}
-	return engine
-}
+func sharedEngine(t testing.TB) host.Engine { return testhost.Wazero(t) }
 
 // testEngine is an engine the kernel behaviour tests run on.
 type testEngine struct {
@@ -89,39 +69,19 @@ func engineFor(t testing.TB) host.Engine {
 	return sharedEngine(t)
 }
 
-func repo(t testing.TB) string {
-	root, err := guestbuild.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
+func repo(t testing.TB) string { return testhost.RepoRoot(t) }
 
 // guest builds a guest from source (relative to the repository root).
 func guest(t testing.TB, dir string) []byte {
 	t.Helper()
-	p, err := guestbuild.Build(filepath.Join(repo(t), dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testhost.Guest(t, dir)
 }
 
+// manifest reads a guest's manifest.json (dir relative to the repository
+// root).
 func manifest(t testing.TB, dir string) host.Manifest {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repo(t), dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := host.ParseManifest(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return testhost.Manifest(t, dir)
 }
 
 type fixture struct {

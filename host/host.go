@@ -250,13 +250,13 @@ func engineKind(e Engine) string {
 	return kind
 }
 
-// engineFor returns the engine of a kind, making it on first use.
 // EngineFor returns the host's engine of that name: one of
 // Options.Engines, or wazero or wasmtime (made on first use).
 func (h *Host) EngineFor(ctx context.Context, name string) (Engine, error) {
 	return h.engineFor(ctx, name)
 }
 
+// engineFor returns the engine of a kind, making it on first use.
 func (h *Host) engineFor(ctx context.Context, kind string) (Engine, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

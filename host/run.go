@@ -346,7 +346,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	return nil
 }
 
-// status says where a run stands from its state.
+// currentStatus says where a run stands from its state.
 func (rs *runState) currentStatus() store.RunStatus {
 	switch {
 	case rs.status.Terminal():

@@ -298,9 +298,11 @@ type wtInstance struct {
 	exit  *uint32
 }
 
-// Instantiate implements CompiledModule.
+// preInitialisable marks wasmtime's modules as worth pre-initialising
+// (preinit.go).
 func (*wtModule) preInitialisable() {}
 
+// Instantiate implements CompiledModule.
 func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
 	i := &wtInstance{
 		e: m.e, ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]*wasmtime.Func{},

@@ -15,14 +15,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/httpapi"
-	"github.com/sandflow/sandflow/internal/guestbuild"
 	"github.com/sandflow/sandflow/internal/sse"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/internal/wasmtest"
 	"github.com/sandflow/sandflow/store"
 )
@@ -32,26 +31,9 @@ const (
 	adminToken = "admin-token-0123456789"
 )
 
-var (
-	engineOnce sync.Once
-	engine     host.Engine
-	engineErr  error
-)
-
-func sharedEngine(t testing.TB) host.Engine {
-	engineOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sandflow-httpapi-cache-")
-		if err != nil {
-			engineErr = err
-			return
-		}
-		engine, engineErr = host.NewWazeroEngine(context.Background(), dir)
-	})
-	if engineErr != nil {
-		t.Fatal(engineErr)
-	}
-	return engine
-}
+// sharedEngine is one wazero engine for the whole test binary, so each
+// guest compiles once.
+func sharedEngine(t testing.TB) host.Engine { return testhost.Wazero(t) }
 
 type env struct {
 	t      testing.TB
@@ -173,32 +155,17 @@ func (e *env) upload(token string, wasm, manifest []byte) reply {
 
 func repoFile(t testing.TB, rel string) []byte {
 	t.Helper()
-	root, err := guestbuild.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, rel))
+	b, err := os.ReadFile(filepath.Join(testhost.RepoRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
+// guestWasm builds the guest in rel (relative to the repository root).
 func guestWasm(t testing.TB, rel string) []byte {
 	t.Helper()
-	root, err := guestbuild.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := guestbuild.Build(filepath.Join(root, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testhost.Guest(t, rel)
 }
 
 type runReply struct {

@@ -7,9 +7,8 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/store"
-
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/store"
 )
 
 func TestTrivialProgram(t *testing.T) {
@@ -61,7 +60,7 @@ return r;`)
 	if ri.Status != store.StatusCompleted {
 		t.Fatalf("run: %s %+v", ri.Status, ri.Error)
 	}
-	evs, err := f.h.Events(context.Background(), ri.ID)
+	evs, err := f.H.Events(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +97,11 @@ func TestPoolReplacesDeadWorkers(t *testing.T) {
 			t.Fatalf("after a dead worker: %d", got)
 		}
 	}
-	if st := f.eng.Stats(); st.Workers < 1 || st.Workers > 4 {
+	if st := f.JS.Stats(); st.Workers < 1 || st.Workers > 4 {
 		t.Fatalf("stats after three deaths: %+v", st)
 	}
-	f.close()
-	if st := f.eng.Stats(); st.Workers != 0 {
+	f.Close()
+	if st := f.JS.Stats(); st.Workers != 0 {
 		t.Fatalf("workers alive after Close: %+v", st)
 	}
 }

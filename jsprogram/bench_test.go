@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -16,7 +17,7 @@ import (
 func (f *fixture) start(js string) string {
 	f.t.Helper()
 	in, _ := json.Marshal(map[string]string{"js": js})
-	ri, err := f.h.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
+	ri, err := f.H.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func BenchmarkReplay100Calls(b *testing.B) {
 // replay its ops to the end.
 func benchReplay(b *testing.B, f *fixture, runID string, ops int) {
 	var buf bytes.Buffer
-	if err := f.h.ExportHistory(context.Background(), runID, &buf); err != nil {
+	if err := f.H.ExportHistory(context.Background(), runID, &buf); err != nil {
 		b.Fatal(err)
 	}
 	raw := buf.Bytes()
@@ -81,7 +82,7 @@ func benchReplay(b *testing.B, f *fixture, runID string, ops int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rep, err := f.h.CheckReplay(context.Background(), hist, nil)
+		rep, err := f.H.CheckReplay(context.Background(), hist, nil)
 		if err != nil || rep.End != "completed" || rep.Ops != ops || rep.RecordedOps != ops {
 			b.Fatal(err, rep)
 		}
@@ -95,7 +96,7 @@ func BenchmarkMemoryPerProgram(b *testing.B) {
 	a := newAgents(echo)
 	f := newFixture(b, jsprogram.Limits{}, a)
 	f.run(`return 1;`)
-	st := f.eng.Stats()
+	st := f.JS.Stats()
 	if st.Workers == 0 {
 		b.Fatal("no worker")
 	}
@@ -114,11 +115,11 @@ func BenchmarkMemoryPerProgram(b *testing.B) {
 		for j := range waiting {
 			id := f.start(fmt.Sprintf(`return await ctx.agent("echo", { message: "%d.%d" });`, i, j))
 			go func() {
-				f.h.Drive(context.Background(), id)
+				f.H.Drive(context.Background(), id)
 				done <- struct{}{}
 			}()
 		}
-		waitUntil(b, "every run to wait", func() bool { n, _ := a.turns(); return n-base >= waiting })
+		testhost.WaitUntil(b, "every run to wait", func() bool { n, _ := a.turns(); return n-base >= waiting })
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		heap += int64(after.HeapAlloc) - int64(before.HeapAlloc)
@@ -145,11 +146,11 @@ async function add(i) { "use step"; return i; }`
 // written (store sync on).
 func BenchmarkToolTrivial(b *testing.B) {
 	f := newFixture(b, jsprogram.Limits{}, nil)
-	f.addSource("bench", benchTool)
-	f.call("bench", `{"steps":0}`)
+	f.AddJS("bench", benchTool)
+	f.Call("bench", `{"steps":0}`)
 	b.ResetTimer()
 	for b.Loop() {
-		if ri := f.call("bench", `{"steps":0}`); ri.Status != store.StatusCompleted {
+		if ri := f.Call("bench", `{"steps":0}`); ri.Status != store.StatusCompleted {
 			b.Fatal(ri.Status, ri.Error)
 		}
 	}
@@ -159,13 +160,13 @@ func BenchmarkToolTrivial(b *testing.B) {
 // attempt, each in a worker, and their commits.
 func BenchmarkToolOneStep(b *testing.B) {
 	f := newFixture(b, jsprogram.Limits{}, nil)
-	f.addSource("bench", benchTool)
-	f.call("bench", `{"steps":1}`)
+	f.AddJS("bench", benchTool)
+	f.Call("bench", `{"steps":1}`)
 	b.ResetTimer()
 	for b.Loop() {
-		ri := f.call("bench", `{"steps":1}`)
+		ri := f.Call("bench", `{"steps":1}`)
 		if ri.Status != store.StatusCompleted {
-			ri, _ = f.h.Drive(context.Background(), ri.ID)
+			ri, _ = f.H.Drive(context.Background(), ri.ID)
 		}
 		if ri.Status != store.StatusCompleted {
 			b.Fatal(ri.Status, ri.Error)
@@ -177,10 +178,10 @@ func BenchmarkToolOneStep(b *testing.B) {
 // activations) from its history, in one worker activation.
 func BenchmarkToolReplay100Steps(b *testing.B) {
 	f := newFixture(b, jsprogram.Limits{}, nil)
-	f.addSource("bench", benchTool)
-	ri := f.call("bench", `{"steps":100}`)
+	f.AddJS("bench", benchTool)
+	ri := f.Call("bench", `{"steps":100}`)
 	for ri.Status == store.StatusWaiting || ri.Status == store.StatusRunning {
-		ri, _ = f.h.Drive(context.Background(), ri.ID)
+		ri, _ = f.H.Drive(context.Background(), ri.ID)
 	}
 	if string(ri.Result) != `{"n":4950}` {
 		b.Fatal(ri.Status, ri.Error, string(ri.Result))

@@ -3,22 +3,17 @@ package jsprogram_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
-func TestMain(m *testing.M) {
-	jsprogram.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testhost.Main(m) }
 
 // agents is a scripted agent backend: each agent answers with a function
 // of the message, and counts its turns by id.
@@ -75,73 +70,42 @@ func echo(t host.AgentTurn) abi.AgentResult {
 	return abi.AgentResult{Status: abi.AgentCompleted, Reply: t.Agent + ": " + t.Message}
 }
 
-// fixture is a host with the workflow tool on a store in a temp dir.
+// fixture is a host with the workflow tool and scripted agents, on a store
+// in a temp dir (testhost.Host: f.H is the host, f.JS the JavaScript
+// engine).
 type fixture struct {
+	*testhost.Host
 	t      testing.TB
-	dir    string
-	opts   jsprogram.Options
 	agents *agents
-	eng    *jsprogram.Engine
-	h      *host.Host
-	max    int
 }
 
 func newFixture(t testing.TB, lim jsprogram.Limits, a *agents) *fixture {
 	t.Helper()
+	return openFixture(t, jsprogram.Options{Limits: lim}, a, jsprogram.WorkflowTool{MaxSubagents: lim.MaxSubagents})
+}
+
+// newFixtureWith is newFixture with engine options beyond the limits.
+func newFixtureWith(t testing.TB, opts jsprogram.Options) *fixture {
+	t.Helper()
+	return openFixture(t, opts, nil, jsprogram.WorkflowTool{})
+}
+
+func openFixture(t testing.TB, opts jsprogram.Options, a *agents, wf jsprogram.WorkflowTool) *fixture {
+	t.Helper()
 	if a == nil {
 		a = newAgents(echo)
 	}
-	f := &fixture{t: t, dir: t.TempDir(), opts: jsprogram.Options{Limits: lim}, agents: a}
-	f.open()
-	if _, err := jsprogram.RegisterWorkflowTool(context.Background(), f.h, jsprogram.WorkflowTool{MaxSubagents: lim.MaxSubagents}); err != nil {
+	th := testhost.New(t, &testhost.Options{Host: host.Options{Agents: a.backend()}, JS: opts})
+	if _, err := jsprogram.RegisterWorkflowTool(context.Background(), th.H, wf); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.close)
-	return f
-}
-
-func (f *fixture) open() {
-	f.t.Helper()
-	eng, err := jsprogram.NewEngine(&f.opts)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	h, err := host.OpenDir(context.Background(), filepath.Join(f.dir, "data"), &host.Options{
-		Engines: map[string]host.Engine{jsprogram.EngineName: eng},
-		Agents:  f.agents.backend(),
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.eng, f.h = eng, h
-}
-
-func (f *fixture) close() {
-	if f.h != nil {
-		f.h.Close(context.Background())
-		f.eng.Close(context.Background())
-		f.h = nil
-	}
-}
-
-func (f *fixture) restart() {
-	f.close()
-	f.open()
+	return &fixture{Host: th, t: t, agents: a}
 }
 
 // run starts a program and drives it to its end.
 func (f *fixture) run(js string) host.RunInfo {
 	f.t.Helper()
-	in, _ := json.Marshal(map[string]string{"js": js})
-	ri, err := f.h.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ri, err = f.h.Drive(context.Background(), ri.ID)
-	if err != nil {
-		f.t.Fatalf("drive: %v", err)
-	}
-	return ri
+	return f.Program(js)
 }
 
 // result decodes a completed run's result.
@@ -172,15 +136,4 @@ func failure(t testing.TB, ri host.RunInfo) *jsprogram.WorkflowProgramError {
 		t.Fatalf("run failed with %+v, not a %s", ri.Error, jsprogram.ErrorType)
 	}
 	return e
-}
-
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

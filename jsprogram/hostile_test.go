@@ -133,9 +133,9 @@ func serveOthers(t *testing.T, f *fixture) (stop func() int) {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
 			in, _ := json.Marshal(map[string]string{"js": fmt.Sprintf(`return (await ctx.agent("echo", { message: "%d" })) + "!";`, i)})
-			ri, err := f.h.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
+			ri, err := f.H.Start(context.Background(), jsprogram.WorkflowToolName, in, nil)
 			if err == nil {
-				ri, err = f.h.Drive(context.Background(), ri.ID)
+				ri, err = f.H.Drive(context.Background(), ri.ID)
 			}
 			if err != nil {
 				bad.Store(err.Error())

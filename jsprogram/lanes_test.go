@@ -9,18 +9,6 @@ import (
 	"github.com/sandflow/sandflow/jsprogram"
 )
 
-// newFixtureWith is newFixture with engine options beyond the limits.
-func newFixtureWith(t testing.TB, opts jsprogram.Options) *fixture {
-	t.Helper()
-	f := &fixture{t: t, dir: t.TempDir(), opts: opts, agents: newAgents(echo)}
-	f.open()
-	if _, err := jsprogram.RegisterWorkflowTool(t.Context(), f.h, jsprogram.WorkflowTool{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.close)
-	return f
-}
-
 // spin starts n endless loops and returns a wait for their ends, each of
 // which must be js_time_limit.
 func spin(t *testing.T, f *fixture, n int) (wait func()) {
@@ -87,7 +75,7 @@ func TestLanesBoundTheWorkers(t *testing.T) {
 	sawLong := false
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		st := f.eng.Stats()
+		st := f.JS.Stats()
 		if st.Workers > 2 || st.Long > 1 {
 			t.Fatalf("stats %+v: over one worker per lane", st)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -22,33 +23,33 @@ func TestFanOutAcrossRestart(t *testing.T) {
 	a.gate = make(chan struct{})
 	f := newFixture(t, jsprogram.Limits{}, a)
 	in := `{"js": "const tickets = [{id: 7, title: \"login fails\"}];\nconst [triage, review] = await Promise.all([\n  ctx.agent(\"ticket-triage\", { message: JSON.stringify(tickets) }),\n  ctx.agent(\"ticket-review\", { message: JSON.stringify(tickets) }),\n]);\nreturn { triage, review };"}`
-	ri, err := f.h.Start(context.Background(), jsprogram.WorkflowToolName, []byte(in), nil)
+	ri, err := f.H.Start(context.Background(), jsprogram.WorkflowToolName, []byte(in), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	driven := make(chan error, 1)
 	go func() {
-		_, err := f.h.Drive(context.Background(), ri.ID)
+		_, err := f.H.Drive(context.Background(), ri.ID)
 		driven <- err
 	}()
-	waitUntil(t, "both children to start", func() bool { n, _ := a.turns(); return n == 2 })
-	info, err := f.h.Run(context.Background(), ri.ID)
+	testhost.WaitUntil(t, "both children to start", func() bool { n, _ := a.turns(); return n == 2 })
+	info, err := f.H.Run(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Status != store.StatusRunning || len(info.Waiting) != 2 || info.Waiting[0].Kind != "agent" {
 		t.Fatalf("with children out: status %s, waiting %+v", info.Status, info.Waiting)
 	}
-	f.restart()
+	f.Restart()
 	if err := <-driven; !errors.Is(err, host.ErrClosed) {
 		t.Fatalf("drive cut off by the restart: %v", err)
 	}
 	close(a.gate)
-	if err := f.h.Recover(context.Background(), nil); err != nil {
+	if err := f.H.Recover(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the run to complete", func() bool {
-		info, err = f.h.Run(context.Background(), ri.ID)
+	testhost.WaitUntil(t, "the run to complete", func() bool {
+		info, err = f.H.Run(context.Background(), ri.ID)
 		return err == nil && info.Status.Terminal()
 	})
 	got := result[map[string]string](t, info)
@@ -98,14 +99,14 @@ return { r1, d1, iso, reply, r2, d2, offset: new Date().getTimezoneOffset() };`
 	}
 	// The recorded history replays to the same end, sending nothing.
 	var buf bytes.Buffer
-	if err := f.h.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
+	if err := f.H.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := f.h.CheckReplay(context.Background(), hist, nil)
+	rep, err := f.H.CheckReplay(context.Background(), hist, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

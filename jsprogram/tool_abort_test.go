@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -39,47 +40,47 @@ async function cleanup(why) { "use step"; console.log("side effect: cleaned up a
 // cancelled when the grace period ends.
 func TestToolAbort(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("unwinds", abortTool)
+	f.AddJS("unwinds", abortTool)
 	ctx := context.Background()
 
-	ri := f.call("unwinds", `{}`)
+	ri := f.Call("unwinds", `{}`)
 	waitsOn(t, ri, "ask", "sleep")
-	f.restart()
-	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+	f.Restart()
+	if _, err := f.H.Abort(ctx, ri.ID, "task_cancel"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the run to unwind", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Status.Terminal() })
+	testhost.WaitUntil(t, "the run to unwind", func() bool { ri, _ = f.H.Run(ctx, ri.ID); return ri.Status.Terminal() })
 	if ri.Status != store.StatusCancelled || ri.Aborted != "task_cancel" {
 		t.Fatalf("after the abort: %s %q %+v", ri.Status, ri.Aborted, ri.Error)
 	}
-	kept := keptResult(t, f.h, ri.ID)
+	kept := keptResult(t, f.H, ri.ID)
 	if kept != `{"answer":"cancelled","late":"cancelled","reason":"AbortError: the call was aborted (task_cancel)"}` {
 		t.Errorf("the body's result: %s", kept)
 	}
-	if n := strings.Count(output(t, f.h, ri.ID), "side effect: cleaned up after task_cancel"); n != 1 {
+	if n := strings.Count(output(t, f.H, ri.ID), "side effect: cleaned up after task_cancel"); n != 1 {
 		t.Errorf("cleanup ran %d times", n)
 	}
-	if _, err := f.h.Abort(ctx, ri.ID, "again"); !errors.Is(err, host.ErrRunEnded) {
+	if _, err := f.H.Abort(ctx, ri.ID, "again"); !errors.Is(err, host.ErrRunEnded) {
 		t.Errorf("an abort after the end: %v", err)
 	}
-	replaysWhole(t, f.h, ri.ID)
+	replaysWhole(t, f.H, ri.ID)
 
 	// Ignored: cancelled at the end of the grace period, not before.
-	ri = f.call("unwinds", `{"ignore":true}`)
+	ri = f.Call("unwinds", `{"ignore":true}`)
 	waitsOn(t, ri, "sleep")
-	if _, err := f.h.Abort(ctx, ri.ID, "turn_ended"); err != nil {
+	if _, err := f.H.Abort(ctx, ri.ID, "turn_ended"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.FireDue(ctx, time.Now().Add(29*time.Second), nil); err != nil {
+	if _, err := f.H.FireDue(ctx, time.Now().Add(29*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	if ri, _ = f.h.Run(ctx, ri.ID); ri.Status != store.StatusWaiting {
+	if ri, _ = f.H.Run(ctx, ri.ID); ri.Status != store.StatusWaiting {
 		t.Fatalf("cancelled before the grace period ended: %s", ri.Status)
 	}
-	if _, err := f.h.FireDue(ctx, time.Now().Add(31*time.Second), nil); err != nil {
+	if _, err := f.H.FireDue(ctx, time.Now().Add(31*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	if ri, _ = f.h.Run(ctx, ri.ID); ri.Status != store.StatusCancelled || ri.Aborted != "turn_ended" {
+	if ri, _ = f.H.Run(ctx, ri.ID); ri.Status != store.StatusCancelled || ri.Aborted != "turn_ended" {
 		t.Fatalf("after the grace period: %s %q", ri.Status, ri.Aborted)
 	}
 }
@@ -90,7 +91,7 @@ func TestToolAbort(t *testing.T) {
 // is answered.
 func TestToolServeAbort(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("patient", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("patient", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     for (;;) {
@@ -106,13 +107,13 @@ func TestToolServeAbort(t *testing.T) {
     }
   } });`)
 	ctx := context.Background()
-	ri := f.call("patient", `{"slow":true}`)
+	ri := f.Call("patient", `{"slow":true}`)
 	waitsOn(t, ri, "sleep")
-	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+	if _, err := f.H.Abort(ctx, ri.ID, "task_cancel"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the body to go back to receive", func() bool {
-		ri, _ = f.h.Run(ctx, ri.ID)
+	testhost.WaitUntil(t, "the body to go back to receive", func() bool {
+		ri, _ = f.H.Run(ctx, ri.ID)
 		for _, w := range ri.Waiting {
 			if w.Kind == "receive" {
 				return true
@@ -123,13 +124,13 @@ func TestToolServeAbort(t *testing.T) {
 	if ri.Working() || ri.Calls[0].Status != "cancelled" {
 		t.Errorf("the aborted call: %+v", ri.Calls)
 	}
-	if _, err := f.h.FireDue(ctx, time.Now().Add(time.Minute), nil); err != nil {
+	if _, err := f.H.FireDue(ctx, time.Now().Add(time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.SendCall(ctx, ri.ID, "", []byte(`{"n":2}`)); err != nil {
+	if _, err := f.H.SendCall(ctx, ri.ID, "", []byte(`{"n":2}`)); err != nil {
 		t.Fatalf("the task after the grace period: %v", err)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	if len(ri.Calls) != 2 || ri.Calls[1].Status != "completed" || string(ri.Calls[1].Output) != `{"done":{"n":2},"aborted":false}` {
 		t.Errorf("the next call: %+v", ri.Calls)
 	}
@@ -144,7 +145,7 @@ func TestToolAgentSendSignal(t *testing.T) {
 	a := newAgents(echo)
 	a.gate = make(chan struct{})
 	f := newFixture(t, jsprogram.Limits{}, a)
-	f.addSource("signalled", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("signalled", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async execute(input, ctx) {
     "use workflow";
     const s = ctx.abortSignal;
@@ -159,27 +160,27 @@ func TestToolAgentSendSignal(t *testing.T) {
     return { tied: tied.status, late: late.status, free: (await (await free).result()).status, asked, askedLate, refused };
   } });`)
 	ctx := context.Background()
-	ri, err := f.h.Start(ctx, "signalled", json.RawMessage(`{}`), nil)
+	ri, err := f.H.Start(ctx, "signalled", json.RawMessage(`{}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	driven := make(chan error, 1)
-	go func() { _, err := f.h.Drive(ctx, ri.ID); driven <- err }()
+	go func() { _, err := f.H.Drive(ctx, ri.ID); driven <- err }()
 	select {
 	case <-a.started:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the turn never started")
 	}
-	if _, err := f.h.Abort(ctx, ri.ID, "task_cancel"); err != nil {
+	if _, err := f.H.Abort(ctx, ri.ID, "task_cancel"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the free turn to start", func() bool { total, _ := a.turns(); return total == 2 })
+	testhost.WaitUntil(t, "the free turn to start", func() bool { total, _ := a.turns(); return total == 2 })
 	close(a.gate)
 	if err := <-driven; err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the run to end", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Status.Terminal() })
-	kept := keptResult(t, f.h, ri.ID)
+	testhost.WaitUntil(t, "the run to end", func() bool { ri, _ = f.H.Run(ctx, ri.ID); return ri.Status.Terminal() })
+	kept := keptResult(t, f.H, ri.ID)
 	want := `{"tied":"cancelled","late":"cancelled","free":"completed","asked":"cancelled","askedLate":"cancelled",` +
 		`"refused":"send: signal must be ctx.abortSignal or a call's abortSignal | ctx.ask: signal must be ctx.abortSignal or a call's abortSignal"}`
 	if ri.Status != store.StatusCancelled || kept != want {
@@ -188,7 +189,7 @@ func TestToolAgentSendSignal(t *testing.T) {
 	if total, _ := a.turns(); total != 2 {
 		t.Errorf("%d turns sent, want 2 (the tied one and the free one)", total)
 	}
-	replaysWhole(t, f.h, ri.ID)
+	replaysWhole(t, f.H, ri.ID)
 }
 
 // keptResult is what an aborted run's body ended with, kept in its
@@ -252,18 +253,18 @@ async function peek(n, signal) {
 // abort while it runs (a step that receives the signal sees the abort), and a step given it after the abort gets it aborted.
 func TestToolStepSeesAbort(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("stepsignal", stepSignalTool)
+	f.AddJS("stepsignal", stepSignalTool)
 	ctx := context.Background()
 	done := make(chan host.RunInfo, 1)
-	go func() { done <- f.call("stepsignal", `{}`) }()
+	go func() { done <- f.Call("stepsignal", `{}`) }()
 	var id string
-	waitUntil(t, "the run to start its step", func() bool {
-		runs, err := f.h.Runs(ctx, store.RunFilter{})
+	testhost.WaitUntil(t, "the run to start its step", func() bool {
+		runs, err := f.H.Runs(ctx, store.RunFilter{})
 		if err != nil || len(runs) == 0 {
 			return false
 		}
 		id = runs[0].ID
-		evs, err := f.h.Events(ctx, id)
+		evs, err := f.H.Events(ctx, id)
 		for _, e := range evs {
 			if e.Kind == host.EvStepStarted {
 				return err == nil
@@ -271,7 +272,7 @@ func TestToolStepSeesAbort(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := f.h.Abort(ctx, id, "task_cancel"); err != nil {
+	if _, err := f.H.Abort(ctx, id, "task_cancel"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -280,15 +281,15 @@ func TestToolStepSeesAbort(t *testing.T) {
 		t.Fatal("the call did not return")
 	}
 	var ri host.RunInfo
-	waitUntil(t, "the run to unwind", func() bool {
-		ri, _ = f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "the run to unwind", func() bool {
+		ri, _ = f.H.Run(ctx, id)
 		return ri.Status.Terminal()
 	})
 	if ri.Status != store.StatusCancelled {
 		t.Fatalf("after the abort: %s %+v", ri.Status, ri.Error)
 	}
 	want := `{"inFlight":{"aborted":true,"reason":"task_cancel"},"after":{"n":1,"aborted":true,"threw":"AbortError","reason":"task_cancel"}}`
-	if got := keptResult(t, f.h, id); got != want {
+	if got := keptResult(t, f.H, id); got != want {
 		t.Errorf("the body's result: %s\nwant %s", got, want)
 	}
 }

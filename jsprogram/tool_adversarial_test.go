@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -318,12 +319,12 @@ func globMatch(pattern, s string) bool {
 func (f *fixture) settle(ri host.RunInfo) host.RunInfo {
 	f.t.Helper()
 	ctx := context.Background()
-	ri, err := f.h.Drive(ctx, ri.ID)
+	ri, err := f.H.Drive(ctx, ri.ID)
 	if err != nil {
 		f.t.Fatalf("drive: %v", err)
 	}
-	waitUntil(f.t, "the run to settle", func() bool {
-		ri, err = f.h.Run(ctx, ri.ID)
+	testhost.WaitUntil(f.t, "the run to settle", func() bool {
+		ri, err = f.H.Run(ctx, ri.ID)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -343,20 +344,20 @@ func (f *fixture) settle(ri host.RunInfo) host.RunInfo {
 func TestToolAdversarial(t *testing.T) {
 	f := newFixture(t, advLimits, nil)
 	ctx := context.Background()
-	f.addSource("adv", advTool)
+	f.AddJS("adv", advTool)
 	registered := map[string]error{}
 	register := func(name, src string) error {
 		if err, ok := registered[name]; ok {
 			return err
 		}
-		_, err := jsprogram.RegisterTool(ctx, f.h, name, []byte(src))
+		_, err := jsprogram.RegisterTool(ctx, f.H, name, []byte(src))
 		registered[name] = err
 		return err
 	}
 	// body runs a body of the adversarial tool to its end.
 	body := func(name string) func(t *testing.T) string {
 		return func(t *testing.T) string {
-			ri, err := f.h.Call(ctx, "adv", json.RawMessage(fmt.Sprintf(`{"body":%q}`, name)), nil)
+			ri, err := f.H.Call(ctx, "adv", json.RawMessage(fmt.Sprintf(`{"body":%q}`, name)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,7 +370,7 @@ func TestToolAdversarial(t *testing.T) {
 			if err := register(name, src); err != nil {
 				return "refused: " + err.Error()
 			}
-			ri, err := f.h.Call(ctx, name, json.RawMessage(input), nil)
+			ri, err := f.H.Call(ctx, name, json.RawMessage(input), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -378,7 +379,7 @@ func TestToolAdversarial(t *testing.T) {
 	}
 	define := func(src string) func(t *testing.T) string {
 		return func(t *testing.T) string {
-			_, err := jsprogram.RegisterTool(ctx, f.h, "never", []byte(src))
+			_, err := jsprogram.RegisterTool(ctx, f.H, "never", []byte(src))
 			if err == nil {
 				return "registered"
 			}
@@ -445,12 +446,12 @@ func TestToolAdversarial(t *testing.T) {
 		{name: "Function.prototype and instanceof Function", run: body("functionPrototype"),
 			want: []string{`completed ["function",true,true]`}},
 		{name: "hook payload 9000 deep", run: func(t *testing.T) string {
-			ri, err := f.h.Call(ctx, "adv", json.RawMessage(`{"body":"deepHookPayload","token":"adv-deep"}`), nil)
+			ri, err := f.H.Call(ctx, "adv", json.RawMessage(`{"body":"deepHookPayload","token":"adv-deep"}`), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			waitsOn(t, ri, "hook")
-			if _, err := f.h.ResumeHook(ctx, "adv-deep", json.RawMessage(strings.Repeat("[", 9000)+strings.Repeat("]", 9000))); err != nil {
+			if _, err := f.H.ResumeHook(ctx, "adv-deep", json.RawMessage(strings.Repeat("[", 9000)+strings.Repeat("]", 9000))); err != nil {
 				return "resume refused: " + err.Error()
 			}
 			return advOutcome(f.settle(ri))
@@ -502,13 +503,13 @@ func TestToolAdversarial(t *testing.T) {
 		{name: "dispose twice, then await", run: body("disposeTwice"),
 			want: []string{`completed {"name":"HookDisposedError","message":"hook \"hook_*\" was disposed"}`}},
 		{name: "hook.then three times", run: func(t *testing.T) string {
-			ri, err := f.h.Call(ctx, "adv", json.RawMessage(`{"body":"thenMany","token":"adv-then-many"}`), nil)
+			ri, err := f.H.Call(ctx, "adv", json.RawMessage(`{"body":"thenMany","token":"adv-then-many"}`), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			waitsOn(t, ri, "hook", "hook", "hook")
 			for _, p := range []string{`1`, `{"two":2}`, `"three"`} {
-				if _, err := f.h.ResumeHook(ctx, "adv-then-many", json.RawMessage(p)); err != nil {
+				if _, err := f.H.ResumeHook(ctx, "adv-then-many", json.RawMessage(p)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -620,20 +621,20 @@ func clipLine(s string) string {
 // the run), and the run goes on to its end.
 func (f *fixture) webhookCase(t *testing.T, name string, status int) string {
 	ctx := context.Background()
-	ri, err := f.h.Call(ctx, "adv", json.RawMessage(fmt.Sprintf(`{"body":%q}`, name)), nil)
+	ri, err := f.H.Call(ctx, "adv", json.RawMessage(fmt.Sprintf(`{"body":%q}`, name)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitsOn(t, ri, "webhook")
 	w := ri.Waiting[0]
-	d, err := f.h.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: `{}`})
+	d, err := f.H.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: `{}`})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ri = f.settle(ri)
 	resp := d.Response
 	if resp == nil {
-		if resp, err = f.h.WebhookResponse(ctx, ri.ID, d.Hook, d.Index); err != nil {
+		if resp, err = f.H.WebhookResponse(ctx, ri.ID, d.Hook, d.Index); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -649,14 +650,14 @@ func (f *fixture) webhookCase(t *testing.T, name string, status int) string {
 // computed this time. The two must be the same, byte for byte.
 func (f *fixture) fingerprintCase(t *testing.T) string {
 	ctx := context.Background()
-	ri, err := f.h.Call(ctx, "adv", json.RawMessage(`{"body":"fingerprint","z":1,"a":2}`), nil)
+	ri, err := f.H.Call(ctx, "adv", json.RawMessage(`{"body":"fingerprint","z":1,"a":2}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ri = f.settle(ri)
 	waitsOn(t, ri, "sleep")
 	first := string(ri.Progress)
-	f.restart()
+	f.Restart()
 	ri = f.fire(ri.ID, 2*time.Hour)
 	if ri.Status != store.StatusCompleted {
 		return advOutcome(ri)
@@ -665,14 +666,14 @@ func (f *fixture) fingerprintCase(t *testing.T) string {
 		return fmt.Sprintf("the replay saw\n%s\nthe first run\n%s", ri.Result, first)
 	}
 	var buf strings.Builder
-	if err := f.h.ExportHistory(ctx, ri.ID, &buf); err != nil {
+	if err := f.H.ExportHistory(ctx, ri.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := f.h.CheckReplay(ctx, hist, nil); err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
+	if rep, err := f.H.CheckReplay(ctx, hist, nil); err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
 		return fmt.Sprintf("replay check: %+v %v", rep, err)
 	}
 	t.Logf("fingerprint: %s", clipLine(first))
@@ -695,7 +696,7 @@ func (f *fixture) budgetCase(register func(name, src string) error) func(t *test
 		// Calibrate: the time of n iterations, less a run's overhead.
 		timeOf := func(n int) time.Duration {
 			start := time.Now()
-			ri := f.call("advbudget", fmt.Sprintf(`{"n":%d,"sleeps":0}`, n))
+			ri := f.Call("advbudget", fmt.Sprintf(`{"n":%d,"sleeps":0}`, n))
 			if ri.Status != store.StatusCompleted {
 				t.Fatalf("calibration: %s", advOutcome(ri))
 			}
@@ -708,7 +709,7 @@ func (f *fixture) budgetCase(register func(name, src string) error) func(t *test
 			per := float64(timeOf(probe)-base) / probe
 			n := int(float64(600*time.Millisecond) / per)
 			t.Logf("try %d: %.0f ns per iteration; %d iterations between sleeps", try, per, n)
-			ri, err := f.h.Call(ctx, "advbudget", json.RawMessage(fmt.Sprintf(`{"n":%d,"sleeps":4}`, n)), nil)
+			ri, err := f.H.Call(ctx, "advbudget", json.RawMessage(fmt.Sprintf(`{"n":%d,"sleeps":4}`, n)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

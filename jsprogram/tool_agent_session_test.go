@@ -28,7 +28,7 @@ func TestToolAgentSessions(t *testing.T) {
 			turn.Agent, turn.Message, len(turn.History), strings.Join(more, "+"), model, len(turn.Parts), turn.SessionID != "")}
 	})
 	f := newFixture(t, jsprogram.Limits{}, a)
-	f.addSource("sessions", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("sessions", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async execute(input, ctx) {
     "use workflow";
     const s = ctx.agent("echo", { model: "provider/model-x" });
@@ -40,7 +40,7 @@ func TestToolAgentSessions(t *testing.T) {
     try { await ctx.agent("echo").send([{ type: "file", data: "data:application/pdf;base64,AAAA" }]); } catch (e) { inline = e.name + ": " + e.message; }
     return { replies: [one.reply, two.reply, three.reply, four.reply, parts.reply], inline, agents: Object.keys(ctx.agents).join(",") };
   } });`)
-	ri := f.call("sessions", `{}`)
+	ri := f.Call("sessions", `{}`)
 	got := result[struct {
 		Replies []string
 		Inline  string

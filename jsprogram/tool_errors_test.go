@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -47,7 +48,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 		{"serve with its own taskId", `defineWorkflowTool({ description: "d", inputSchema: { type: "object", properties: { taskId: { type: "string" } } }, async serve() { "use workflow"; } });`, "declares taskId"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := jsprogram.RegisterTool(ctx, f.h, "bad", []byte(tc.src))
+			_, err := jsprogram.RegisterTool(ctx, f.H, "bad", []byte(tc.src))
 			var pe *host.PluginError
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
@@ -62,7 +63,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 			}
 		})
 	}
-	ps, err := f.h.Plugins(ctx)
+	ps, err := f.H.Plugins(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestToolDefinitionErrors(t *testing.T) {
 func TestToolManifestMustMatchScript(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
 	ctx := context.Background()
-	def, err := f.eng.DefineTool(ctx, []byte(okTool))
+	def, err := f.JS.DefineTool(ctx, []byte(okTool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestToolManifestMustMatchScript(t *testing.T) {
 	} {
 		m := def.Manifest("ok")
 		change(&m)
-		_, err := f.h.AddPlugin(ctx, []byte(okTool), m)
+		_, err := f.H.AddPlugin(ctx, []byte(okTool), m)
 		var pe *host.PluginError
 		if !errors.As(err, &pe) || pe.Reason != "manifest_mismatch" {
 			t.Errorf("got %v, want a manifest_mismatch *PluginError", err)
@@ -99,7 +100,7 @@ func TestToolManifestMustMatchScript(t *testing.T) {
 	// Key order and spacing of the schema do not matter.
 	m := def.Manifest("ok")
 	m.InputSchema = json.RawMessage(`{ "type" : "object" }`)
-	if _, err := f.h.AddPlugin(ctx, []byte(okTool), m); err != nil {
+	if _, err := f.H.AddPlugin(ctx, []byte(okTool), m); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -109,7 +110,7 @@ func TestToolManifestMustMatchScript(t *testing.T) {
 // step's error with its class and message.
 func TestToolStepRetries(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{JSTime: 2 * time.Second}, nil)
-	f.addSource("flaky", `defineWorkflowTool({ description: "flaky", inputSchema: { type: "object" },
+	f.AddJS("flaky", `defineWorkflowTool({ description: "flaky", inputSchema: { type: "object" },
   async execute({ mode }) {
     "use workflow";
     try {
@@ -133,7 +134,7 @@ async function spin() { "use step"; for (;;) {} }
 spin.retry = { maxAttempts: 2, initialBackoffMs: 1 };`)
 	ctx := context.Background()
 
-	ri := f.call("flaky", `{"mode":"retry"}`)
+	ri := f.Call("flaky", `{"mode":"retry"}`)
 	for i := 0; i < 2; i++ {
 		waitsOn(t, ri, "step_retry")
 		if w := ri.Waiting[0]; w.Until == nil || w.Until.Sub(time.Now()) < 25*time.Second {
@@ -141,10 +142,10 @@ spin.retry = { maxAttempts: 2, initialBackoffMs: 1 };`)
 		}
 		ri = f.fire(ri.ID, 31*time.Second)
 		if ri.Status == store.StatusWaiting && ri.Waiting[0].Kind == "step" {
-			waitUntil(t, "the step attempt", func() bool { ri, _ = f.h.Run(ctx, ri.ID); return ri.Waiting[0].Kind != "step" })
+			testhost.WaitUntil(t, "the step attempt", func() bool { ri, _ = f.H.Run(ctx, ri.ID); return ri.Waiting[0].Kind != "step" })
 		}
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	if r := result[map[string]any](t, ri); r["value"] != "done on attempt 3" {
 		t.Errorf("retried step: %s", ri.Result)
 	}
@@ -153,23 +154,23 @@ spin.retry = { maxAttempts: 2, initialBackoffMs: 1 };`)
 		{"fatal", "FatalError", "no such service", "fatal ran\n"},
 		{"oops", "TypeError", "Cannot read property 'x'", "oops ran\n"},
 	} {
-		ri := f.call("flaky", `{"mode":"`+tc.mode+`"}`)
-		ri, _ = f.h.Drive(ctx, ri.ID)
+		ri := f.Call("flaky", `{"mode":"`+tc.mode+`"}`)
+		ri, _ = f.H.Drive(ctx, ri.ID)
 		r := result[map[string]any](t, ri)
 		if r["caught"] != tc.caught || !strings.Contains(r["message"].(string), tc.message) || r["isFatal"] != (tc.caught == "FatalError") {
 			t.Errorf("%s: %s", tc.mode, ri.Result)
 		}
-		if out := output(t, f.h, ri.ID); out != tc.ran {
+		if out := output(t, f.H, ri.ID); out != tc.ran {
 			t.Errorf("%s: the step ran %q, want once", tc.mode, out)
 		}
 	}
 
 	// A step that never returns is stopped at the JavaScript time limit,
 	// retried once, and its error reaches the body.
-	ri = f.call("flaky", `{"mode":"spin"}`)
-	waitUntil(t, "both attempts", func() bool {
-		f.h.FireDue(ctx, time.Now().Add(time.Minute), nil)
-		ri, _ = f.h.Run(ctx, ri.ID)
+	ri = f.Call("flaky", `{"mode":"spin"}`)
+	testhost.WaitUntil(t, "both attempts", func() bool {
+		f.H.FireDue(ctx, time.Now().Add(time.Minute), nil)
+		ri, _ = f.H.Run(ctx, ri.ID)
 		return ri.Status != store.StatusWaiting
 	})
 	if r := result[map[string]any](t, ri); r["caught"] != jsprogram.ErrorType || r["message"] != "the program ran JavaScript for more than 2s in one step attempt" {

@@ -19,10 +19,10 @@ import (
 // fire fires every timer due within d and drives the run.
 func (f *fixture) fire(id string, d time.Duration) host.RunInfo {
 	f.t.Helper()
-	if _, err := f.h.FireDue(context.Background(), time.Now().Add(d), nil); err != nil {
+	if _, err := f.H.FireDue(context.Background(), time.Now().Add(d), nil); err != nil {
 		f.t.Fatal(err)
 	}
-	ri, err := f.h.Drive(context.Background(), id)
+	ri, err := f.H.Drive(context.Background(), id)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -45,15 +45,15 @@ func waitsOn(t testing.TB, ri host.RunInfo, kinds ...string) {
 // starts with the same question still open.
 func TestToolApproveDeadline(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addTool("approve-deadline")
+	f.AddExample("approve-deadline")
 	ctx := context.Background()
 
 	// Nobody answers: paged, then timed out.
-	ri, err := f.h.Start(ctx, "approve-deadline", []byte(`{"service":"api","firstDeadline":"1h","secondDeadline":"2h"}`), nil)
+	ri, err := f.H.Start(ctx, "approve-deadline", []byte(`{"service":"api","firstDeadline":"1h","secondDeadline":"2h"}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	waitsOn(t, ri, "ask", "sleep")
 	ri = f.fire(ri.ID, 61*time.Minute)
 	waitsOn(t, ri, "ask", "sleep")
@@ -61,21 +61,21 @@ func TestToolApproveDeadline(t *testing.T) {
 	if r := result[map[string]any](t, ri); r["deployed"] != false || r["reason"] != "timed out" || r["paged"] != true {
 		t.Errorf("timed out: %s", ri.Result)
 	}
-	if n := strings.Count(output(t, f.h, ri.ID), "side effect: paged on-call about api"); n != 1 {
+	if n := strings.Count(output(t, f.H, ri.ID), "side effect: paged on-call about api"); n != 1 {
 		t.Errorf("paged %d times", n)
 	}
 
 	// Answered after the page, across a restart: deployed, paged.
-	ri, _ = f.h.Start(ctx, "approve-deadline", []byte(`{"service":"web","firstDeadline":"1h"}`), nil)
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Start(ctx, "approve-deadline", []byte(`{"service":"web","firstDeadline":"1h"}`), nil)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	ask := ri.Waiting[0].AskID
 	ri = f.fire(ri.ID, 61*time.Minute)
 	waitsOn(t, ri, "ask", "sleep")
-	f.restart()
-	if ri, err = f.h.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
+	f.Restart()
+	if ri, err = f.H.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	if r := result[map[string]any](t, ri); r["deployed"] != true || r["paged"] != true || !strings.HasPrefix(r["url"].(string), "https://web.deploys.invalid/") {
 		t.Errorf("approved after the page: %s", ri.Result)
 	}
@@ -86,23 +86,23 @@ func TestToolApproveDeadline(t *testing.T) {
 // run fails with.
 func TestToolRenderWebhook(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addTool("render")
+	f.AddExample("render")
 	ctx := context.Background()
 	for _, tc := range []struct{ body, status string }{{`{"status":"ok","url":"https://cdn.invalid/v.mp4"}`, "completed"}, {`{"status":"gpu on fire"}`, "failed"}} {
-		ri := f.call("render", `{"projectId":"p1"}`)
+		ri := f.Call("render", `{"projectId":"p1"}`)
 		waitsOn(t, ri, "webhook")
 		w := ri.Waiting[0]
-		if !strings.Contains(output(t, f.h, ri.ID), "with callback "+w.URL) || !strings.HasSuffix(w.URL, abi.WebhookPath(w.Token)) {
-			t.Fatalf("the step did not get the webhook's URL %q: %s", w.URL, output(t, f.h, ri.ID))
+		if !strings.Contains(output(t, f.H, ri.ID), "with callback "+w.URL) || !strings.HasSuffix(w.URL, abi.WebhookPath(w.Token)) {
+			t.Fatalf("the step did not get the webhook's URL %q: %s", w.URL, output(t, f.H, ri.ID))
 		}
-		d, err := f.h.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: tc.body})
+		d, err := f.H.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: tc.body})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.Response == nil || d.Response.Status != 202 {
 			t.Errorf("response %+v, want 202", d.Response)
 		}
-		ri, err = f.h.Drive(ctx, ri.ID)
+		ri, err = f.H.Drive(ctx, ri.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,26 +125,26 @@ func TestToolRenderWebhook(t *testing.T) {
 // the same order sees the conflict and fails.
 func TestToolOrderHook(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addTool("order")
+	f.AddExample("order")
 	ctx := context.Background()
-	ri := f.call("order", `{"orderId":"42"}`)
+	ri := f.Call("order", `{"orderId":"42"}`)
 	waitsOn(t, ri, "hook")
-	second := f.call("order", `{"orderId":"42"}`)
+	second := f.Call("order", `{"orderId":"42"}`)
 	if second.Status != store.StatusFailed || second.Error.Type != "FatalError" || !strings.Contains(second.Error.Message, "already awaited by run "+ri.ID) {
 		t.Errorf("second run for the order: %s %+v", second.Status, second.Error)
 	}
-	f.restart()
-	if _, err := f.h.ResumeHook(ctx, "order-42", []byte(`{"amount":12.5,"currency":"EUR"}`)); err != nil {
+	f.Restart()
+	if _, err := f.H.ResumeHook(ctx, "order-42", []byte(`{"amount":12.5,"currency":"EUR"}`)); err != nil {
 		t.Fatal(err)
 	}
-	ri, err := f.h.Drive(ctx, ri.ID)
+	ri, err := f.H.Drive(ctx, ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := result[map[string]any](t, ri); r["paid"] != 12.5 || r["currency"] != "EUR" || r["orderId"] != "42" {
 		t.Errorf("result %s", ri.Result)
 	}
-	if _, err := f.h.ResumeHook(ctx, "order-42", []byte(`{}`)); !errors.Is(err, host.ErrUnknownHook) {
+	if _, err := f.H.ResumeHook(ctx, "order-42", []byte(`{}`)); !errors.Is(err, host.ErrUnknownHook) {
 		t.Errorf("the hook outlived its run: %v", err)
 	}
 }
@@ -153,8 +153,8 @@ func TestToolOrderHook(t *testing.T) {
 // the run sleeps.
 func TestToolRemindProgress(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addTool("remind")
-	ri := f.call("remind", `{"note":"stand up","delay":"10 min"}`)
+	f.AddExample("remind")
+	ri := f.Call("remind", `{"note":"stand up","delay":"10 min"}`)
 	waitsOn(t, ri, "sleep")
 	if string(ri.Progress) != `{"status":"preparing reminder"}` {
 		t.Errorf("progress %s", ri.Progress)
@@ -202,7 +202,7 @@ func TestToolReplaysGoHistories(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := f.h.CheckReplayOn(context.Background(), hist, src, jsprogram.EngineName)
+			rep, err := f.H.CheckReplayOn(context.Background(), hist, src, jsprogram.EngineName)
 			var nd *host.NonDeterminismError
 			if g.bad {
 				if !errors.As(err, &nd) || !errors.Is(err, host.ErrNonDeterminism) {
@@ -232,7 +232,7 @@ func TestToolContext(t *testing.T) {
 		return echo(turn)
 	})
 	f := newFixture(t, jsprogram.Limits{}, a)
-	f.addSource("context", `defineWorkflowTool({ description: "context", inputSchema: { type: "object" },
+	f.AddJS("context", `defineWorkflowTool({ description: "context", inputSchema: { type: "object" },
   async execute(input, ctx) {
     "use workflow";
     const meta = getWorkflowMetadata();
@@ -258,25 +258,25 @@ func TestToolContext(t *testing.T) {
     return { tool: ctx.toolName, run: ctx.callId === meta.workflowRunId, plain, structured, failed, second, seen, method: req.method };
   } });`)
 	ctx := context.Background()
-	ri := f.call("context", `{}`)
+	ri := f.Call("context", `{}`)
 	waitsOn(t, ri, "hook")
 	for _, p := range []string{`{"n":1}`, `{"n":2}`, `{"done":true}`} {
-		if _, err := f.h.ResumeHook(ctx, "feed-"+ri.ID, []byte(p)); err != nil {
+		if _, err := f.H.ResumeHook(ctx, "feed-"+ri.ID, []byte(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
+	ri, _ = f.H.Drive(ctx, ri.ID)
 	waitsOn(t, ri, "webhook")
-	if _, err := f.h.ResumeHook(ctx, "feed-"+ri.ID, []byte(`{}`)); !errors.Is(err, host.ErrUnknownHook) {
+	if _, err := f.H.ResumeHook(ctx, "feed-"+ri.ID, []byte(`{}`)); !errors.Is(err, host.ErrUnknownHook) {
 		t.Errorf("the hook was not disposed: %v", err)
 	}
 	w := ri.Waiting[0]
-	d, err := f.h.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: `{"n":5}`})
+	d, err := f.H.DeliverWebhook(ctx, w.Token, abi.WebhookRequest{Method: "POST", URL: abi.WebhookPath(w.Token), Body: `{"n":5}`})
 	if err != nil || d.Response != nil {
 		t.Fatalf("delivery %+v %v: a manual webhook answers from the run", d, err)
 	}
-	ri, _ = f.h.Drive(ctx, ri.ID)
-	resp, err := f.h.WebhookResponse(ctx, ri.ID, d.Hook, d.Index)
+	ri, _ = f.H.Drive(ctx, ri.ID)
+	resp, err := f.H.WebhookResponse(ctx, ri.ID, d.Hook, d.Index)
 	if err != nil || resp == nil || resp.Status != 201 || resp.Body != `{"got":5}` || resp.Headers["content-type"] != "application/json" {
 		t.Errorf("the webhook's response: %+v %v", resp, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
@@ -66,7 +67,7 @@ async function echoStep(v) { "use step"; return v; }
 // serving other runs.
 func TestHostileTools(t *testing.T) {
 	f := newFixture(t, hostileLimits, nil)
-	f.addSource("hostile", hostileTool)
+	f.AddJS("hostile", hostileTool)
 	for _, tc := range []struct {
 		body string
 		// want is the run's error (type: message) or, for a completed run,
@@ -96,13 +97,13 @@ func TestHostileTools(t *testing.T) {
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			stop := serveOthers(t, f)
-			ri, err := f.h.Call(context.Background(), "hostile", json.RawMessage(fmt.Sprintf(`{"body":%q}`, tc.body)), nil)
+			ri, err := f.H.Call(context.Background(), "hostile", json.RawMessage(fmt.Sprintf(`{"body":%q}`, tc.body)), nil)
 			if err == nil {
-				ri, err = f.h.Drive(context.Background(), ri.ID)
+				ri, err = f.H.Drive(context.Background(), ri.ID)
 			}
 			if err == nil && ri.Status == store.StatusWaiting {
 				// A step is running: wait for it.
-				waitUntil(t, "the step", func() bool { ri, err = f.h.Run(context.Background(), ri.ID); return err != nil || ri.Status.Terminal() })
+				testhost.WaitUntil(t, "the step", func() bool { ri, err = f.H.Run(context.Background(), ri.ID); return err != nil || ri.Status.Terminal() })
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -142,7 +143,7 @@ func containsAll(s, want string) bool {
 // their results; values keep their key order.
 func TestToolRandomAndDateReplay(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	f.addSource("dice", `defineWorkflowTool({ description: "dice", inputSchema: { type: "object" },
+	f.AddJS("dice", `defineWorkflowTool({ description: "dice", inputSchema: { type: "object" },
   async execute(input, ctx) {
     "use workflow";
     const r1 = Math.random(), d1 = Date.now();
@@ -153,9 +154,9 @@ func TestToolRandomAndDateReplay(t *testing.T) {
     return { r1, d1, roll, r2, d2, offset: new Date().getTimezoneOffset() };
   } });
 async function rollStep() { "use step"; return { z: Math.random(), a: Date.now() }; }`)
-	ri := f.call("dice", `{}`)
-	waitUntil(t, "the step", func() bool {
-		ri, _ = f.h.Run(context.Background(), ri.ID)
+	ri := f.Call("dice", `{}`)
+	testhost.WaitUntil(t, "the step", func() bool {
+		ri, _ = f.H.Run(context.Background(), ri.ID)
 		return len(ri.Waiting) == 1 && ri.Waiting[0].Kind == "sleep"
 	})
 	var progress struct {
@@ -165,7 +166,7 @@ async function rollStep() { "use step"; return { z: Math.random(), a: Date.now()
 	if err := json.Unmarshal(ri.Progress, &progress); err != nil {
 		t.Fatal(err)
 	}
-	f.restart()
+	f.Restart()
 	ri = f.fire(ri.ID, 61*time.Minute)
 	type out struct {
 		R1, R2 float64
@@ -185,14 +186,14 @@ async function rollStep() { "use step"; return { z: Math.random(), a: Date.now()
 		t.Errorf("the step's result lost its key order or its value: %s", got.Roll)
 	}
 	var buf strings.Builder
-	if err := f.h.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
+	if err := f.H.ExportHistory(context.Background(), ri.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := host.ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := f.h.CheckReplay(context.Background(), hist, nil); err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
+	if rep, err := f.H.CheckReplay(context.Background(), hist, nil); err != nil || rep.End != "completed" || rep.Ops != rep.RecordedOps {
 		t.Errorf("replay check: %+v %v", rep, err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,35 +11,6 @@ import (
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
-
-// addTool registers an example script (examples/js/NAME.js) as tool name.
-func (f *fixture) addTool(name string) host.Plugin {
-	f.t.Helper()
-	src, err := os.ReadFile("../examples/js/" + name + ".js")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.addSource(name, string(src))
-}
-
-func (f *fixture) addSource(name, src string) host.Plugin {
-	f.t.Helper()
-	p, err := jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src))
-	if err != nil {
-		f.t.Fatalf("registering %s: %v", name, err)
-	}
-	return p
-}
-
-// call calls a tool and returns when its run completes or waits.
-func (f *fixture) call(tool, input string) host.RunInfo {
-	f.t.Helper()
-	ri, err := f.h.Call(context.Background(), tool, json.RawMessage(input), nil)
-	if err != nil {
-		f.t.Fatalf("calling %s: %v", tool, err)
-	}
-	return ri
-}
 
 // output is the run's recorded stdout and stderr.
 func output(t testing.TB, h *host.Host, runID string) string {
@@ -69,20 +39,20 @@ func output(t testing.TB, h *host.Host, runID string) string {
 // times (start, and the replays after the restart and the answer).
 func TestToolDeployAcrossRestart(t *testing.T) {
 	f := newFixture(t, jsprogram.Limits{}, nil)
-	p := f.addTool("deploy")
+	p := f.AddExample("deploy")
 	if p.Manifest.Entry != host.EntryExecute || p.Manifest.Engine != jsprogram.EngineName || !strings.Contains(p.Manifest.Description, "approve the plan") {
 		t.Fatalf("manifest %+v", p.Manifest)
 	}
-	ri := f.call("deploy", `{"service":"api"}`)
+	ri := f.Call("deploy", `{"service":"api"}`)
 	if ri.Status != store.StatusWaiting || len(ri.Waiting) != 1 || ri.Waiting[0].Kind != "ask" {
 		t.Fatalf("want a run waiting on a question, got %+v (error %+v)", ri, ri.Error)
 	}
-	f.restart()
-	ri, err := f.h.AnswerAsk(context.Background(), ri.Waiting[0].AskID, host.Answer{OptionID: "approve"})
+	f.Restart()
+	ri, err := f.H.AnswerAsk(context.Background(), ri.Waiting[0].AskID, host.Answer{OptionID: "approve"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ri, err = f.h.Drive(context.Background(), ri.ID)
+	ri, err = f.H.Drive(context.Background(), ri.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +64,7 @@ func TestToolDeployAcrossRestart(t *testing.T) {
 	if !got.Deployed || got.URL != want {
 		t.Errorf("result %s, want deployed at %s", ri.Result, want)
 	}
-	out := output(t, f.h, ri.ID)
+	out := output(t, f.H, ri.ID)
 	for _, line := range []string{
 		"side effect: planned deploy of api (step " + ri.ID + ":1, attempt 1)\n",
 		"side effect: applied deploy of api (step " + ri.ID + ":3, attempt 1)\n",
@@ -105,10 +75,10 @@ func TestToolDeployAcrossRestart(t *testing.T) {
 	}
 
 	// Rejected: no apply step.
-	ri = f.call("deploy", `{"service":"web"}`)
-	ri, err = f.h.AnswerAsk(context.Background(), ri.Waiting[0].AskID, host.Answer{OptionID: "cancel"})
+	ri = f.Call("deploy", `{"service":"web"}`)
+	ri, err = f.H.AnswerAsk(context.Background(), ri.Waiting[0].AskID, host.Answer{OptionID: "cancel"})
 	if err == nil {
-		ri, err = f.h.Drive(context.Background(), ri.ID)
+		ri, err = f.H.Drive(context.Background(), ri.ID)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -116,11 +86,11 @@ func TestToolDeployAcrossRestart(t *testing.T) {
 	if r := result[map[string]any](t, ri); r["deployed"] != false || r["reason"] != "rejected" {
 		t.Errorf("rejected deploy: %s", ri.Result)
 	}
-	if strings.Contains(output(t, f.h, ri.ID), "applied") {
+	if strings.Contains(output(t, f.H, ri.ID), "applied") {
 		t.Error("a rejected deploy applied")
 	}
 	// Bad input is refused by the script's schema before a run starts.
-	_, err = f.h.Call(context.Background(), "deploy", json.RawMessage(`{"service":""}`), nil)
+	_, err = f.H.Call(context.Background(), "deploy", json.RawMessage(`{"service":""}`), nil)
 	if !errors.Is(err, host.ErrBadInput) {
 		t.Errorf("empty service: %v, want ErrBadInput", err)
 	}

@@ -284,8 +284,8 @@ func activationNoun(kind string) string {
 	return "start or resume"
 }
 
-// The JavaScript clock runs while the worker has the ball, and stops while
-// the host serves an op.
+// resume starts the JavaScript clock again: it runs while the worker has
+// the ball, and stops while the host serves an op.
 func (s *session) resume() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -298,6 +298,7 @@ func (s *session) resume() {
 	}
 }
 
+// pause stops the JavaScript clock while the host serves an op.
 func (s *session) pause() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

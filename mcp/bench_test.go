@@ -24,7 +24,7 @@ type direct struct {
 }
 
 func newDirect(b *testing.B, e *env) *direct {
-	api, err := httpapi.New(e.h, httpapi.Config{APITokens: []string{token}})
+	api, err := httpapi.New(e.H, httpapi.Config{APITokens: []string{token}})
 	if err != nil {
 		b.Fatal(err)
 	}

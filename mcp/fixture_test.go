@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,15 +11,13 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/mcp"
 	"github.com/sandflow/sandflow/store"
 )
 
-func TestMain(m *testing.M) {
-	jsprogram.MaybeWorker() // JavaScript tools run in re-executed test binaries
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testhost.Main(m) }
 
 const token = "sfa_test_token_0123456"
 
@@ -96,14 +91,15 @@ async function spin() { "use step"; const end = Date.now() + 300; let n = 0; whi
 });`,
 }
 
+// env is an MCP server over a host with the deploy example, the tools
+// above and the workflow tool, served over HTTP (testhost.Host: e.H is the
+// host).
 type env struct {
+	*testhost.Host
 	t    testing.TB
-	dir  string
 	opts mcp.Options
-	js   *jsprogram.Engine
-	h    *host.Host
 	srv  *mcp.Server
-	hs   *httptest.Server
+	hs   *testhost.Server
 }
 
 var agents = host.AgentFunc{List: []host.AgentInfo{{Name: "triage", Description: "sorts tickets"}},
@@ -113,7 +109,7 @@ var agents = host.AgentFunc{List: []host.AgentInfo{{Name: "triage", Description:
 
 func newEnv(t testing.TB, opts *mcp.Options) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t}
 	if opts != nil {
 		e.opts = *opts
 	}
@@ -121,74 +117,51 @@ func newEnv(t testing.TB, opts *mcp.Options) *env {
 	if e.opts.ToolPoll == 0 {
 		e.opts.ToolPoll = 50 * time.Millisecond
 	}
-	e.open()
-	ctx := context.Background()
-	src, err := os.ReadFile("../examples/js/deploy.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.addTool("deploy", string(src))
+	e.Host = testhost.New(t, &testhost.Options{Host: host.Options{Agents: agents}})
+	e.serve()
+	t.Cleanup(e.stop) // before the host closes
+	e.AddExample("deploy")
 	for name, src := range tools {
-		e.addTool(name, src)
+		e.AddJS(name, src)
 	}
-	if _, err := jsprogram.RegisterWorkflowTool(ctx, e.h, jsprogram.WorkflowTool{Agents: agents.List}); err != nil {
+	if _, err := jsprogram.RegisterWorkflowTool(context.Background(), e.H, jsprogram.WorkflowTool{Agents: agents.List}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.close)
 	return e
 }
 
-func (e *env) addTool(name, src string) {
+// serve starts the MCP server on the host, over HTTP.
+func (e *env) serve() {
 	e.t.Helper()
-	if _, err := jsprogram.RegisterTool(context.Background(), e.h, name, []byte(src)); err != nil {
-		e.t.Fatalf("%s: %v", name, err)
+	srv, err := mcp.New(e.H, &e.opts)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	e.srv, e.hs = srv, testhost.Serve(e.t, srv.Handler())
 }
 
-func (e *env) open() {
-	e.t.Helper()
-	js, err := jsprogram.NewEngine(nil)
-	if err != nil {
-		e.t.Fatal(err)
+// stop stops the HTTP server and the MCP server.
+func (e *env) stop() {
+	if e.srv != nil {
+		e.hs.Close()
+		e.srv.Close()
+		e.srv = nil
 	}
-	h, err := host.OpenDir(context.Background(), filepath.Join(e.dir, "data"), &host.Options{
-		Engines: map[string]host.Engine{jsprogram.EngineName: js}, Agents: agents})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	srv, err := mcp.New(h, &e.opts)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.js, e.h, e.srv = js, h, srv
-	e.hs = httptest.NewServer(srv.Handler())
-}
-
-func (e *env) close() {
-	if e.h == nil {
-		return
-	}
-	e.hs.CloseClientConnections()
-	e.hs.Close()
-	e.srv.Close()
-	e.h.Close(context.Background())
-	e.js.Close(context.Background())
-	e.h = nil
 }
 
 // restart stops the server and the host and opens them again on the same
 // data, recovering the runs.
 func (e *env) restart() {
-	e.close()
-	e.open()
-	if err := e.h.Recover(context.Background(), nil); err != nil {
-		e.t.Fatal(err)
-	}
+	e.t.Helper()
+	e.stop()
+	e.Restart()
+	e.serve()
+	e.Recover()
 }
 
 func (e *env) runs() int {
 	e.t.Helper()
-	rs, err := e.h.Runs(context.Background(), store.RunFilter{})
+	rs, err := e.H.Runs(context.Background(), store.RunFilter{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

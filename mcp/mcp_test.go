@@ -48,7 +48,7 @@ func TestToolsListAndListChanged(t *testing.T) {
 			if want := "approval,asker,busy,deploy,doubler,echo,sum,task_cancel,task_wait,workflow"; strings.Join(names, ",") != want {
 				t.Fatalf("tools %v, want %s", names, want)
 			}
-			e.addTool("late", tools["echo"])
+			e.AddJS("late", tools["echo"])
 			select {
 			case <-changed:
 			case <-time.After(10 * time.Second):
@@ -161,7 +161,7 @@ func TestCallWithoutElicitationSaysWhatItWaitsOn(t *testing.T) {
 			if r.IsError || out.Status != "waiting" || len(out.Questions) != 1 || !strings.Contains(text, "/v1/asks/") || !strings.Contains(text, "approve (Deploy)") {
 				t.Fatalf("result %s %+v", text, out)
 			}
-			ri, err := e.h.AnswerAsk(context.Background(), out.Questions[0].ID, host.Answer{OptionID: "approve"})
+			ri, err := e.H.AnswerAsk(context.Background(), out.Questions[0].ID, host.Answer{OptionID: "approve"})
 			if err != nil || ri.Status != store.StatusCompleted {
 				t.Fatalf("answer: %v %+v", err, ri)
 			}
@@ -247,7 +247,7 @@ func TestCancelTask(t *testing.T) {
 				t.Fatal(err)
 			}
 			poll(t, cs, id, "cancelled")
-			ri, err := e.h.Run(context.Background(), id)
+			ri, err := e.H.Run(context.Background(), id)
 			if err != nil || ri.Status != store.StatusCancelled || ri.Aborted != "task_cancel" {
 				t.Fatalf("run %v %+v", err, ri)
 			}
@@ -408,13 +408,13 @@ func TestCancelledCallKeepsItsRun(t *testing.T) {
 	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "busy", Arguments: map[string]any{}}); err == nil {
 		t.Fatal("the call ended before the client gave up")
 	}
-	rs, err := e.h.Runs(context.Background(), store.RunFilter{})
+	rs, err := e.H.Runs(context.Background(), store.RunFilter{})
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("runs %v %+v", err, rs)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ri, err := e.h.Run(context.Background(), rs[0].ID)
+		ri, err := e.H.Run(context.Background(), rs[0].ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -444,7 +444,7 @@ func TestPollingClientIsAskedItsTasksQuestion(t *testing.T) {
 	if len(el.seen) != 1 || el.seen[0].Message != "Approve the plan?" {
 		t.Fatalf("forms %+v", el.seen)
 	}
-	ri, err := e.h.Run(context.Background(), id)
+	ri, err := e.H.Run(context.Background(), id)
 	if err != nil || !strings.Contains(string(ri.Result), `"optionId":"yes"`) {
 		t.Fatalf("run %v %s", err, ri.Result)
 	}
@@ -495,7 +495,7 @@ func TestServeCallsAreTasks(t *testing.T) {
 	if _, err := taskCall(t, cs, "tasks/get", first+":7", nil); wireCode(err) != -32602 {
 		t.Fatalf("a call never sent: %v", err)
 	}
-	ri, err := e.h.Run(context.Background(), first)
+	ri, err := e.H.Run(context.Background(), first)
 	if err != nil || ri.Status.Terminal() {
 		t.Fatalf("the serve run ended: %v %+v", err, ri)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 )
 
@@ -53,9 +54,9 @@ func lines(evs []session.Event, runIDs map[string]string) string {
 // survives a restart.
 func TestSessionEventStream(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("release-notes")
-	f.addExample("approve-deadline")
-	f.addExample("release-plan")
+	f.AddExample("release-notes")
+	f.AddExample("approve-deadline")
+	f.AddExample("release-plan")
 	ctx := context.Background()
 	s := f.session("conv-events")
 	ids := map[string]string{}
@@ -67,9 +68,9 @@ func TestSessionEventStream(t *testing.T) {
 	stopped := call(t, s, "approve-deadline", `{"service":"web"}`, nil).TaskID
 	ids[stopped] = "STOPPED"
 	asks := map[string]string{}
-	waitUntil(t, "both questions", func() bool {
+	testhost.WaitUntil(t, "both questions", func() bool {
 		for _, id := range []string{deploy, stopped} {
-			ri, _ := f.h.Run(ctx, id)
+			ri, _ := f.H.Run(ctx, id)
 			for _, w := range ri.Waiting {
 				if w.Kind == "ask" {
 					asks[id] = w.AskID
@@ -89,7 +90,7 @@ func TestSessionEventStream(t *testing.T) {
 	stop()
 	f.restart()
 	s = f.session("conv-events")
-	if _, err := f.h.AnswerAsk(ctx, asks[deploy], host.Answer{OptionID: "approve"}); err != nil {
+	if _, err := f.H.AnswerAsk(ctx, asks[deploy], host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	plan := call(t, s, "release-plan", `{"request":"draft"}`, nil).TaskID
@@ -107,8 +108,8 @@ func TestSessionEventStream(t *testing.T) {
 		}
 	}
 	call(t, s, "release-plan", `{"request":"add a canary","taskId":"`+plan+`"}`, nil)
-	waitUntil(t, "the revision", func() bool { ts := s.Tasks(ctx); return ts[len(ts)-1].Status == session.Idle })
-	waitUntil(t, "the stopped run to end", func() bool { ri, _ := f.h.Run(ctx, stopped); return ri.Status.Terminal() })
+	testhost.WaitUntil(t, "the revision", func() bool { ts := s.Tasks(ctx); return ts[len(ts)-1].Status == session.Idle })
+	testhost.WaitUntil(t, "the stopped run to end", func() bool { ri, _ := f.H.Run(ctx, stopped); return ri.Status.Terminal() })
 
 	all := s.Events(ctx, 0)
 	got := lines(all, ids)

@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 )
 
 func output(t *testing.T, f *fixture, runID string) string {
 	t.Helper()
-	evs, err := f.h.Events(context.Background(), runID)
+	evs, err := f.H.Events(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func output(t *testing.T, f *fixture, runID string) string {
 // step.
 func TestReleaseNotesReviewThenPublish(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("release-notes")
+	f.AddExample("release-notes")
 	s := f.session("conv-notes")
 	r := call(t, s, "release-notes", `{"notes":"v2.1: faster replay"}`, nil)
 	if r.Status != "completed" || !strings.HasPrefix(r.Text, `{"published":true,"url":"https://notes.deploys.invalid/`) {
@@ -56,7 +57,7 @@ func TestReleaseNotesReviewThenPublish(t *testing.T) {
 // question there.
 func TestAgentRouter(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("router")
+	f.AddExample("router")
 	s := f.session("conv-router")
 	for q, want := range map[string]string{
 		"Why was I charged twice?":    `{"agent":"billing","reply":"billing: Why was I charged twice?"}`,
@@ -77,7 +78,7 @@ func TestAgentRouter(t *testing.T) {
 // task of the tool is unknown_task.
 func TestServeReleasePlanRevisedByTaskID(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("release-plan")
+	f.AddExample("release-plan")
 	ctx := context.Background()
 	s := f.session("conv-plan")
 	tools, err := s.Tools(ctx)
@@ -102,7 +103,7 @@ func TestServeReleasePlanRevisedByTaskID(t *testing.T) {
 	if want := `<task_result id="` + id + `" tool="release-plan" status="completed">{"requests":["draft 2.0"],"revision":1,"steps":["freeze the release branch","run the release checklist","tag and publish"]}</task_result>`; res != want {
 		t.Errorf("first result\n%s\nwant\n%s", res, want)
 	}
-	waitUntil(t, "the task to go idle", func() bool { return s.Tasks(ctx)[0].Status == session.Idle })
+	testhost.WaitUntil(t, "the task to go idle", func() bool { return s.Tasks(ctx)[0].Status == session.Idle })
 	if note, ok, _ := s.Note(ctx); !ok || note != "[Tasks]\n<tasks>\n</tasks>\n<idle>\n<task id=\""+id+"\" tool=\"release-plan\"/>\n</idle>" {
 		t.Errorf("note %q", note)
 	}
@@ -174,12 +175,12 @@ const steerableTool = `defineWorkflowTool({ description: "asks, and stops when s
 // stop.
 func TestServeTaskCancel(t *testing.T) {
 	f := newFixture(t)
-	f.add("patient", patientTool)
+	f.AddJS("patient", patientTool)
 	ctx := context.Background()
 	s := f.session("conv-cancel")
 	id := call(t, s, "patient", `{"slow":true}`, nil).TaskID
-	waitUntil(t, "the slow call to wait", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "the slow call to wait", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		return len(ri.Waiting) > 0 && ri.Waiting[0].Kind == "sleep"
 	})
 	want := "Stopped " + id + "'s current work; it won't report back. To give it new work, call patient again with taskId " + id + "."
@@ -205,8 +206,8 @@ func TestServeTaskCancel(t *testing.T) {
 // {"interrupted": true}. Tasks are not touched.
 func TestSteerInterruptsExecuteCall(t *testing.T) {
 	f := newFixture(t)
-	f.add("steerable", steerableTool)
-	f.add("patient", patientTool)
+	f.AddJS("steerable", steerableTool)
+	f.AddJS("patient", patientTool)
 	ctx := context.Background()
 	s := f.session("conv-steer")
 	task := call(t, s, "patient", `{"slow":true}`, nil).TaskID
@@ -222,7 +223,7 @@ func TestSteerInterruptsExecuteCall(t *testing.T) {
 	if err != nil || got.Status != session.Completed || got.Text != `{"interrupted":true}` {
 		t.Errorf("after the steer: %+v %v", got, err)
 	}
-	if _, err := f.h.AnswerAsk(ctx, ask, host.Answer{Text: "eu"}); !errors.Is(err, host.ErrAskClosed) {
+	if _, err := f.H.AnswerAsk(ctx, ask, host.Answer{Text: "eu"}); !errors.Is(err, host.ErrAskClosed) {
 		t.Errorf("the question after the steer: %v", err)
 	}
 	if ts := s.Tasks(ctx); ts[0].ID != task || ts[0].Status != session.Working {

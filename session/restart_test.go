@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
@@ -56,9 +57,9 @@ func (g *gatedReviewer) sends() (total, distinct int) {
 func TestRestartWithTurnQuestionAndTask(t *testing.T) {
 	g := &gatedReviewer{sent: map[string]int{}, gate: make(chan struct{})}
 	f := newFixtureWith(t, g.backend())
-	f.addExample("release-notes")
-	f.addExample("approve-deadline")
-	f.add("waiter", waiter)
+	f.AddExample("release-notes")
+	f.AddExample("approve-deadline")
+	f.AddJS("waiter", waiter)
 	ctx := context.Background()
 	s := f.session("conv-restart")
 
@@ -71,12 +72,12 @@ func TestRestartWithTurnQuestionAndTask(t *testing.T) {
 		r, err := s.Call(ctx, "release-notes", []byte(`{"notes":"v3"}`), nil)
 		exec <- callOut{r, err}
 	}()
-	waitUntil(t, "the child turn", func() bool { n, _ := g.sends(); return n == 1 })
+	testhost.WaitUntil(t, "the child turn", func() bool { n, _ := g.sends(); return n == 1 })
 	deploy := call(t, s, "approve-deadline", `{"service":"api"}`, nil).TaskID
 	wait := call(t, s, "waiter", `{"n":7}`, nil).TaskID
 	var ask string
-	waitUntil(t, "the question", func() bool {
-		ri, _ := f.h.Run(ctx, deploy)
+	testhost.WaitUntil(t, "the question", func() bool {
+		ri, _ := f.H.Run(ctx, deploy)
 		for _, w := range ri.Waiting {
 			if w.Kind == "ask" {
 				ask = w.AskID
@@ -103,7 +104,7 @@ func TestRestartWithTurnQuestionAndTask(t *testing.T) {
 	g.open()
 	// The execute call's run, found by the platform from its record,
 	// resumes with the child's answer.
-	runs, err := f.h.Runs(ctx, store.RunFilter{Tool: "release-notes"})
+	runs, err := f.H.Runs(ctx, store.RunFilter{Tool: "release-notes"})
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs %v %v", runs, err)
 	}
@@ -114,15 +115,15 @@ func TestRestartWithTurnQuestionAndTask(t *testing.T) {
 	if total, distinct := g.sends(); distinct != 1 || total != 2 {
 		t.Errorf("the child turn was sent %d times under %d ids, want twice (before and after the restart) under one", total, distinct)
 	}
-	if _, err := f.h.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
+	if _, err := f.H.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the hook", func() bool {
-		_, err := f.h.ResumeHook(ctx, "wait-7", []byte(`{"done":true}`))
+	testhost.WaitUntil(t, "the hook", func() bool {
+		_, err := f.H.ResumeHook(ctx, "wait-7", []byte(`{"done":true}`))
 		return err == nil
 	})
 	got := map[string]string{}
-	waitUntil(t, "both results", func() bool {
+	testhost.WaitUntil(t, "both results", func() bool {
 		res, err := s.Results(ctx)
 		if err != nil {
 			t.Fatal(err)

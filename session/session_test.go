@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,25 +12,20 @@ import (
 
 	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
-	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
-func TestMain(m *testing.M) {
-	jsprogram.MaybeWorker() // JavaScript tools run in re-executed test binaries
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testhost.Main(m) }
 
 // fixture is a host with JavaScript tools and scripted agents, and a
-// session manager over it, on a store in a temp dir.
+// session manager over it, on a store in a temp dir (testhost.Host: f.H is
+// the host).
 type fixture struct {
-	t      *testing.T
-	dir    string
-	agents host.AgentBackend
-	eng    *jsprogram.Engine
-	h      *host.Host
-	m      *session.Manager
+	*testhost.Host
+	t *testing.T
+	m *session.Manager
 }
 
 const agentsFile = `{"agents": [
@@ -53,59 +46,20 @@ func newFixture(t *testing.T) *fixture {
 
 func newFixtureWith(t *testing.T, b host.AgentBackend) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: t.TempDir(), agents: b}
-	f.open()
-	t.Cleanup(f.close)
+	f := &fixture{Host: testhost.New(t, &testhost.Options{Host: host.Options{Agents: b}}), t: t}
+	f.m = session.NewManager(f.H)
+	t.Cleanup(func() { f.m.Close() }) // before the host closes
 	return f
-}
-
-func (f *fixture) open() {
-	f.t.Helper()
-	eng, err := jsprogram.NewEngine(nil)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	h, err := host.OpenDir(context.Background(), filepath.Join(f.dir, "data"), &host.Options{
-		Engines: map[string]host.Engine{jsprogram.EngineName: eng}, Agents: f.agents})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.eng, f.h, f.m = eng, h, session.NewManager(h)
-}
-
-func (f *fixture) close() {
-	if f.h != nil {
-		f.m.Close()
-		f.h.Close(context.Background())
-		f.eng.Close(context.Background())
-		f.h = nil
-	}
 }
 
 // restart closes everything and opens it again on the same data, and
 // recovers the runs.
 func (f *fixture) restart() {
-	f.close()
-	f.open()
-	if err := f.h.Recover(context.Background(), nil); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-func (f *fixture) add(name, src string) {
 	f.t.Helper()
-	if _, err := jsprogram.RegisterTool(context.Background(), f.h, name, []byte(src)); err != nil {
-		f.t.Fatalf("registering %s: %v", name, err)
-	}
-}
-
-func (f *fixture) addExample(name string) {
-	f.t.Helper()
-	src, err := os.ReadFile("../examples/js/" + name + ".js")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.add(name, string(src))
+	f.m.Close()
+	f.Restart()
+	f.m = session.NewManager(f.H)
+	f.Recover()
 }
 
 func (f *fixture) session(id string) *session.Session {
@@ -134,7 +88,7 @@ var receipt = regexp.MustCompile(`^Started task (approve-deadline-[a-z0-9]{6})\.
 // on the way.
 func TestDeployTaskReceiptThenResult(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("approve-deadline")
+	f.AddExample("approve-deadline")
 	ctx := context.Background()
 	s := f.session("conv-1")
 	tools, err := s.Tools(ctx)
@@ -171,8 +125,8 @@ func TestDeployTaskReceiptThenResult(t *testing.T) {
 	}
 	// The question is open; the host restarts; the person approves.
 	var ask string
-	waitUntil(t, "the question", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "the question", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		for _, w := range ri.Waiting {
 			if w.Kind == "ask" {
 				ask = w.AskID
@@ -182,7 +136,7 @@ func TestDeployTaskReceiptThenResult(t *testing.T) {
 	})
 	f.restart()
 	s = f.session("conv-1")
-	if _, err := f.h.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
+	if _, err := f.H.AnswerAsk(ctx, ask, host.Answer{OptionID: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	wt = call(t, s, session.TaskWaitTool, `{}`, nil)
@@ -209,7 +163,7 @@ func TestDeployTaskReceiptThenResult(t *testing.T) {
 // documented ones; bad task ids and arguments are refused with their codes.
 func TestTaskCancelAndRefusals(t *testing.T) {
 	f := newFixture(t)
-	f.addExample("approve-deadline")
+	f.AddExample("approve-deadline")
 	ctx := context.Background()
 	s := f.session("conv-2")
 	id := call(t, s, "approve-deadline", `{"service":"api"}`, nil).TaskID
@@ -219,7 +173,7 @@ func TestTaskCancelAndRefusals(t *testing.T) {
 	if got := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil).Text; got != id+" had no work to stop." {
 		t.Errorf("second cancel: %q", got)
 	}
-	waitUntil(t, "the run to end", func() bool { ri, _ := f.h.Run(ctx, id); return ri.Status == store.StatusCancelled })
+	testhost.WaitUntil(t, "the run to end", func() bool { ri, _ := f.H.Run(ctx, id); return ri.Status == store.StatusCancelled })
 	if res, _ := s.Results(ctx); res != "" {
 		t.Errorf("cancelled work reported back: %s", res)
 	}
@@ -260,7 +214,7 @@ const waiter = `defineWorkflowTool({ description: "waits for its hook", inputSch
 // budget, and what is over it is cut and marked.
 func TestWorkingTaskLimitAndResultBudget(t *testing.T) {
 	f := newFixture(t)
-	f.add("waiter", waiter)
+	f.AddJS("waiter", waiter)
 	ctx := context.Background()
 	s := f.session("conv-3")
 	for i := range session.MaxWorkingTasks {
@@ -271,8 +225,8 @@ func TestWorkingTaskLimitAndResultBudget(t *testing.T) {
 		t.Fatalf("33rd task: %v", err)
 	}
 	deliver := func(i int, payload string) {
-		waitUntil(t, "the hook", func() bool {
-			_, err := f.h.ResumeHook(ctx, fmt.Sprintf("wait-%d", i), json.RawMessage(payload))
+		testhost.WaitUntil(t, "the hook", func() bool {
+			_, err := f.H.ResumeHook(ctx, fmt.Sprintf("wait-%d", i), json.RawMessage(payload))
 			return err == nil
 		})
 	}
@@ -280,7 +234,7 @@ func TestWorkingTaskLimitAndResultBudget(t *testing.T) {
 	// lines, over the line budget, in a third.
 	deliver(0, `{"text":"`+strings.Repeat("a", 40_000)+`"}`)
 	deliver(1, `{"text":"`+strings.Repeat("b", 20_000)+`"}`)
-	waitUntil(t, "two results", func() bool {
+	testhost.WaitUntil(t, "two results", func() bool {
 		n := 0
 		for _, tk := range s.Tasks(ctx) {
 			if tk.Status == session.Completed {
@@ -305,11 +259,11 @@ func TestWorkingTaskLimitAndResultBudget(t *testing.T) {
 	}
 	// A failed task's error message keeps its newlines: 3,000 lines are cut
 	// at the line budget.
-	f.add("liner", `defineWorkflowTool({ description: "fails loudly", inputSchema: { type: "object" },
+	f.AddJS("liner", `defineWorkflowTool({ description: "fails loudly", inputSchema: { type: "object" },
   async task() { "use workflow"; throw new Error(Array(3000).fill("x").join("\n")); } });`)
 	call(t, s, "liner", `{}`, nil)
 	var got string
-	waitUntil(t, "the failure", func() bool {
+	testhost.WaitUntil(t, "the failure", func() bool {
 		got, _ = s.Results(ctx)
 		return got != ""
 	})
@@ -323,15 +277,4 @@ func tail(s string) string {
 		return s[len(s)-40:]
 	}
 	return s
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, opener(Options{}))
 }
 
-// TestConformanceSmallThreshold runs the simulation again with nearly
+// TestSimulationCompressEverything runs the simulation again with nearly
 // every value compressed.
 func TestSimulationCompressEverything(t *testing.T) {
 	testDSN(t)

@@ -295,9 +295,9 @@ func testHooks(t *testing.T, open Opener) {
 	}
 }
 
-// BUG: ClaimHook accepts an empty run id. The token is then held by "",
-// and a later claim by a real run sees holder "" and a nil error, which is
-// exactly what success looks like, but the token was not given to it.
+// ClaimHook with an empty run id is refused (store.ErrBadBatch) or, if
+// accepted, never makes a later claim by a real run look like a success it
+// is not: the real run is either told the token is taken or holds it.
 func testClaimHookEmptyRunID(t *testing.T, open Opener) {
 	ts := begin(t, open)
 	mustCreate(t, ts.S, "r1", 0)
@@ -382,8 +382,8 @@ func testPlugins(t *testing.T, open Opener) {
 	}
 }
 
-// BUG: store.Plugin builds its key with uint32(version), so a version above
-// MaxUint32 finds another version instead of store.ErrPluginNotFound.
+// A plugin version above MaxUint32 is not found (store.ErrPluginNotFound),
+// not taken for another version whose number it shares in 32 bits.
 func testPluginVersionBeyondUint32(t *testing.T, open Opener) {
 	ts := begin(t, open)
 	if _, err := ts.S.PutPlugin(ctxBG, store.Plugin{Name: "p", ModuleHash: "h"}, []byte("m")); err != nil {
@@ -430,8 +430,7 @@ func testEventsPaging(t *testing.T, open Opener) {
 	}
 }
 
-// BUG: Events seeks to after+1, which wraps to 0 for after = MaxUint64,
-// so "everything after the largest seq" returns the whole log.
+// Events after the largest seq (MaxUint64) is empty, not the whole log.
 func testEventsAfterMaxSeq(t *testing.T, open Opener) {
 	ts := begin(t, open)
 	mustCreate(t, ts.S, "r", 3)
@@ -444,10 +443,9 @@ func testEventsAfterMaxSeq(t *testing.T, open Opener) {
 	}
 }
 
-// BUG: event times are stored as int64 Unix nanoseconds, which only covers
-// 1678-2262. Outside it, including the zero time.Time, Append accepts the
-// event and it reads back as another time. The store must either refuse
-// such an event (store.ErrBadBatch) or give the time back.
+// An event time the store cannot keep (int64 Unix nanoseconds cover only
+// 1678-2262; outside, including the zero time.Time) is either refused
+// (store.ErrBadBatch) or read back as the same time, never as another.
 func testEventTimeOutOfRange(t *testing.T, open Opener) {
 	ts := begin(t, open)
 	mustCreate(t, ts.S, "r", 0)
@@ -582,10 +580,9 @@ func testTimers(t *testing.T, open Opener) {
 	}
 }
 
-// BUG: timer keys start with uint64(FireAt.UnixNano()). A time before
-// 1970 (and the zero time.Time, whose UnixNano is a negative garbage value)
-// becomes a huge unsigned number, so it sorts after every later timer:
-// NextTimer does not return it and DueTimers never finds it due.
+// Timers before 1970 (and the zero time.Time) sort before later ones:
+// NextTimer returns the oldest, DueTimers finds it due, and a "now" before
+// 1970 does not make later timers due.
 func testTimersBeforeEpoch(t *testing.T, open Opener) {
 	ts := begin(t, open)
 	mustCreate(t, ts.S, "r", 0)
@@ -691,7 +688,7 @@ func testSessions(t *testing.T, open Opener) {
 	}
 }
 
-// TestSnapshots: one snapshot per run, newer replacing older, kept across a
+// testSnapshots: one snapshot per run, newer replacing older, kept across a
 // reopen, dropped when the run ends, never kept for an ended run.
 func testSnapshots(t *testing.T, open Opener) {
 	ts := begin(t, open)

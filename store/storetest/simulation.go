@@ -121,8 +121,8 @@ func modelValidRunID(id string) bool {
 	return true
 }
 
-// stored returns what a value looks like after the store kept it: times
-// in UTC, raw messages copied, empty data as nil.
+// storedBytes returns what a byte value looks like after the store kept
+// it: copied, and nil when empty.
 func storedBytes(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
@@ -130,6 +130,8 @@ func storedBytes(b []byte) []byte {
 	return bytes.Clone(b)
 }
 
+// storedRun returns what a run record looks like after the store kept it:
+// times in UTC, its detail as storedBytes gives it.
 func storedRun(r store.Run) store.Run {
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.UpdatedAt = r.UpdatedAt.UTC()

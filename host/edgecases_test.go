@@ -10,7 +10,7 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-const reviewDir = "host/testdata/guests/review"
+const edgeCasesDir = "host/testdata/guests/edgecases"
 
 // blocker is a capability that signals when a step enters it and waits
 // until the test releases it.
@@ -35,14 +35,17 @@ func (b *blocker) capability() host.Capability {
 	}
 }
 
-type review struct {
+// edgeCases is a host with the edgecases guest (one tool whose input mode
+// picks a scenario of the kernel's edges) and the capabilities it calls.
+type edgeCases struct {
 	*fixture
 	count *counter
 	block *blocker
 }
 
-// newReview opens a host with the review guest registered as "review".
-func newReview(t testing.TB, opts *host.Options) *review {
+// newEdgeCases opens a host with the edgecases guest registered as
+// "edgecases"; its "count" and "block" capabilities are the fixture's.
+func newEdgeCases(t testing.TB, opts *host.Options) *edgeCases {
 	t.Helper()
 	c := &counter{n: map[string]int{}}
 	b := newBlocker()
@@ -51,23 +54,24 @@ func newReview(t testing.TB, opts *host.Options) *review {
 		o = *opts
 	}
 	o.Capabilities = map[string]host.Capability{"count": c.capability(), "block": b.capability()}
-	r := &review{fixture: newFixture(t, &o), count: c, block: b}
-	r.add(reviewDir)
+	r := &edgeCases{fixture: newFixture(t, &o), count: c, block: b}
+	r.add(edgeCasesDir)
 	return r
 }
 
-// addAs registers the review guest again under another name with limits.
-func (r *review) addAs(name string, l *host.ManifestLimits) {
+// addAs registers the edgecases guest again under another name with
+// limits.
+func (r *edgeCases) addAs(name string, l *host.ManifestLimits) {
 	r.t.Helper()
-	m := manifest(r.t, reviewDir)
+	m := manifest(r.t, edgeCasesDir)
 	m.Name, m.Limits = name, l
-	if _, err := r.h.AddPlugin(context.Background(), guest(r.t, reviewDir), m); err != nil {
+	if _, err := r.h.AddPlugin(context.Background(), guest(r.t, edgeCasesDir), m); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
 // fireUntilDone fires due timers until the run no longer waits on one.
-func (r *review) fireUntilDone(id string, limit time.Duration) host.RunInfo {
+func (r *edgeCases) fireUntilDone(id string, limit time.Duration) host.RunInfo {
 	r.t.Helper()
 	deadline := time.Now().Add(limit)
 	for {

@@ -53,16 +53,12 @@ func (s *barrierStore) disarm() {
 	s.open = nil
 }
 
-// TestReviewStaleRetryTimerSkipsBackoff: BUG (host/scheduler.go fireTimer,
-// the timerRetry case). A retry timer fires the next attempt of its step
-// whenever the step waits for *a* retry; the timer's attempt (its id
-// "retry:<op>:<attempt>") is not compared with the attempt that failed.
-// When two FireDue calls read the same due timer (two schedulers, or the
-// scheduler and an API call), the first fires attempt 2; when attempt 2
-// fails and schedules its own retry timer, the second FireDue fires the
-// stale timer and starts attempt 3 at once, ignoring its backoff, and
-// the new timer is left behind in the index.
-func TestReviewStaleRetryTimerSkipsBackoff(t *testing.T) {
+// A retry timer fires only the attempt it was set for. When two FireDue
+// calls read the same due timer (two schedulers, or the scheduler and an
+// API call), the first fires attempt 2; when attempt 2 fails and sets its
+// own retry timer, the second FireDue's stale timer must not start
+// attempt 3 before that attempt's backoff.
+func TestStaleRetryTimerDoesNotSkipTheBackoff(t *testing.T) {
 	ctx := context.Background()
 	bolt, err := store.Open(filepath.Join(t.TempDir(), "sandflow.db"), &store.Options{NoSync: true})
 	if err != nil {
@@ -138,19 +134,15 @@ func TestReviewStaleRetryTimerSkipsBackoff(t *testing.T) {
 	}
 }
 
-// TestReviewRetryAfterBeyondStoreRange: BUG (host/step.go retryAt, and
-// recordStep in host/run.go). A step's error decides its retry delay
-// (retryAfterMs, or a retry policy's backoff), and nothing bounds it: a
-// RetryableError asking for a retry in 260 years (a valid
-// time.Duration) puts a timer past the store's year 2262. The commit of
-// the attempt's outcome fails with ErrBadBatch, so the attempt stays open:
-// the run is left "running", every Drive (and every Recover at start)
-// runs the step again (its side effect repeats), and the run never moves.
-// Backoffs from a retry policy overflow the same way (float64 to Duration).
-func TestReviewRetryAfterBeyondStoreRange(t *testing.T) {
-	r := newReview(t, nil)
+// A step error asking for a retry beyond the store's time range (a
+// RetryableError asking for a retry in 260 years, a valid time.Duration,
+// past the store's year 2262) is not a store error: the attempt's outcome
+// is recorded, the step's side effect runs once however often the run is
+// driven, and the run does not stay "running".
+func TestRetryDelayBeyondTheStoreRangeDoesNotStickTheRun(t *testing.T) {
+	r := newEdgeCases(t, nil)
 	ctx := context.Background()
-	ri, err := r.h.Call(ctx, "review", json.RawMessage(`{"mode":"far-retry","token":"far"}`), nil)
+	ri, err := r.h.Call(ctx, "edgecases", json.RawMessage(`{"mode":"far-retry","token":"far"}`), nil)
 	if errors.Is(err, store.ErrBadBatch) {
 		t.Errorf("Call returned a store error for a guest's retry delay: %v", err)
 	} else if err != nil {

@@ -12,13 +12,13 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/session"
 )
 
 // Cases for serve tools' tasks in a session: a serve run is a resumable
 // task that stays available between calls, with the session's texts
 // (receipts, <task_result> blocks, task_cancel's answers).
-// Cases marked FINDING fail against the code as it is.
 
 // echoServe answers each call with its input; a call with "hook" waits
 // for that hook first, and "fail" throws.
@@ -33,7 +33,8 @@ const echoServe = `defineWorkflowTool({ description: "echoes each call", inputSc
     }
   } });`
 
-func reviewResults(t *testing.T, s *session.Session) string {
+// takeResults takes the session's undelivered results, as the model does.
+func takeResults(t *testing.T, s *session.Session) string {
 	t.Helper()
 	res, err := s.Results(context.Background())
 	if err != nil {
@@ -42,6 +43,8 @@ func reviewResults(t *testing.T, s *session.Session) string {
 	return res
 }
 
+// taskStatus is the status of the session's task id, or "" when the
+// session has none.
 func taskStatus(s *session.Session, id string) string {
 	for _, tk := range s.Tasks(context.Background()) {
 		if tk.ID == id {
@@ -51,22 +54,16 @@ func taskStatus(s *session.Session, id string) string {
 	return ""
 }
 
-// Fixed finding, as first reported: a serve task whose body fails (or returns) before its first
-// receive() never reports back. The rule: "Returning answers the calls
-// still waiting and ends the task; a throw fails them" — the call that
-// started the task is waiting, so it gets the error (or the return
-// value) as its result. Got: task_wait says "No task is working." and
-// Results gives nothing; the task is marked delivered. RunInfo.Calls is
-// only set once the run issued a receive or was sent a second call
-// (host/info.go: `if len(rs.receives) > 0 || len(rs.calls) > 1`), so
-// session.refresh builds no answers for a resumable task, and Results
-// (session/session.go, the Resumable branch) marks it Delivered without
-// a block.
-func TestReviewServeFailsBeforeReceive(t *testing.T) {
+// A serve task whose body fails (or returns) before its first receive()
+// reports back: returning answers the calls still waiting and ends the
+// task, and a throw fails them, so the call that started the task gets the
+// error (or the return value) as its result, through task_wait and
+// Results, once.
+func TestServeTaskEndingBeforeReceiveReportsBack(t *testing.T) {
 	f := newFixture(t)
-	f.add("fails-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("fails-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; throw new Error("no configuration"); } });`)
-	f.add("returns-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("returns-early", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; return { early: true }; } });`)
 	ctx := context.Background()
 	for _, tc := range []struct{ tool, status, body string }{
@@ -75,12 +72,12 @@ func TestReviewServeFailsBeforeReceive(t *testing.T) {
 	} {
 		s := f.session("conv-" + tc.tool)
 		id := call(t, s, tc.tool, `{}`, nil).TaskID
-		waitUntil(t, "the task to end", func() bool { st := taskStatus(s, id); return st != session.Working && st != session.Idle })
+		testhost.WaitUntil(t, "the task to end", func() bool { st := taskStatus(s, id); return st != session.Working && st != session.Idle })
 		wt, err := s.TaskWait(ctx, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := reviewResults(t, s)
+		res := takeResults(t, s)
 		want := fmt.Sprintf(`<task_result id="%s" tool="%s" status="%s">%s</task_result>`, id, tc.tool, tc.status, tc.body)
 		if wt != id+" "+tc.status+"; its result follows." || res != want {
 			t.Errorf("%s: task_wait %q, results %q\nwant task_wait %q, results %q", tc.tool, wt, res, id+" "+tc.status+"; its result follows.", want)
@@ -88,51 +85,47 @@ func TestReviewServeFailsBeforeReceive(t *testing.T) {
 	}
 }
 
-// Fixed finding, as first reported: a finished serve task's undelivered replies are lost across a
-// restart. A task replies to its call and ends; the session saves the
-// task as completed (here, by the [Tasks] note at the step boundary)
-// before the model takes the results; the process restarts. Each reply is
-// a result the model gets once ("Each result arrives once"), so Results
-// after the restart must give it. Got: nothing, and the task is marked
-// delivered. The answers are kept only in memory (Task.answers, not
-// saved), and refresh (session/session.go) rebuilds them only for working
-// and idle tasks, so a completed task comes back with none.
-func TestReviewServeRepliesSurviveRestart(t *testing.T) {
+// A finished serve task's undelivered replies survive a restart: a task
+// replies to its call and ends; the session saves the task as completed
+// (here, by the [Tasks] note at the step boundary) before the model takes
+// the results; the process restarts. Each result arrives once, so Results
+// after the restart gives the reply.
+func TestServeRepliesOfAFinishedTaskSurviveRestart(t *testing.T) {
 	f := newFixture(t)
-	f.add("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; const c = await receive(); ctx.reply({ got: c.input.n }); return "ended"; } });`)
 	ctx := context.Background()
 	s := f.session("conv-restart")
 	id := call(t, s, "reply-then-end", `{"n":1}`, nil).TaskID
-	waitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
+	testhost.WaitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
 	if _, _, err := s.Note(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
 	s = f.session("conv-restart")
 	want := `<task_result id="` + id + `" tool="reply-then-end" status="completed">{"got":1}</task_result>`
-	if res := reviewResults(t, s); res != want {
+	if res := takeResults(t, s); res != want {
 		t.Errorf("results after the restart %q\nwant %q", res, want)
 	}
 }
 
 // Without the restart the reply arrives once.
-func TestReviewServeRepliesOnceWithoutRestart(t *testing.T) {
+func TestServeReplyArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reply-then-end", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; const c = await receive(); ctx.reply({ got: c.input.n }); return "ended"; } });`)
 	ctx := context.Background()
 	s := f.session("conv-norestart")
 	id := call(t, s, "reply-then-end", `{"n":1}`, nil).TaskID
-	waitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
+	testhost.WaitUntil(t, "the task to end", func() bool { return taskStatus(s, id) == session.Completed })
 	if _, _, err := s.Note(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want := `<task_result id="` + id + `" tool="reply-then-end" status="completed">{"got":1}</task_result>`
-	if res := reviewResults(t, s); res != want {
+	if res := takeResults(t, s); res != want {
 		t.Errorf("results %q\nwant %q", res, want)
 	}
-	if res := reviewResults(t, s); res != "" {
+	if res := takeResults(t, s); res != "" {
 		t.Errorf("a result twice: %q", res)
 	}
 }
@@ -140,23 +133,21 @@ func TestReviewServeRepliesOnceWithoutRestart(t *testing.T) {
 // task_cancel on a serve task keeps a reply the task already made for an
 // earlier call: call 0 is answered; before the model takes that result,
 // it sends call 1 (which works) and cancels the task. Cancelled work never
-// reports back, but call 0's reply is a result of its own ("Each call
-// reports its own call.settled, the model receives the reply once").
-// (At a5667ee this failed: session.cancel marked the whole task
-// Delivered; the uncommitted abort work in the tree passes it.)
-func TestReviewServeCancelKeepsEarlierReplies(t *testing.T) {
+// reports back, but call 0's reply is a result of its own (each call
+// reports its own call.settled, and the model receives the reply once).
+func TestServeCancelKeepsEarlierReplies(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-cancel")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
-	waitUntil(t, "call 0's reply", func() bool { return taskStatus(s, id) == session.Idle })
-	r := call(t, s, "echo", `{"n":1,"hook":"review-cancel-1","taskId":"`+id+`"}`, nil)
+	testhost.WaitUntil(t, "call 0's reply", func() bool { return taskStatus(s, id) == session.Idle })
+	r := call(t, s, "echo", `{"n":1,"hook":"cancel-1","taskId":"`+id+`"}`, nil)
 	if r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	waitUntil(t, "call 1 to work", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "call 1 to work", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		for _, w := range ri.Waiting {
 			if w.Kind == "hook" {
 				return true
@@ -168,23 +159,22 @@ func TestReviewServeCancelKeepsEarlierReplies(t *testing.T) {
 		t.Fatalf("task_cancel: %q", c.Text)
 	}
 	want := `<task_result id="` + id + `" tool="echo" status="completed">{"n":0}</task_result>`
-	if res := reviewResults(t, s); res != want {
+	if res := takeResults(t, s); res != want {
 		t.Errorf("results %q\nwant %q (call 0's reply; call 1's cancelled work does not report back)", res, want)
 	}
 }
 
-// task_cancel on a working serve task stops its current work and the
-// task stays available, with the session's text for it. (At a5667ee this failed, a
-// documented gap: the task ended; the uncommitted abort work in the tree
-// passes it.)
-func TestReviewServeCancelKeepsTaskAvailable(t *testing.T) {
+// task_cancel on a working serve task stops its current work and the task
+// stays available, with the session's text for it; a later call by taskId
+// is taken.
+func TestServeCancelKeepsTheTaskAvailable(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-cancel-available")
-	id := call(t, s, "echo", `{"n":0,"hook":"review-cancel-avail"}`, nil).TaskID
-	waitUntil(t, "call 0 to work", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	id := call(t, s, "echo", `{"n":0,"hook":"cancel-avail"}`, nil).TaskID
+	testhost.WaitUntil(t, "call 0 to work", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		return len(ri.Waiting) == 1 && ri.Waiting[0].Kind == "hook"
 	})
 	c := call(t, s, session.TaskCancelTool, `{"taskId":"`+id+`"}`, nil)
@@ -197,7 +187,8 @@ func TestReviewServeCancelKeepsTaskAvailable(t *testing.T) {
 	}
 }
 
-// gatedAgents is a reviewer whose turns wait for a gate.
+// gatedAgents is an agent backend with one agent, reviewer, whose turns
+// wait for a gate.
 type gatedAgents struct {
 	gate    chan struct{}
 	started chan string
@@ -221,21 +212,17 @@ func (g *gatedAgents) backend() host.AgentBackend {
 	}}
 }
 
-// Fixed finding, as first reported: a call by taskId to a task whose body is busy (here in an
-// agent turn) does not get its receipt at once, and stalls the session
-// meanwhile. The rule: a call with taskId gets the receipt "Sent to task
-// X. ..." (receipts come at once; "eve keeps calls that arrive while the
-// body isn't waiting"). Got: Call blocks until the agent turn ends, and
-// every other session operation (Tasks, Results, Note, task_wait, calls
-// to other tools) blocks with it. session.sendToTask holds s.mu across
-// host.SendCall (session/session.go), and SendCall waits for the run's
-// lock, which the run's driver holds for the whole agent turn (see the
-// host finding TestReviewSendCallWhileRunWorks).
-func TestReviewServeCallByTaskIDWhileBusy(t *testing.T) {
+// A call by taskId to a task whose body is busy (here in an agent turn)
+// gets its receipt "Sent to task X. ..." at once, and the session answers
+// its other operations (here Tasks) meanwhile: receipts come at once, and
+// the host keeps calls that arrive while the body is not waiting. Once the
+// turn ends, both calls are answered. The host side of this is
+// TestSendCallDuringAnAgentTurnReturnsAtOnce.
+func TestServeCallByTaskIDWhileBusyGetsItsReceiptAtOnce(t *testing.T) {
 	g := &gatedAgents{gate: make(chan struct{}), started: make(chan string, 16)}
 	f := newFixtureWith(t, g.backend())
 	defer g.open()
-	f.add("reviewing", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("reviewing", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     for (;;) {
@@ -286,8 +273,8 @@ func TestReviewServeCallByTaskIDWhileBusy(t *testing.T) {
 			t.Fatal("the call never returned")
 		}
 	}
-	waitUntil(t, "both replies", func() bool { return taskStatus(s, id) == session.Idle })
-	res := reviewResults(t, s)
+	testhost.WaitUntil(t, "both replies", func() bool { return taskStatus(s, id) == session.Idle })
+	res := takeResults(t, s)
 	if strings.Count(res, "<task_result") != 2 {
 		t.Errorf("results %q", res)
 	}
@@ -297,14 +284,14 @@ func TestReviewServeCallByTaskIDWhileBusy(t *testing.T) {
 // the 32: with 32 working tasks it is refused with too_many_tasks (and
 // stays idle); with 31 it is taken, and then a new task is refused. A
 // call to a working serve task adds no working task.
-func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
+func TestIdleTaskCountsAsWorkingWhenCalled(t *testing.T) {
 	f := newFixture(t)
-	f.add("waiter", waiter)
-	f.add("echo", echoServe)
+	f.AddJS("waiter", waiter)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-limit")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the task to go idle", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "the task to go idle", func() bool { return taskStatus(s, id) == session.Idle })
 	for i := range session.MaxWorkingTasks {
 		call(t, s, "waiter", fmt.Sprintf(`{"n":%d}`, i), nil)
 	}
@@ -315,10 +302,10 @@ func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
 	if st := taskStatus(s, id); st != session.Idle {
 		t.Errorf("the refused call left the task %s", st)
 	}
-	if _, err := f.h.ResumeHook(ctx, "wait-0", json.RawMessage(`{}`)); err != nil {
+	if _, err := f.H.ResumeHook(ctx, "wait-0", json.RawMessage(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a waiter to finish", func() bool {
+	testhost.WaitUntil(t, "a waiter to finish", func() bool {
 		n := 0
 		for _, tk := range s.Tasks(ctx) {
 			if tk.Status == session.Working {
@@ -327,7 +314,7 @@ func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
 		}
 		return n == 31
 	})
-	if r := call(t, s, "echo", `{"n":2,"hook":"review-limit","taskId":"`+id+`"}`, nil); r.Status != "sent" {
+	if r := call(t, s, "echo", `{"n":2,"hook":"limit","taskId":"`+id+`"}`, nil); r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
 	if _, err := s.Call(ctx, "waiter", json.RawMessage(`{"n":99}`), nil); !errors.Is(err, session.ErrTooManyTasks) {
@@ -340,10 +327,10 @@ func TestReviewIdleTaskCountsWhenCalled(t *testing.T) {
 
 // taskId rules: a finished serve task, a task of another tool, a task of
 // another session are unknown_task; a bad taskId type is bad_request.
-func TestReviewTaskIDRules(t *testing.T) {
+func TestTaskIDMustNameAWorkingTaskOfTheTool(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
-	f.add("echo2", echoServe)
+	f.AddJS("echo", echoServe)
+	f.AddJS("echo2", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-ids")
 	other := f.session("conv-ids-other")
@@ -351,7 +338,7 @@ func TestReviewTaskIDRules(t *testing.T) {
 	id2 := call(t, s, "echo2", `{"n":0}`, nil).TaskID
 	otherID := call(t, other, "echo", `{"n":0}`, nil).TaskID
 	ended := call(t, s, "echo", `{"n":0,"fail":true}`, nil).TaskID
-	waitUntil(t, "the failing task to end", func() bool { return taskStatus(s, ended) == session.Failed })
+	testhost.WaitUntil(t, "the failing task to end", func() bool { return taskStatus(s, ended) == session.Failed })
 	for _, tc := range []struct {
 		input string
 		want  error
@@ -372,9 +359,9 @@ func TestReviewTaskIDRules(t *testing.T) {
 
 // The [Tasks] note lists working tasks, then the idle ones most recently
 // used first, at most 10.
-func TestReviewNoteIdleOrder(t *testing.T) {
+func TestNoteListsIdleTasksMostRecentFirst(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-note")
 	var ids []string
@@ -382,7 +369,7 @@ func TestReviewNoteIdleOrder(t *testing.T) {
 		ids = append(ids, call(t, s, "echo", fmt.Sprintf(`{"n":%d}`, i), nil).TaskID)
 		time.Sleep(2 * time.Millisecond)
 	}
-	waitUntil(t, "all idle", func() bool {
+	testhost.WaitUntil(t, "all idle", func() bool {
 		for _, id := range ids {
 			if taskStatus(s, id) != session.Idle {
 				return false
@@ -392,9 +379,9 @@ func TestReviewNoteIdleOrder(t *testing.T) {
 	})
 	// The oldest is used again and goes idle; another one works.
 	call(t, s, "echo", `{"n":100,"taskId":"`+ids[0]+`"}`, nil)
-	waitUntil(t, "the call's reply", func() bool { return taskStatus(s, ids[0]) == session.Idle })
-	call(t, s, "echo", `{"n":101,"hook":"review-note","taskId":"`+ids[5]+`"}`, nil)
-	waitUntil(t, "the hook", func() bool { return taskStatus(s, ids[5]) == session.Working })
+	testhost.WaitUntil(t, "the call's reply", func() bool { return taskStatus(s, ids[0]) == session.Idle })
+	call(t, s, "echo", `{"n":101,"hook":"note","taskId":"`+ids[5]+`"}`, nil)
+	testhost.WaitUntil(t, "the hook", func() bool { return taskStatus(s, ids[5]) == session.Working })
 	note, ok, err := s.Note(ctx)
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -411,20 +398,14 @@ func TestReviewNoteIdleOrder(t *testing.T) {
 	}
 }
 
-// Fixed finding, as first reported: TaskWait reads a resumable task's answers after it let go of
-// the session's lock: waitText (session/session.go) indexes
-// t.answers[t.DeliveredCalls] for the tasks TaskWait found settled, but
-// Results may have delivered them in between (DeliveredCalls ==
-// len(answers): index out of range, a panic in HEAD), and refresh
-// rebuilds t.answers (t.answers[:0], then appends) under the lock that
-// TaskWait no longer holds: a data race (go test -race reports it). The
-// Session is documented as safe for concurrent use, and the HTTP API
-// serves task_wait and results requests concurrently. Run with -race:
-//
-//	go test -race -tags findings ./session -run TestReviewTaskWaitRacesResults
-func TestReviewTaskWaitRacesResults(t *testing.T) {
+// TaskWait and Results called concurrently on one session neither panic
+// nor race (go test -race checks the second) while a resumable task's
+// answers are delivered and rebuilt: a Session is documented as safe for
+// concurrent use, and the HTTP API serves task_wait and results requests
+// concurrently.
+func TestTaskWaitAndResultsAreSafeTogether(t *testing.T) {
 	f := newFixture(t)
-	f.add("echo", echoServe)
+	f.AddJS("echo", echoServe)
 	ctx := context.Background()
 	s := f.session("conv-race")
 	id := call(t, s, "echo", `{"n":0}`, nil).TaskID
@@ -441,8 +422,8 @@ func TestReviewTaskWaitRacesResults(t *testing.T) {
 		fn()
 	}
 	for i := 1; i <= 60; i++ {
-		waitUntil(t, "the reply", func() bool {
-			ri, _ := f.h.Run(ctx, id)
+		testhost.WaitUntil(t, "the reply", func() bool {
+			ri, _ := f.H.Run(ctx, id)
 			return !ri.Working() && len(ri.Calls) == i
 		})
 		var wg sync.WaitGroup
@@ -461,19 +442,14 @@ func TestReviewTaskWaitRacesResults(t *testing.T) {
 	}
 }
 
-// Fixed finding, as first reported: one reply that answers two calls reaches the model twice. The
-// spec: "ctx.reply(output) answers every call received so far. Each call
-// reports its own call.settled, the model receives the reply once". Here
-// call 1 is received (its promise resolves) while the body sleeps, and the
-// body's one reply answers calls 0 and 1. Got: two identical
-// <task_result> blocks. Results (session/session.go, the Resumable
-// branch) writes a block per answered call; host.CallInfo (host/info.go)
-// does not say which reply answered a call, so the session cannot tell
-// one reply for two calls from two replies. (The same happens when a body
-// returns with several calls waiting: the result arrives once per call.)
-func TestReviewServeOneReplyForTwoCallsOnce(t *testing.T) {
+// One reply that answers two calls reaches the model once:
+// ctx.reply(output) answers every call received so far, each call reports
+// its own call.settled, and the model receives the reply once. Here call 1
+// is received (its promise resolves) while the body sleeps, and the body's
+// one reply answers calls 0 and 1: one <task_result> block.
+func TestServeOneReplyForTwoCallsArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("batcher", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("batcher", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) {
     "use workflow";
     const first = await receive();
@@ -486,20 +462,20 @@ func TestReviewServeOneReplyForTwoCallsOnce(t *testing.T) {
 	ctx := context.Background()
 	s := f.session("conv-batch")
 	id := call(t, s, "batcher", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the sleep", func() bool {
-		ri, _ := f.h.Run(ctx, id)
+	testhost.WaitUntil(t, "the sleep", func() bool {
+		ri, _ := f.H.Run(ctx, id)
 		return len(ri.Waiting) == 2
 	})
 	if r := call(t, s, "batcher", `{"n":1,"taskId":"`+id+`"}`, nil); r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	waitUntil(t, "call 1 to be recorded", func() bool { ri, _ := f.h.Run(ctx, id); return len(ri.Calls) == 2 })
-	if _, err := f.h.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
+	testhost.WaitUntil(t, "call 1 to be recorded", func() bool { ri, _ := f.H.Run(ctx, id); return len(ri.Calls) == 2 })
+	if _, err := f.H.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the reply", func() bool { return taskStatus(s, id) == session.Idle })
+	testhost.WaitUntil(t, "the reply", func() bool { return taskStatus(s, id) == session.Idle })
 	wt, _ := s.TaskWait(ctx, time.Second)
-	res := reviewResults(t, s)
+	res := takeResults(t, s)
 	want := `<task_result id="` + id + `" tool="batcher" status="completed">{"ns":[0,1]}</task_result>`
 	if res != want {
 		t.Errorf("task_wait %q; results\n%s\nwant\n%s", wt, res, want)
@@ -507,24 +483,24 @@ func TestReviewServeOneReplyForTwoCallsOnce(t *testing.T) {
 }
 
 // The same for a body that returns with two calls waiting (see
-// TestReviewServeOneReplyForTwoCallsOnce): its result should reach the
-// model once.
-func TestReviewServeReturnForTwoCallsOnce(t *testing.T) {
+// TestServeOneReplyForTwoCallsArrivesOnce): its result reaches the model
+// once.
+func TestServeReturnForTwoCallsArrivesOnce(t *testing.T) {
 	f := newFixture(t)
-	f.add("ender", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
+	f.AddJS("ender", `defineWorkflowTool({ description: "d", inputSchema: { type: "object" },
   async serve(receive, ctx) { "use workflow"; await receive(); await sleep("1h"); return { end: true }; } });`)
 	ctx := context.Background()
 	s := f.session("conv-ender")
 	id := call(t, s, "ender", `{"n":0}`, nil).TaskID
-	waitUntil(t, "the sleep", func() bool { ri, _ := f.h.Run(ctx, id); return len(ri.Waiting) == 1 })
+	testhost.WaitUntil(t, "the sleep", func() bool { ri, _ := f.H.Run(ctx, id); return len(ri.Waiting) == 1 })
 	if r := call(t, s, "ender", `{"n":1,"taskId":"`+id+`"}`, nil); r.Status != "sent" {
 		t.Fatalf("%+v", r)
 	}
-	if _, err := f.h.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
+	if _, err := f.H.FireDue(ctx, time.Now().Add(2*time.Hour), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the end", func() bool { return taskStatus(s, id) == session.Completed })
-	res := reviewResults(t, s)
+	testhost.WaitUntil(t, "the end", func() bool { return taskStatus(s, id) == session.Completed })
+	res := takeResults(t, s)
 	want := `<task_result id="` + id + `" tool="ender" status="completed">{"end":true}</task_result>`
 	if res != want {
 		t.Errorf("results\n%s\nwant\n%s", res, want)

@@ -9,13 +9,10 @@ import (
 	"github.com/sandflow/sandflow/abi"
 )
 
-// TestReviewHookNextAfterDisposeGetsQueuedPayload: SPEC MISMATCH
-// (abi/README.md, Hooks: "hook_dispose releases the token; later
-// hook_nexts reject with HookDisposedError"). host/state.go apply
-// (EvHookNext) settles a hook_next with a payload the hook received before
-// it was disposed, checking o.index < len(h.received) before h.disposed:
-// a hook_next issued after the dispose is fulfilled, not rejected.
-func TestReviewHookNextAfterDisposeGetsQueuedPayload(t *testing.T) {
+// A hook_next issued after hook_dispose rejects with HookDisposedError
+// (abi/README.md, Hooks), even when the hook received a payload before it
+// was disposed that no hook_next has taken.
+func TestHookNextAfterDisposeIsRejected(t *testing.T) {
 	env := newFuzzOpsEnv(t)
 	ctx := context.Background()
 	r := env.newRun(t, false)

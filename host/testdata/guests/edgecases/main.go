@@ -1,5 +1,6 @@
-// Command review is a test tool for the review tests (host/review_*_test.go):
-// each mode is a scenario that shows one bug.
+// Command edgecases is a test tool for the host tests of the kernel's edges
+// (edgecases_test.go and the tests that use it): each mode is a scenario
+// that one test checks.
 package main
 
 import (
@@ -54,8 +55,8 @@ func init() {
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (any, error) {
 		switch in.Mode {
 		case "rand-after-progress":
-			// Live, Progress encodes the map (json iterates it, drawing from
-			// the Go runtime's generator); on replay the SDK skips encoding.
+			// Progress encodes the map (json iterates it, drawing from the
+			// Go runtime's generator), live and on replay alike.
 			if err := sandflow.Progress(ctx, map[string]int{"a": 1, "b": 2, "c": 3}); err != nil {
 				return nil, err
 			}

@@ -10,16 +10,13 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// TestReviewDisposeTwiceReleasesLiveHooksToken: BUG (host/workflow.go
-// perform, OpHookDispose). hook_dispose on a hook that is already disposed
-// releases its token again. When the run has meanwhile created another hook
-// on the same token, that release drops the *live* hook's claim from the
-// store's index: resumeHook(token) answers ErrUnknownHook although the run
-// waits on the hook, and any other run may now claim the token.
-func TestReviewDisposeTwiceReleasesLiveHooksToken(t *testing.T) {
-	r := newReview(t, nil)
+// Disposing of a hook that is already disposed changes nothing: when the
+// run has meanwhile created another hook on the same token, the live
+// hook keeps its claim on the token, and ResumeHook delivers to it.
+func TestDisposeTwiceKeepsTheLiveHookOnItsToken(t *testing.T) {
+	r := newEdgeCases(t, nil)
 	ctx := context.Background()
-	ri := r.call("review", `{"mode":"hook-redispose","token":"orders-7"}`)
+	ri := r.call("edgecases", `{"mode":"hook-redispose","token":"orders-7"}`)
 	if ri.Status != store.StatusWaiting || len(ri.Waiting) != 1 || ri.Waiting[0].Kind != "hook" {
 		t.Fatalf("want a wait on the second hook: %+v", ri)
 	}
