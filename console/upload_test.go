@@ -43,7 +43,7 @@ func TestAdminUploadRefusals(t *testing.T) {
 	f := newFixture(t, nil)
 	admin := f.client()
 	csrf := f.signIn(admin, adminToken)
-	before, err := f.h.Plugins(context.Background())
+	before, err := f.H.Plugins(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestAdminUploadRefusals(t *testing.T) {
 			}
 		})
 	}
-	after, err := f.h.Plugins(context.Background())
+	after, err := f.H.Plugins(context.Background())
 	if err != nil || len(after) != len(before) {
 		t.Fatalf("refused uploads registered something: %d plugins before, %d after (%v)", len(before), len(after), err)
 	}
