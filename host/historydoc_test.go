@@ -310,10 +310,11 @@ func TestHistoryDocListsWhatEventsCarry(t *testing.T) {
 	}
 }
 
-// TestHistoryReadIgnoresUnknownFields checks what abi/HISTORY.md says of
-// reading: a field the host does not know is ignored, and a kind it does
-// not know makes the history bad.
-func TestHistoryReadIgnoresUnknownFields(t *testing.T) {
+// TestReadHistoryIgnoresUnknownFieldsRefusesUnknownKinds checks what
+// abi/HISTORY.md says of reading: a member the host does not know (in
+// data, the envelope or the file) is ignored, a kind it does not know
+// makes the history bad, and so does a format version other than 1.
+func TestReadHistoryIgnoresUnknownFieldsRefusesUnknownKinds(t *testing.T) {
 	created := `{"tool":"t","plugin":"t","version":1,"moduleHash":"00","input":{},"seed":"` + strings.Repeat("5a", 32) + `","fromTheFuture":[1,{"x":2}]}`
 	hist := func(kind2, data2 string) string {
 		return `{"format":"sandflow.history","version":1,"futureMember":true,` +
