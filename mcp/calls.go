@@ -34,6 +34,10 @@ type client struct {
 	// (2026-07-28: it declared the extension on the request; 2025-11-25:
 	// the request asked for a task).
 	tasks bool
+	// asked: the request has params.task (lifted into _meta), the
+	// 2025-11-25 way to ask for a task; ttl is the ttl it asks for.
+	asked bool
+	ttl   time.Duration
 }
 
 func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
@@ -44,6 +48,14 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 	}
 	c.version = ip.ProtocolVersion
 	c.mrtr = c.version >= Version20260728
+	if t, ok := meta[taskMeta]; ok {
+		c.asked = true
+		if m, ok := t.(map[string]any); ok {
+			if ms, ok := m["ttl"].(float64); ok && ms > 0 {
+				c.ttl = time.Duration(ms * float64(time.Millisecond))
+			}
+		}
+	}
 	if caps := ip.Capabilities; caps != nil {
 		c.elicit = caps.Elicitation != nil
 		if c.mrtr {
@@ -53,8 +65,7 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 			// initialize, as some clients of this era do.
 			_, declared := caps.Experimental[taskMeta]
 			_, ext := caps.Extensions[TasksExtension]
-			_, asked := meta[taskMeta]
-			c.tasks = (declared || ext) && asked
+			c.tasks = (declared || ext) && c.asked
 		}
 	}
 	return c
@@ -63,6 +74,23 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 // invalidParams is a protocol error for bad input: nothing was created.
 func invalidParams(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeMissingClientCapability is the JSON-RPC error of a 2026-07-28
+// request the server cannot serve without a capability the request did
+// not declare: here, the tasks extension.
+const CodeMissingClientCapability = -32021
+
+// missingTasks is the error of a 2026-07-28 request that needs the tasks
+// extension its client capabilities do not declare; its data names the
+// extension, as the extension asks.
+func missingTasks(what string) error {
+	return &jsonrpc.Error{
+		Code: CodeMissingClientCapability,
+		Message: fmt.Sprintf("missing required client capability: %s needs the %s extension; declare it in the request's "+
+			"_meta[\"io.modelcontextprotocol/clientCapabilities\"].extensions", what, TasksExtension),
+		Data: json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}`),
+	}
 }
 
 // callError turns a host's or session's refusal of a call into a
@@ -110,6 +138,10 @@ func (s *Server) sessionFor(ctx context.Context, ss *sdk.ServerSession, meta sdk
 func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	p := req.Params
 	c := clientOf(req.Session, p.Meta)
+	if c.mrtr && c.asked && !c.tasks {
+		// A task asked for on a request that cannot take one.
+		return nil, missingTasks("a tools/call with params.task")
+	}
 	if p.RequestState != "" {
 		return s.resume(ctx, req, c)
 	}
