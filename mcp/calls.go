@@ -182,7 +182,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 				if res.Status == "sent" {
 					call = tk.Calls - 1 // a serve task's later call is a task of its own
 				}
-				return s.createTask(ctx, c, ri, call)
+				return s.createTask(ctx, req.Session, c, ri, call)
 			}
 		}
 		out := textResult(res.Text, false)
@@ -199,7 +199,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	drove := s.driveInBackground(ri.ID)
 	if c.tasks && !c.mrtr {
 		// 2025-11-25: the client asked for a task.
-		return s.createTask(ctx, c, ri, 0)
+		return s.createTask(ctx, req.Session, c, ri, 0)
 	}
 	return s.settle(ctx, req, c, sess, ri, drove)
 }
@@ -304,7 +304,7 @@ func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client,
 		}
 		if len(asks) > 0 || !time.Now().Before(deadline) {
 			if c.tasks {
-				return s.createTask(ctx, c, ri, 0)
+				return s.createTask(ctx, req.Session, c, ri, 0)
 			}
 			return waitingResult(ri, asks), nil
 		}

@@ -121,6 +121,7 @@ type Server struct {
 	// (2025-11-25 tasks), so that each is asked once at a time.
 	asking    sync.Map
 	ttls      ttls
+	pushes    pushes
 	closeOnce sync.Once
 }
 
@@ -230,6 +231,10 @@ func (s *Server) Handler() http.Handler {
 			s.stateless.ServeHTTP(w, r)
 			return
 		}
+		if r.Method == http.MethodGet {
+			s.serveGET(w, r)
+			return
+		}
 		s.stateful.ServeHTTP(w, r)
 	})
 }
@@ -253,7 +258,22 @@ func (s *Server) authorized(r *http.Request) bool {
 // ServeStdio serves one client on a transport of its own (sandflow mcp:
 // stdin and stdout) until the client closes it or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport) error {
-	return s.sdk.Run(ctx, &liftTransport{t})
+	lt := &liftTransport{t: t}
+	ss, err := s.sdk.Connect(ctx, lt, nil)
+	if err != nil {
+		return err
+	}
+	s.stdioConn(ss, lt.conn)
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		return ctx.Err()
+	case err := <-closed:
+		return err
+	}
 }
 
 // detached runs f on the server's context, so that what it starts goes

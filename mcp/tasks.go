@@ -193,13 +193,14 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call
 }
 
 // createTask is the answer to a call that became a task.
-func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
+func (s *Server) createTask(ctx context.Context, ss *sdk.ServerSession, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
 	ri = view(ri, call)
 	s.ttls.record(taskID(ri.ID, call), s.requestedTTL(c), s.opts.Now())
 	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
 	}
+	s.followSession(ss, c, ri, call, statusKey(f))
 	delete(f, "result")
 	delete(f, "inputRequests")
 	out := f
@@ -233,6 +234,7 @@ func (s *Server) taskGet(ctx context.Context, ss *sdk.ServerSession, p *taskPara
 	if err != nil {
 		return nil, err
 	}
+	s.followSession(ss, c, ri, call, statusKey(f))
 	if f["status"] == "input_required" && !c.mrtr && c.elicit {
 		// 2025-11-25: a client that only polls is sent the questions as
 		// elicitation requests of their own, related to the task.

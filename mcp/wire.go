@@ -97,14 +97,19 @@ func liftHTTP(w http.ResponseWriter, r *http.Request, limit int64) error {
 	return nil
 }
 
-// liftTransport lifts the requests a stdio client sends.
-type liftTransport struct{ t sdk.Transport }
+// liftTransport lifts the requests a stdio client sends; conn is its
+// connection once connected, where pushes are written.
+type liftTransport struct {
+	t    sdk.Transport
+	conn sdk.Connection
+}
 
 func (l *liftTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 	c, err := l.t.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
+	l.conn = c
 	return &liftConn{c}, nil
 }
 
