@@ -82,9 +82,9 @@ func (s *sseWriter) close() {
 // follows.
 type pushes struct {
 	mu      sync.Mutex
-	streams map[string]*sseWriter               // by MCP session id
+	streams map[string]*sseWriter                 // by MCP session id
 	stdio   map[*sdk.ServerSession]sdk.Connection // stdio sessions
-	ended   map[*sdk.ServerSession]chan struct{} // closed when the session ends
+	ended   map[*sdk.ServerSession]chan struct{}  // closed when the session ends
 	follows map[followKey]bool
 }
 
