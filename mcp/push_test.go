@@ -30,7 +30,7 @@ type pushed struct {
 }
 
 // sse reads the JSON-RPC messages of a server-sent event stream.
-func sse(t *testing.T, resp *http.Response) <-chan json.RawMessage {
+func sse(t testing.TB, resp *http.Response) <-chan json.RawMessage {
 	ch := make(chan json.RawMessage, 64)
 	go func() {
 		defer close(ch)
@@ -85,6 +85,8 @@ func answerWhenAsked(t *testing.T, e *env, id, first, method string, msgs <-chan
 	if first == "input_required" {
 		answer()
 	}
+	// first is "" when the client has not seen the task: its first push
+	// is its state then.
 	timeout := time.After(20 * time.Second)
 	for {
 		select {
@@ -240,4 +242,74 @@ func TestTaskStatusPushedOnStdio(t *testing.T) {
 	}
 	statuses := answerWhenAsked(t, e, created.Task.TaskID, created.Task.Status, "notifications/tasks/status", got)
 	inOrder(t, statuses)
+}
+
+// listen opens a 2026-07-28 subscriptions/listen stream for tasks.
+func listen(t testing.TB, e *env, tasks bool, ids ...string) (*http.Response, <-chan json.RawMessage) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen",
+		"params": map[string]any{"notifications": map[string]any{"taskIds": ids}, "_meta": meta2026(tasks)}})
+	req, _ := http.NewRequest("POST", e.hs.URL, strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", mcp.Version20260728)
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		return resp, nil
+	}
+	return resp, sse(t, resp)
+}
+
+// A 2026-07-28 client that listens for its task is pushed the task's
+// state, as tasks/get gives it, in order: its question, then its end
+// with the result; the listen is acknowledged first and ends with its
+// result once the task has. Without the tasks extension the listen is
+// refused with -32021.
+func TestTaskStatusPushed20260728(t *testing.T) {
+	e := newEnv(t, nil)
+	cs := e.connect(mcp.Version20260728, nil, true)
+	id := taskID(t, call(t, cs, "approval", map[string]any{"what": "the listen"}))
+
+	resp, _ := listen(t, e, false, id)
+	var refused rpcResponse
+	if err := json.NewDecoder(resp.Body).Decode(&refused); err != nil || refused.Error == nil {
+		t.Fatalf("listen without the extension: %d %v %+v", resp.StatusCode, err, refused)
+	}
+	requiresTasks(t, "subscriptions/listen", refused.Error.Code, refused.Error.Message, refused.Error.Data)
+
+	_, msgs := listen(t, e, true, id, "no-such-task")
+	var ack struct {
+		Method string `json:"method"`
+		Params struct {
+			Notifications struct {
+				TaskIDs []string `json:"taskIds"`
+			} `json:"notifications"`
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(<-msgs, &ack); err != nil || ack.Method != "notifications/subscriptions/acknowledged" ||
+		!slices.Equal(ack.Params.Notifications.TaskIDs, []string{id}) || ack.Params.Meta["io.modelcontextprotocol/subscriptionId"] != float64(7) {
+		t.Fatalf("ack %+v %v", ack, err)
+	}
+	statuses := answerWhenAsked(t, e, id, "", "notifications/tasks", msgs)
+	inOrder(t, statuses[1:])
+	for m := range msgs {
+		var end struct {
+			ID     int `json:"id"`
+			Result struct {
+				ResultType string `json:"resultType"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(m, &end) == nil && end.ID == 7 && end.Result.ResultType == "complete" {
+			return
+		}
+		t.Fatalf("after the end: %s", m)
+	}
+	t.Fatal("the listen ended without its result")
 }

@@ -119,10 +119,13 @@ type Server struct {
 	tools toolSet
 	// asking holds the ids of the questions asked outside a request
 	// (2025-11-25 tasks), so that each is asked once at a time.
-	asking    sync.Map
-	ttls      ttls
-	pushes    pushes
-	closeOnce sync.Once
+	asking sync.Map
+	ttls   ttls
+	pushes pushes
+	// toolsChanged are the listen streams told when the tool list
+	// changes (listen.go).
+	toolsChanged sync.Map // chan struct{} → true
+	closeOnce    sync.Once
 }
 
 // New makes a server over h.
@@ -221,13 +224,19 @@ func (s *Server) Handler() http.Handler {
 			fmt.Fprintln(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"unauthorized: send an API token as the bearer token (Authorization: Bearer ...)"}}`)
 			return
 		}
+		var body []byte
 		if r.Method == http.MethodPost {
-			if err := liftHTTP(w, r, s.opts.MaxBodyBytes); err != nil {
+			var err error
+			if body, err = liftHTTP(w, r, s.opts.MaxBodyBytes); err != nil {
 				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 				return
 			}
 		}
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= Version20260728 {
+			if lr, ok := taskListen(body); ok {
+				s.listen(w, r, lr)
+				return
+			}
 			s.stateless.ServeHTTP(w, r)
 			return
 		}
