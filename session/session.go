@@ -232,7 +232,9 @@ func (s *Session) ID() string { return s.rec.ID }
 
 // save stores the record; callers hold s.mu.
 func (s *Session) save(ctx context.Context) error {
-	raw, err := json.Marshal(s.rec)
+	rec := s.rec
+	rec.Events = s.kept()
+	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
