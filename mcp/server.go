@@ -16,6 +16,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -122,6 +123,9 @@ type Server struct {
 	asking sync.Map
 	ttls   ttls
 	pushes pushes
+	// activity is when each 2025-11-25 session was last used, to evict
+	// the idle-longest past MaxSessions (sessions.go).
+	activity activity
 	// toolsChanged are the listen streams told when the tool list
 	// changes (listen.go).
 	toolsChanged sync.Map // chan struct{} → true
@@ -240,11 +244,7 @@ func (s *Server) Handler() http.Handler {
 			s.stateless.ServeHTTP(w, r)
 			return
 		}
-		if r.Method == http.MethodGet {
-			s.serveGET(w, r)
-			return
-		}
-		s.stateful.ServeHTTP(w, r)
+		s.serveSession(w, r, bytes.Contains(body, []byte(`"initialize"`)))
 	})
 }
 
