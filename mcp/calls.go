@@ -83,7 +83,8 @@ const CodeMissingClientCapability = -32021
 
 // missingTasks is the error of a 2026-07-28 request that needs the tasks
 // extension its client capabilities do not declare; its data names the
-// extension, as the extension asks.
+// extension, as the extension asks. See RATIONALE.md, "Why are only task
+// requests refused with -32021?".
 func missingTasks(what string) error {
 	return &jsonrpc.Error{
 		Code: CodeMissingClientCapability,
