@@ -175,9 +175,13 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		if c.tasks && res.TaskID != "" {
 			if tk, ok := sess.Task(ctx, res.TaskID); ok {
-				ri, err := s.h.Run(ctx, tk.RunID)
-				if err != nil {
-					return nil, err
+				// A started task's run as it started: reading it now would
+				// wait for its first activation.
+				ri := res.Run
+				if ri.ID != tk.RunID {
+					if ri, err = s.h.Run(ctx, tk.RunID); err != nil {
+						return nil, err
+					}
 				}
 				call := 0
 				if res.Status == "sent" {
@@ -356,9 +360,13 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	defer t.Stop()
 	select {
 	case <-ch:
-		// A busy run changes many times a millisecond (a fan-out's agent
-		// calls); reading it on each change takes its lock from the drive.
-		// Let changes gather first.
+		// The change that ends the run is read at once; a busy run changes
+		// many times a millisecond (a fan-out's agent calls), and reading
+		// it on each change takes its lock from the drive, so other
+		// changes gather first.
+		if now, err := s.h.Run(ctx, ri.ID); err != nil || now.Status.Terminal() {
+			return now, err
+		}
 		time.Sleep(changeGather)
 	case <-t.C:
 	case <-ctx.Done():

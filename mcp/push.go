@@ -207,7 +207,19 @@ func (s *Server) followSession(ss *sdk.ServerSession, c client, ri host.RunInfo,
 func (s *Server) follow(runID string, call int, c client, seen string, done <-chan struct{}, send func(map[string]any) error) {
 	changed, stop := s.h.Watch(runID)
 	defer stop()
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// Let a busy run's changes gather, as waitChange does; the
+			// change that comes during the wait is read at once after.
+			time.Sleep(changeGather)
+			select {
+			case <-changed:
+			case <-done:
+				return
+			case <-s.ctx.Done():
+				return
+			}
+		}
 		ri, err := s.h.Run(s.ctx, runID)
 		if err != nil {
 			return
@@ -224,15 +236,6 @@ func (s *Server) follow(runID string, call int, c client, seen string, done <-ch
 			seen = st
 		}
 		if ri.Status.Terminal() {
-			return
-		}
-		select {
-		case <-changed:
-			// Let a busy run's changes gather, as waitChange does.
-			time.Sleep(changeGather)
-		case <-done:
-			return
-		case <-s.ctx.Done():
 			return
 		}
 	}

@@ -126,7 +126,7 @@ func (s *Session) track(runID, taskID, tool string, serve bool) {
 func (s *Session) sync(ctx context.Context) {
 	st := s.m.h.Store()
 	for _, tr := range s.rec.Runs {
-		if tr.Ended {
+		if tr.Ended || s.starting[tr.RunID] {
 			continue
 		}
 		// A run whose log has not moved has nothing new to report: its
