@@ -118,9 +118,9 @@ func BenchmarkEchoCallMCPVsHTTPAPI(b *testing.B) {
 
 // BenchmarkFanOut100MCPVsHTTPAPI: the workflow tool running a program
 // that fans out to 100 agent calls and returns their replies, as an MCP
-// task (2026-07-28: tools/call, then tasks/get every 5 ms until
-// it completes; 2025-11-25: tools/call, then tasks/result) against the
-// same call over the HTTP API.
+// task (2026-07-28: tools/call, then a subscriptions/listen for the task,
+// read until it ends; 2025-11-25: tools/call, then tasks/result) against
+// the same call over the HTTP API.
 func BenchmarkFanOut100MCPVsHTTPAPI(b *testing.B) {
 	js := `const rs = await Promise.all(Array.from({length: 100}, (_, i) => ctx.agent("triage", {message: "#" + i}))); return rs.length;`
 	in := map[string]any{"js": js}
@@ -150,15 +150,14 @@ func BenchmarkFanOut100MCPVsHTTPAPI(b *testing.B) {
 				id := benchTaskID(r)
 				var res *taskRes
 				if era == mcp.Version20260728 {
-					for {
-						res, err = sdk.CallCustomMethod[*taskReq, *taskRes](context.Background(), cs, "tasks/get", &taskReq{TaskID: id})
-						if err != nil || res.Status != "working" {
-							break
+					// Pushed: a listen for the task, read to its end.
+					_, msgs := listen(b, e, true, id)
+					res = &taskRes{}
+					for m := range msgs {
+						var n pushed
+						if json.Unmarshal(m, &n) == nil && n.Method == "notifications/tasks" && n.Params.Result != nil {
+							res.StructuredContent = n.Params.Result.StructuredContent
 						}
-						time.Sleep(5 * time.Millisecond)
-					}
-					if err == nil && res.Result != nil {
-						res.StructuredContent = res.Result.StructuredContent
 					}
 				} else {
 					res, err = sdk.CallCustomMethod[*taskReq, *taskRes](context.Background(), cs, "tasks/result", &taskReq{TaskID: id})

@@ -34,6 +34,10 @@ type client struct {
 	// (2026-07-28: it declared the extension on the request; 2025-11-25:
 	// the request asked for a task).
 	tasks bool
+	// asked: the request has params.task (lifted into _meta), the
+	// 2025-11-25 way to ask for a task; ttl is the ttl it asks for.
+	asked bool
+	ttl   time.Duration
 }
 
 func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
@@ -44,6 +48,14 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 	}
 	c.version = ip.ProtocolVersion
 	c.mrtr = c.version >= Version20260728
+	if t, ok := meta[taskMeta]; ok {
+		c.asked = true
+		if m, ok := t.(map[string]any); ok {
+			if ms, ok := m["ttl"].(float64); ok && ms > 0 {
+				c.ttl = time.Duration(ms * float64(time.Millisecond))
+			}
+		}
+	}
 	if caps := ip.Capabilities; caps != nil {
 		c.elicit = caps.Elicitation != nil
 		if c.mrtr {
@@ -53,8 +65,7 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 			// initialize, as some clients of this era do.
 			_, declared := caps.Experimental[taskMeta]
 			_, ext := caps.Extensions[TasksExtension]
-			_, asked := meta[taskMeta]
-			c.tasks = (declared || ext) && asked
+			c.tasks = (declared || ext) && c.asked
 		}
 	}
 	return c
@@ -63,6 +74,24 @@ func clientOf(ss *sdk.ServerSession, meta sdk.Meta) client {
 // invalidParams is a protocol error for bad input: nothing was created.
 func invalidParams(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeMissingClientCapability is the JSON-RPC error of a 2026-07-28
+// request the server cannot serve without a capability the request did
+// not declare: here, the tasks extension.
+const CodeMissingClientCapability = -32021
+
+// missingTasks is the error of a 2026-07-28 request that needs the tasks
+// extension its client capabilities do not declare; its data names the
+// extension, as the extension asks. See RATIONALE.md, "Why are only task
+// requests refused with -32021?".
+func missingTasks(what string) error {
+	return &jsonrpc.Error{
+		Code: CodeMissingClientCapability,
+		Message: fmt.Sprintf("missing required client capability: %s needs the %s extension; declare it in the request's "+
+			"_meta[\"io.modelcontextprotocol/clientCapabilities\"].extensions", what, TasksExtension),
+		Data: json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}`),
+	}
 }
 
 // callError turns a host's or session's refusal of a call into a
@@ -110,6 +139,10 @@ func (s *Server) sessionFor(ctx context.Context, ss *sdk.ServerSession, meta sdk
 func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	p := req.Params
 	c := clientOf(req.Session, p.Meta)
+	if c.mrtr && c.asked && !c.tasks {
+		// A task asked for on a request that cannot take one.
+		return nil, missingTasks("a tools/call with params.task")
+	}
 	if p.RequestState != "" {
 		return s.resume(ctx, req, c)
 	}
@@ -142,15 +175,19 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		if c.tasks && res.TaskID != "" {
 			if tk, ok := sess.Task(ctx, res.TaskID); ok {
-				ri, err := s.h.Run(ctx, tk.RunID)
-				if err != nil {
-					return nil, err
+				// A started task's run as it started: reading it now would
+				// wait for its first activation.
+				ri := res.Run
+				if ri.ID != tk.RunID {
+					if ri, err = s.h.Run(ctx, tk.RunID); err != nil {
+						return nil, err
+					}
 				}
 				call := 0
 				if res.Status == "sent" {
 					call = tk.Calls - 1 // a serve task's later call is a task of its own
 				}
-				return s.createTask(ctx, c, ri, call)
+				return s.createTask(ctx, req.Session, c, ri, call)
 			}
 		}
 		out := textResult(res.Text, false)
@@ -167,7 +204,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	drove := s.driveInBackground(ri.ID)
 	if c.tasks && !c.mrtr {
 		// 2025-11-25: the client asked for a task.
-		return s.createTask(ctx, c, ri, 0)
+		return s.createTask(ctx, req.Session, c, ri, 0)
 	}
 	return s.settle(ctx, req, c, sess, ri, drove)
 }
@@ -272,7 +309,7 @@ func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client,
 		}
 		if len(asks) > 0 || !time.Now().Before(deadline) {
 			if c.tasks {
-				return s.createTask(ctx, c, ri, 0)
+				return s.createTask(ctx, req.Session, c, ri, 0)
 			}
 			return waitingResult(ri, asks), nil
 		}
@@ -323,9 +360,13 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	defer t.Stop()
 	select {
 	case <-ch:
-		// A busy run changes many times a millisecond (a fan-out's agent
-		// calls); reading it on each change takes its lock from the drive.
-		// Let changes gather first.
+		// The change that ends the run is read at once; a busy run changes
+		// many times a millisecond (a fan-out's agent calls), and reading
+		// it on each change takes its lock from the drive, so other
+		// changes gather first.
+		if now, err := s.h.Run(ctx, ri.ID); err != nil || now.Status.Terminal() {
+			return now, err
+		}
 		time.Sleep(changeGather)
 	case <-t.C:
 	case <-ctx.Done():

@@ -16,6 +16,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -57,6 +58,9 @@ const (
 	DefaultCallWait         = 30 * time.Second
 	DefaultSessionTimeout   = 30 * time.Minute
 	DefaultToolPoll         = time.Second
+	DefaultTaskTTL          = 24 * time.Hour
+	DefaultMaxTaskTTL       = 7 * 24 * time.Hour
+	DefaultMaxSessions      = 1000
 )
 
 // Options configure a Server; a zero field takes its default.
@@ -80,7 +84,18 @@ type Options struct {
 	// StdioSession is the sandflow session of a stdio connection that
 	// names none in _meta; default "stdio".
 	StdioSession string
-	Logger       *slog.Logger
+	// TaskTTL is how long after its creation a task's result is served
+	// when the client asks for no ttl (2026-07-28 has no field to ask
+	// with); MaxTaskTTL bounds what a client may ask for. A task whose
+	// run has not ended does not expire; an expired task's run and its
+	// history stay.
+	TaskTTL, MaxTaskTTL time.Duration
+	// MaxSessions bounds the open 2025-11-25 sessions: past it, an
+	// initialize closes the session idle the longest.
+	MaxSessions int
+	// Now is the clock task ttls are measured on; default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // ErrClosed is returned to a request still waiting when the server
@@ -105,8 +120,16 @@ type Server struct {
 	tools toolSet
 	// asking holds the ids of the questions asked outside a request
 	// (2025-11-25 tasks), so that each is asked once at a time.
-	asking    sync.Map
-	closeOnce sync.Once
+	asking sync.Map
+	ttls   ttls
+	pushes pushes
+	// activity is when each 2025-11-25 session was last used, to evict
+	// the idle-longest past MaxSessions (sessions.go).
+	activity activity
+	// toolsChanged are the listen streams told when the tool list
+	// changes (listen.go).
+	toolsChanged sync.Map // chan struct{} → true
+	closeOnce    sync.Once
 }
 
 // New makes a server over h.
@@ -129,6 +152,21 @@ func New(h *host.Host, opts *Options) (*Server, error) {
 	}
 	if o.ToolPoll <= 0 {
 		o.ToolPoll = DefaultToolPoll
+	}
+	if o.TaskTTL <= 0 {
+		o.TaskTTL = DefaultTaskTTL
+	}
+	if o.MaxTaskTTL <= 0 {
+		o.MaxTaskTTL = DefaultMaxTaskTTL
+	}
+	if o.TaskTTL > o.MaxTaskTTL {
+		o.TaskTTL = o.MaxTaskTTL
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.StdioSession == "" {
 		o.StdioSession = "stdio"
@@ -190,17 +228,23 @@ func (s *Server) Handler() http.Handler {
 			fmt.Fprintln(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"unauthorized: send an API token as the bearer token (Authorization: Bearer ...)"}}`)
 			return
 		}
-		if v := r.Header.Get("Mcp-Protocol-Version"); v >= Version20260728 {
-			s.stateless.ServeHTTP(w, r)
-			return
-		}
+		var body []byte
 		if r.Method == http.MethodPost {
-			if err := liftHTTP(w, r, s.opts.MaxBodyBytes); err != nil {
+			var err error
+			if body, err = liftHTTP(w, r, s.opts.MaxBodyBytes); err != nil {
 				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 				return
 			}
 		}
-		s.stateful.ServeHTTP(w, r)
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= Version20260728 {
+			if lr, ok := taskListen(body); ok {
+				s.listen(w, r, lr)
+				return
+			}
+			s.stateless.ServeHTTP(w, r)
+			return
+		}
+		s.serveSession(w, r, bytes.Contains(body, []byte(`"initialize"`)))
 	})
 }
 
@@ -223,7 +267,22 @@ func (s *Server) authorized(r *http.Request) bool {
 // ServeStdio serves one client on a transport of its own (sandflow mcp:
 // stdin and stdout) until the client closes it or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport) error {
-	return s.sdk.Run(ctx, &liftTransport{t})
+	lt := &liftTransport{t: t}
+	ss, err := s.sdk.Connect(ctx, lt, nil)
+	if err != nil {
+		return err
+	}
+	s.stdioConn(ss, lt.conn)
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		return ctx.Err()
+	case err := <-closed:
+		return err
+	}
 }
 
 // detached runs f on the server's context, so that what it starts goes

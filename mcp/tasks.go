@@ -3,10 +3,12 @@ package mcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandflow/sandflow/host"
@@ -46,11 +48,26 @@ func (s *Server) addTaskMethods() error {
 		"tasks/get": s.taskGet, "tasks/update": s.taskUpdate, "tasks/cancel": s.taskCancel,
 		"tasks/result": s.taskResult, "tasks/list": s.taskList,
 	} {
-		if err := sdk.AddReceivingCustomMethod(s.sdk, name, h); err != nil {
+		if err := sdk.AddReceivingCustomMethod(s.sdk, name, s.needsTasks(name, h)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// needsTasks refuses a 2026-07-28 task request whose client capabilities
+// do not declare the tasks extension, as the extension requires.
+func (s *Server) needsTasks(method string, h func(context.Context, *sdk.ServerSession, *taskParams) (*rawResult, error)) func(context.Context, *sdk.ServerSession, *taskParams) (*rawResult, error) {
+	return func(ctx context.Context, ss *sdk.ServerSession, p *taskParams) (*rawResult, error) {
+		var meta sdk.Meta
+		if p != nil {
+			meta = p.Meta
+		}
+		if c := clientOf(ss, meta); c.mrtr && !c.tasks {
+			return nil, missingTasks(method)
+		}
+		return h(ctx, ss, p)
+	}
 }
 
 // run is a task's run as the task sees it, and the task's call: a serve
@@ -77,7 +94,20 @@ func (s *Server) run(ctx context.Context, p *taskParams) (host.RunInfo, int, err
 	if errors.Is(err, host.ErrRunNotFound) {
 		return host.RunInfo{}, 0, invalidParams("unknown task %q", p.TaskID)
 	}
-	return view(ri, call), call, err
+	if err != nil {
+		return host.RunInfo{}, 0, err
+	}
+	ri = view(ri, call)
+	if s.expired(ri, call) {
+		return host.RunInfo{}, 0, taskExpired(p.TaskID, ri.ID)
+	}
+	return ri, call, nil
+}
+
+// taskExpired is the error of a request for a task past its ttl.
+func taskExpired(id, runID string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
+		"task %q has expired: its ttl has passed and its result is no longer served over MCP; the run and its history stay (GET /v1/runs/%s)", id, runID)}
 }
 
 // view is a run as the task of one of its calls sees it: a serve run's
@@ -117,10 +147,11 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call
 		"createdAt":     ri.CreatedAt.UTC().Format(time.RFC3339Nano),
 		"lastUpdatedAt": ri.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	}
+	ttl := s.ttlOf(ri, call).ttl.Milliseconds()
 	if c.mrtr {
-		f["ttlMs"], f["pollIntervalMs"] = nil, pollInterval
+		f["ttlMs"], f["pollIntervalMs"] = ttl, pollInterval
 	} else {
-		f["ttl"], f["pollInterval"] = nil, pollInterval
+		f["ttl"], f["pollInterval"] = ttl, pollInterval
 	}
 	switch ri.Status {
 	case store.StatusCompleted:
@@ -162,12 +193,14 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call
 }
 
 // createTask is the answer to a call that became a task.
-func (s *Server) createTask(ctx context.Context, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
+func (s *Server) createTask(ctx context.Context, ss *sdk.ServerSession, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
 	ri = view(ri, call)
+	s.ttls.record(taskID(ri.ID, call), s.requestedTTL(c), s.opts.Now())
 	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
 	}
+	s.followSession(ss, c, ri, call, statusKey(f))
 	delete(f, "result")
 	delete(f, "inputRequests")
 	out := f
@@ -201,6 +234,7 @@ func (s *Server) taskGet(ctx context.Context, ss *sdk.ServerSession, p *taskPara
 	if err != nil {
 		return nil, err
 	}
+	s.followSession(ss, c, ri, call, statusKey(f))
 	if f["status"] == "input_required" && !c.mrtr && c.elicit {
 		// 2025-11-25: a client that only polls is sent the questions as
 		// elicitation requests of their own, related to the task.
@@ -355,7 +389,7 @@ func (s *Server) taskList(ctx context.Context, ss *sdk.ServerSession, p *taskPar
 	tasks := []any{}
 	for _, t := range sess.Tasks(ctx) {
 		ri, err := s.h.Run(ctx, t.RunID)
-		if err != nil {
+		if err != nil || s.expired(view(ri, 0), 0) {
 			continue
 		}
 		f, err := s.taskFields(ctx, c, view(ri, 0), 0)

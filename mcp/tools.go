@@ -83,7 +83,17 @@ func (s *Server) syncTools(ctx context.Context) error {
 		}
 		s.sdk.AddTool(st, s.callTool)
 	}
+	first := s.tools.sig == ""
 	s.tools.tools, s.tools.sig = next, sig.String()
+	if !first {
+		s.toolsChanged.Range(func(k, _ any) bool {
+			select {
+			case k.(chan struct{}) <- struct{}{}:
+			default:
+			}
+			return true
+		})
+	}
 	return nil
 }
 

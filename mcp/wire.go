@@ -67,16 +67,17 @@ func lift(method string, params json.RawMessage) json.RawMessage {
 	return out
 }
 
-// liftHTTP lifts the request in an HTTP body, bounded by limit.
-func liftHTTP(w http.ResponseWriter, r *http.Request, limit int64) error {
+// liftHTTP lifts the request in an HTTP body, bounded by limit, and
+// returns the body as the SDK will read it.
+func liftHTTP(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	r.Body.Close()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("request body exceeds %d bytes", mbe.Limit)
+			return nil, fmt.Errorf("request body exceeds %d bytes", mbe.Limit)
 		}
-		return err
+		return nil, err
 	}
 	if bytes.Contains(body, []byte(`"task`)) {
 		var req struct {
@@ -94,17 +95,22 @@ func liftHTTP(w http.ResponseWriter, r *http.Request, limit int64) error {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	return nil
+	return body, nil
 }
 
-// liftTransport lifts the requests a stdio client sends.
-type liftTransport struct{ t sdk.Transport }
+// liftTransport lifts the requests a stdio client sends; conn is its
+// connection once connected, where pushes are written.
+type liftTransport struct {
+	t    sdk.Transport
+	conn sdk.Connection
+}
 
 func (l *liftTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 	c, err := l.t.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
+	l.conn = c
 	return &liftConn{c}, nil
 }
 

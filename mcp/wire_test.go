@@ -26,8 +26,9 @@ type raw struct {
 type rpcResponse struct {
 	Result json.RawMessage `json:"result"`
 	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
 	} `json:"error"`
 }
 
@@ -46,6 +47,13 @@ func (r *raw) call(method string, params any) rpcResponse {
 		req.Header.Set("Mcp-Protocol-Version", r.version)
 	}
 	req.Header.Set("Mcp-Method", method)
+	if m, ok := params.(map[string]any); ok {
+		for _, k := range []string{"name", "taskId"} {
+			if v, ok := m[k].(string); ok {
+				req.Header.Set("Mcp-Name", v)
+			}
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		r.t.Fatal(err)
@@ -55,8 +63,13 @@ func (r *raw) call(method string, params any) rpcResponse {
 		r.session = id
 	}
 	if resp.StatusCode != http.StatusOK {
+		// A 2026-07-28 error response is a JSON-RPC error with a 4xx.
 		b, _ := io.ReadAll(resp.Body)
-		r.t.Fatalf("%s: HTTP %d: %s", method, resp.StatusCode, b)
+		var out rpcResponse
+		if json.Unmarshal(b, &out) != nil || out.Error == nil {
+			r.t.Fatalf("%s: HTTP %d: %s", method, resp.StatusCode, b)
+		}
+		return out
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -88,10 +88,23 @@ func (s *Session) emit(e Event) {
 	s.rec.NextEvent++
 	e.Seq, e.Time = s.rec.NextEvent, time.Now().UTC()
 	s.rec.Events = append(s.rec.Events, e)
-	if n := len(s.rec.Events); n > maxEvents {
+	// The slice may hold up to twice the events kept, so that trimming
+	// it is amortised: copying the kept window on every event past the
+	// first maxEvents made each event cost maxEvents copies (a fan-out's
+	// call, hundreds of events, grew with the session's history).
+	if n := len(s.rec.Events); n > 2*maxEvents {
 		s.rec.Events = append(s.rec.Events[:0:0], s.rec.Events[n-maxEvents:]...)
 	}
 	s.notify()
+}
+
+// kept are the latest maxEvents events, those the session keeps;
+// callers hold s.mu.
+func (s *Session) kept() []Event {
+	if n := len(s.rec.Events); n > maxEvents {
+		return s.rec.Events[n-maxEvents:]
+	}
+	return s.rec.Events
 }
 
 func (s *Session) notify() {
@@ -113,7 +126,7 @@ func (s *Session) track(runID, taskID, tool string, serve bool) {
 func (s *Session) sync(ctx context.Context) {
 	st := s.m.h.Store()
 	for _, tr := range s.rec.Runs {
-		if tr.Ended {
+		if tr.Ended || s.starting[tr.RunID] {
 			continue
 		}
 		// A run whose log has not moved has nothing new to report: its
@@ -224,11 +237,12 @@ func (s *Session) Events(ctx context.Context, after int) []Event {
 	defer s.mu.Unlock()
 	s.sync(ctx)
 	_ = s.save(ctx)
-	i := len(s.rec.Events)
-	for i > 0 && s.rec.Events[i-1].Seq > after {
+	kept := s.kept()
+	i := len(kept)
+	for i > 0 && kept[i-1].Seq > after {
 		i--
 	}
-	return append([]Event(nil), s.rec.Events[i:]...)
+	return append([]Event(nil), kept[i:]...)
 }
 
 // Watch returns a channel that receives a value, without blocking, when

@@ -225,6 +225,14 @@ type Session struct {
 	awaiting map[string]bool
 	// watchers are the event stream's watchers (Watch).
 	watchers map[chan struct{}]bool
+	// starting are the runs of tasks whose first drive has not returned.
+	// Their state is not read until it has: the host reads a run under
+	// its lock until the drive's first commit, so reading one would make
+	// the call that started it (and every other call of the session)
+	// wait for the run's whole first activation; until that commit there
+	// is nothing new to read. See RATIONALE.md, "Why does a session not
+	// read a task's run during its first drive?".
+	starting map[string]bool
 }
 
 // ID is the session's id.
@@ -232,7 +240,9 @@ func (s *Session) ID() string { return s.rec.ID }
 
 // save stores the record; callers hold s.mu.
 func (s *Session) save(ctx context.Context) error {
-	raw, err := json.Marshal(s.rec)
+	rec := s.rec
+	rec.Events = s.kept()
+	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -450,7 +460,7 @@ func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool,
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(t.RunID)
+	s.drive(t.RunID, false)
 	return CallResult{Status: "sent", TaskID: t.ID,
 		Text: fmt.Sprintf("Sent to task %s. Its reply will arrive in a <task_result> message.", t.ID)}, nil
 }
@@ -471,12 +481,26 @@ func (s *Session) roomForOneMore() error {
 	return nil
 }
 
-// drive runs a task's run in the background until it waits or ends.
-func (s *Session) drive(runID string) {
+// drive runs a task's run in the background until it waits or ends; a
+// first drive marks the run starting until it returns, then wakes the
+// session's watchers and waiters to read it.
+func (s *Session) drive(runID string, first bool) {
+	if first {
+		if s.starting == nil {
+			s.starting = map[string]bool{}
+		}
+		s.starting[runID] = true // callers hold s.mu
+	}
 	s.m.wg.Add(1)
 	go func() {
 		defer s.m.wg.Done()
 		_, _ = s.m.h.Drive(s.m.ctx, runID)
+		if first {
+			s.mu.Lock()
+			delete(s.starting, runID)
+			s.notify()
+			s.mu.Unlock()
+		}
 	}()
 }
 
@@ -526,7 +550,7 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(ri.ID)
+	s.drive(ri.ID, true)
 	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
 }
 
@@ -611,7 +635,7 @@ func (s *Session) refresh(ctx context.Context) {
 		open := t.Status == Working || t.Status == Idle
 		// A finished resumable task's answers are read again until the
 		// model has had them: they are not kept in the session's record.
-		if !open && !(t.Resumable && !t.Delivered && t.answers == nil) {
+		if !open && !(t.Resumable && !t.Delivered && t.answers == nil) || s.starting[t.RunID] {
 			continue
 		}
 		ri, err := s.m.h.Run(ctx, t.RunID)
@@ -786,12 +810,21 @@ func (s *Session) TaskWait(ctx context.Context, timeout time.Duration) (string, 
 			s.mu.Unlock()
 			return text, nil
 		}
-		s.mu.Unlock()
-		// Wake on a change to any working task's run; quit ends the
+		// Wake on a change to any working task's run, or when a task's
+		// first drive returns (the session's watchers); quit ends the
 		// watchers' goroutines when this round is over.
 		wake := make(chan struct{}, 1)
+		if s.watchers == nil {
+			s.watchers = map[chan struct{}]bool{}
+		}
+		s.watchers[wake] = true
+		s.mu.Unlock()
 		quit := make(chan struct{})
-		var stops []func()
+		stops := []func(){func() {
+			s.mu.Lock()
+			delete(s.watchers, wake)
+			s.mu.Unlock()
+		}}
 		for _, t := range working {
 			ch, stop := s.m.h.Watch(t.RunID)
 			stops = append(stops, stop)
