@@ -195,7 +195,7 @@ type Host struct {
 	compiled map[string]CompiledModule
 	runs     map[string]*runHandle
 	warm     *list.List // of *runHandle with a parked instance, most recent first
-	idle     *list.List // of *runHandle kept for their state (retire), most recent first
+	idle     *list.List // of *runHandle kept for their state (retireLocked), most recent first
 	idleOps  int        // the ops their states hold
 	// warmBytes is the parked instances' memory, as it was when each
 	// was parked.
