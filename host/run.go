@@ -28,8 +28,11 @@ import (
 // again before it returns (workRound.next, workRound.startSteps): its
 // callers must expect the run's state to have moved on meanwhile.
 type runHandle struct {
-	mu   sync.Mutex
-	id   string
+	mu sync.Mutex
+	id string // immutable
+	// rs is the run's state (nil until loaded), guarded by mu.
+	// retireLocked reads it under Host.mu alone, once refs is 0: no one
+	// holds the handle then, so no one can hold mu.
 	rs   *runState
 	refs int // guarded by Host.mu
 
