@@ -323,35 +323,15 @@ func mustJSON(v any) []byte {
 }
 
 // apply folds one event into the state. Events must come in order. It
-// checks the event's place in the log and decodes it; the apply function
-// of its kind (apply.go) does the rest. The dispatch is a switch, not a
-// table of funcs: Go compiles a switch on these constant strings to a
-// search by length and content, cheaper on the replay path than a map
-// lookup and an indirect call.
+// checks the event's place in the log and decodes it (admit); the apply
+// function of its kind (apply.go) does the rest. The dispatch is a
+// switch, not a table of funcs: Go compiles a switch on these constant
+// strings to a search by length and content, cheaper on the replay path
+// than a map lookup and an indirect call.
 func (rs *runState) apply(e store.Event) error {
-	if e.Seq != rs.lastSeq+1 {
-		return fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
-	}
-	// One evData, reused: apply keeps values of its fields, never it.
-	if rs.scratch == nil {
-		rs.scratch, rs.strs = new(evData), map[string]string{}
-	}
-	d := rs.scratch
-	if rs.scratchFull {
-		*d = evData{}
-	} else {
-		d.clearHot()
-	}
-	hot, err := decodeEvDataInto(e, d, rs.strs)
-	rs.scratchFull = !hot
+	d, err := rs.admit(e)
 	if err != nil {
 		return err
-	}
-	if rs.created == nil && e.Kind != EvRunCreated {
-		return fmt.Errorf("%w: first event is %s, not %s", ErrBadHistory, e.Kind, EvRunCreated)
-	}
-	if rs.status.Terminal() && e.Kind != EvOutput {
-		return fmt.Errorf("%w: event %d (%s) after the run ended", ErrBadHistory, e.Seq, e.Kind)
 	}
 	switch e.Kind {
 	case EvRunCreated:
@@ -417,6 +397,36 @@ func (rs *runState) apply(e store.Event) error {
 		rs.lazy.tail = append(rs.lazy.tail, e)
 	}
 	return nil
+}
+
+// admit checks that event e may come next in the run's log, and decodes
+// it into the state's scratch evData, which it returns.
+func (rs *runState) admit(e store.Event) (*evData, error) {
+	if e.Seq != rs.lastSeq+1 {
+		return nil, fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
+	}
+	// One evData, reused: apply keeps values of its fields, never it.
+	if rs.scratch == nil {
+		rs.scratch, rs.strs = new(evData), map[string]string{}
+	}
+	d := rs.scratch
+	if rs.scratchFull {
+		*d = evData{}
+	} else {
+		d.clearHot()
+	}
+	hot, err := decodeEvDataInto(e, d, rs.strs)
+	rs.scratchFull = !hot
+	if err != nil {
+		return nil, err
+	}
+	if rs.created == nil && e.Kind != EvRunCreated {
+		return nil, fmt.Errorf("%w: first event is %s, not %s", ErrBadHistory, e.Kind, EvRunCreated)
+	}
+	if rs.status.Terminal() && e.Kind != EvOutput {
+		return nil, fmt.Errorf("%w: event %d (%s) after the run ended", ErrBadHistory, e.Seq, e.Kind)
+	}
+	return d, nil
 }
 
 func hookDisposedErr(h *hookRec) []byte {
