@@ -802,8 +802,9 @@ func (rh *runHandle) notInFlight(ps []uint32) []uint32 {
 //
 // Called with rh.mu held, and returns with it held; it releases rh.mu
 // while the work runs (workRound.next, and startSteps for a lone step),
-// so that calls, answers and aborts get in meanwhile. It takes h.mu
-// briefly (joinWork), never while it waits.
+// so that calls, answers and aborts get in meanwhile (see RATIONALE.md,
+// "Why do steps and agent turns run without the run's lock?"). It takes
+// h.mu briefly (joinWork), never while it waits.
 func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint32) error {
 	// Close waits for the work, so that attempts it cuts off are
 	// recorded as interrupted before the store closes.

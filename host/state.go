@@ -327,7 +327,7 @@ func mustJSON(v any) []byte {
 // function of its kind (apply.go) does the rest. The dispatch is a
 // switch, not a table of funcs: Go compiles a switch on these constant
 // strings to a search by length and content, cheaper on the replay path
-// than a map lookup and an indirect call.
+// than a map lookup and an indirect call (see RATIONALE.md).
 func (rs *runState) apply(e store.Event) error {
 	d, err := rs.admit(e)
 	if err != nil {
