@@ -137,56 +137,82 @@ type Options struct {
 }
 
 // Host is the kernel. Open one per store.
+//
+// Its fields are grouped by what guards them: set by Open and never
+// written after; guarded by mu; safe for concurrent use on their own
+// (atomics, WaitGroups, channels). A run's own state is guarded by its
+// runHandle's mu, taken before mu (see runHandle).
 type Host struct {
+	// Set by Open (ownStore by openOwned, before the Host is returned)
+	// and never written after.
 	store    store.Store
-	engine   Engine            // the default
-	engines  map[string]Engine // by kind ("wazero", "wasmtime"), the default included
-	owned    []Engine          // made by the Host, closed by it
 	ownStore bool
+	engine   Engine // the default
 	opts     Options
 	limits   Limits
-
 	// life ends when Close begins: work a run is waiting on (steps,
 	// agent turns) is cut off so Close need not wait for it.
 	life    context.Context
 	endLife context.CancelFunc
-	// drivers are the runs the host drives on its own goroutines
-	// (recovery); Close waits for them. Add only under mu, while open.
-	drivers sync.WaitGroup
-	// work counts the runWork calls under way: Close waits for them to
-	// record what they cut off. Added to under mu, only while not closed.
-	work     sync.WaitGroup
-	mu       sync.Mutex
-	closed   bool
-	plugins  map[string]*loadedPlugin // by name@version
-	compiled map[string]CompiledModule
-	runs     map[string]*runHandle
-	warm     *list.List // of *runHandle with a parked instance, most recent first
-	idle     *list.List // of *runHandle kept for their state (retire), most recent first
-	idleOps  int        // the ops their states hold
-	// warmBytes is the parked instances' memory, as it was when each
-	// was parked.
-	warmBytes uint64
-	// badSnaps are runs whose snapshots up to a seq are not restored
-	// (distrust).
-	badSnaps map[string]uint64
-	// badImages are runs whose state images up to a seq are not loaded:
-	// one disagreed with the log (stateimage.go). Guarded by mu.
-	badImages map[string]uint64
-	snaps     snapCounters
-	images    imageCounters
-	insts     instCounters
-	adHoc     []adHocEntry // modules checked ad hoc, least recently used first
-	// snapWriters bounds the snapshots compressed and stored at once;
-	// snapWG counts those not stored yet.
+	// wake tells the scheduler to look again (wakeScheduler).
+	wake chan struct{}
+	// snapWriters bounds the snapshots compressed and stored at once.
 	snapWriters chan struct{}
-	snapWG      sync.WaitGroup
 	// compiles holds a place per compilation running (compile.go).
 	compiles chan struct{}
 
-	wake       chan struct{}
+	// mu guards the fields below it, up to the next group. No code takes
+	// a runHandle's mu while holding it.
+	mu sync.Mutex
+	// closed is set once, by Close; drivers and work are added to only
+	// under mu while it is not set.
+	closed bool
+	// engines are the engines by kind ("wazero", "wasmtime"), the default
+	// included; owned those the Host made, which Close closes (reading
+	// owned without mu, once closed is set).
+	engines map[string]Engine
+	owned   []Engine
+	// The plugin registry: loaded plugin versions by name@version, the
+	// compiled modules by engine:hash, and the modules checked ad hoc,
+	// least recently used first.
+	plugins  map[string]*loadedPlugin
+	compiled map[string]CompiledModule
+	adHoc    []adHocEntry
+	// The run registry: the handles by run id, with their refs, idle and
+	// idleOps fields. idle holds the handles kept for their state
+	// (retireLocked), most recent first, and idleOps the ops their states
+	// hold.
+	runs    map[string]*runHandle
+	idle    *list.List
+	idleOps int
+	// The warm pool: warm holds the handles with a parked instance, most
+	// recent first, and warmBytes their memory as it was when each was
+	// parked; the handles' warm and elem fields go with them.
+	warm      *list.List
+	warmBytes uint64
+	// badSnaps are runs whose snapshots up to a seq are not restored
+	// (distrust); badImages runs whose state images up to a seq are not
+	// loaded: one disagreed with the log (stateimage.go).
+	badSnaps  map[string]uint64
+	badImages map[string]uint64
+	// watchers are the channels Watch gave out, by run id.
+	watchers map[string]map[chan struct{}]bool
+
+	// Safe for concurrent use without mu.
+	//
+	// drivers are the runs the host drives on its own goroutines
+	// (recovery); Close waits for them. Added to only under mu, while
+	// open.
+	drivers sync.WaitGroup
+	// work counts the runWork calls under way: Close waits for them to
+	// record what they cut off. Added to only under mu, while open.
+	work sync.WaitGroup
+	// snapWG counts the snapshots not stored yet.
+	snapWG     sync.WaitGroup
+	snaps      snapCounters
+	images     imageCounters
+	insts      instCounters
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
-	watchers   map[string]map[chan struct{}]bool
 }
 
 // Open makes a Host over a store. opts may be nil.

@@ -16,9 +16,23 @@ import (
 )
 
 // runHandle serialises the operations on one run and caches its state.
+//
+// Lock discipline. Driving a run takes two locks, in this order: the
+// handle's mu, then Host.mu; no code takes a handle's mu while it holds
+// Host.mu. A function that takes a *runHandle, or is a method of one,
+// expects rh.mu held unless its comment says otherwise: handle, release
+// and withRun take the handle; takeWarm, park and dropWarm take Host.mu
+// themselves for the warm pool; Run reads snap, and step attempts read
+// aborts, without mu. Functions named …Locked expect Host.mu held.
+// runWork releases rh.mu while steps and agent turns run and holds it
+// again before it returns (workRound.next, workRound.startSteps): its
+// callers must expect the run's state to have moved on meanwhile.
 type runHandle struct {
-	mu   sync.Mutex
-	id   string
+	mu sync.Mutex
+	id string // immutable
+	// rs is the run's state (nil until loaded), guarded by mu.
+	// retireLocked reads it under Host.mu alone, once refs is 0: no one
+	// holds the handle then, so no one can hold mu.
 	rs   *runState
 	refs int // guarded by Host.mu
 
@@ -150,7 +164,7 @@ func (h *Host) release(rh *runHandle) {
 	defer h.mu.Unlock()
 	rh.refs--
 	if rh.refs == 0 && rh.warm == nil {
-		h.retire(rh)
+		h.retireLocked(rh)
 	}
 }
 
@@ -161,12 +175,13 @@ const DefaultIdleRuns = 64
 // run's state is megabytes): about 100 MB.
 const maxIdleOps = 1 << 18
 
-// retire forgets a handle no one holds and that has no parked instance,
+// retireLocked forgets a handle no one holds and that has no parked instance,
 // or keeps it among the idle ones, with its loaded state, so that the
 // run's next resume need not read its log again: only the events after
 // it, if any (refresh). The least recently idle beyond Options.IdleRuns,
-// or beyond maxIdleOps ops in all, are forgotten. Called with h.mu held.
-func (h *Host) retire(rh *runHandle) {
+// or beyond maxIdleOps ops in all, are forgotten. Called with h.mu held
+// (rh.mu need not be).
+func (h *Host) retireLocked(rh *runHandle) {
 	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.status.Terminal() || len(rh.rs.ops) > maxIdleOps {
 		delete(h.runs, rh.id)
 		return
@@ -230,7 +245,7 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		h.warmBytes -= v.warm.parkedBytes
 		v.warm, v.elem = nil, nil
 		if v.refs == 0 {
-			h.retire(v)
+			h.retireLocked(v)
 		}
 	}
 	h.mu.Unlock()
@@ -569,6 +584,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 
 // activate runs the workflow body until it suspends or completes: on the
 // parked instance when there is one, else on a fresh one that replays.
+// Called with rh.mu held.
 func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	rs := rh.rs
 	lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
@@ -583,30 +599,12 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if _, err := b.push(EvRunResumed, &evData{Activation: rs.acts()}); err != nil {
 		return err
 	}
-	w := h.takeWarm(rh)
-	if w != nil && w.rs != rs {
-		w.close(ctx)
-		w = nil
+	w, fromPool, err := h.activationInstance(ctx, rh, lp)
+	if err != nil {
+		return h.failActivation(ctx, rh, b, nil, err)
 	}
-	if w == nil {
-		if w, err = h.restore(ctx, rs, lp); err != nil {
-			if !errors.Is(err, errSnapshot) {
-				return h.failActivation(ctx, rh, b, nil, err)
-			}
-			h.snaps.refused.Add(1)
-			w = nil // replay instead
-		}
-		if w != nil {
-			h.snaps.restored.Add(1)
-		}
-		if w != nil && (rs.created == nil || !rs.created.SharedInit) {
-			defer h.refill(lp) // it took an instance from the pool
-		}
-	}
-	if w == nil {
-		if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
-			return h.failActivation(ctx, rh, b, nil, err)
-		}
+	if fromPool {
+		defer h.refill(lp) // it took an instance from the pool
 	}
 	w.begin(b)
 	res, err := w.inst.Call(ctx, abi.RunExport)
@@ -632,39 +630,85 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	}
 	switch {
 	case res == abi.RunSuspended && w.suspended:
-		// Output written between the await and the return is recorded too.
-		err := w.flushOutput()
-		if err == nil {
-			err = h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting})
-		}
-		if err != nil {
-			w.close(ctx)
-			return err
-		}
-		switch {
-		case dead:
-			w.close(ctx)
-		case h.opts.MaxWarm < 0:
-			// Not parked: the next resume restores this instead of
-			// replaying.
-			h.recycle(ctx, w, h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops)))
-		default:
-			h.park(ctx, rh, w)
-		}
-		return nil
+		return h.activationSuspended(ctx, rh, b, w, dead)
 	case res == abi.RunDone && w.completed:
-		err := w.flushOutput()
-		if err == nil {
-			err = h.commit(ctx, rh, b, nil)
-		}
-		if err == nil {
-			h.recycle(ctx, w, nil)
-		}
-		w.close(ctx)
-		return err
+		return h.activationCompleted(ctx, rh, b, w)
 	}
 	return h.failActivation(ctx, rh, b, w, &GuestError{Message: fmt.Sprintf(
 		"ABI violation: %s returned %d, but the guest had %s", abi.RunExport, res, map[bool]string{true: "completed", false: "neither suspended nor completed"}[w.completed])})
+}
+
+// activationInstance is the instance an activation runs on: the run's
+// parked one, else one restored from a snapshot (fromPool: it took an
+// instance from the plugin's pool, to refill), else a fresh one that
+// replays.
+func (h *Host) activationInstance(ctx context.Context, rh *runHandle, lp *loadedPlugin) (w *wfInstance, fromPool bool, err error) {
+	rs := rh.rs
+	w = h.takeWarm(rh)
+	if w != nil && w.rs != rs {
+		w.close(ctx)
+		w = nil
+	}
+	if w != nil {
+		return w, false, nil
+	}
+	if w, err = h.restore(ctx, rs, lp); err != nil {
+		if !errors.Is(err, errSnapshot) {
+			return nil, false, err
+		}
+		h.snaps.refused.Add(1)
+		w = nil // replay instead
+	}
+	if w != nil {
+		h.snaps.restored.Add(1)
+		return w, rs.created == nil || !rs.created.SharedInit, nil
+	}
+	if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
+		return nil, false, err
+	}
+	return w, false, nil
+}
+
+// activationSuspended commits an activation whose guest suspended, and
+// keeps its instance for the next one: parked, or snapshotted when
+// instances are not parked. A dead instance (its blocking await could not
+// be satisfied) is closed.
+func (h *Host) activationSuspended(ctx context.Context, rh *runHandle, b *batch, w *wfInstance, dead bool) error {
+	rs := rh.rs
+	// Output written between the await and the return is recorded too.
+	err := w.flushOutput()
+	if err == nil {
+		err = h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting})
+	}
+	if err != nil {
+		w.close(ctx)
+		return err
+	}
+	switch {
+	case dead:
+		w.close(ctx)
+	case h.opts.MaxWarm < 0:
+		// Not parked: the next resume restores this instead of
+		// replaying.
+		h.recycle(ctx, w, h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops)))
+	default:
+		h.park(ctx, rh, w)
+	}
+	return nil
+}
+
+// activationCompleted commits an activation whose guest completed the
+// run, and gives its instance back for reuse.
+func (h *Host) activationCompleted(ctx context.Context, rh *runHandle, b *batch, w *wfInstance) error {
+	err := w.flushOutput()
+	if err == nil {
+		err = h.commit(ctx, rh, b, nil)
+	}
+	if err == nil {
+		h.recycle(ctx, w, nil)
+	}
+	w.close(ctx)
+	return err
 }
 
 // failActivation handles an activation that ended in an error. A guest
@@ -752,24 +796,28 @@ func (rh *runHandle) notInFlight(ps []uint32) []uint32 {
 
 // runWork runs step attempts, in parallel up to the host's step
 // concurrency, and agent turns, all at once; it records each outcome as it
-// arrives.
+// arrives. Its phases: join the host's work (joinWork), mark the work in
+// flight, start the steps and the agent turns, collect and record their
+// outcomes, record what was cut off (endWork).
+//
+// Called with rh.mu held, and returns with it held; it releases rh.mu
+// while the work runs (workRound.next, and startSteps for a lone step),
+// so that calls, answers and aborts get in meanwhile (see RATIONALE.md,
+// "Why do steps and agent turns run without the run's lock?"). It takes
+// h.mu briefly (joinWork), never while it waits.
 func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint32) error {
-	rs := rh.rs
 	// Close waits for the work, so that attempts it cuts off are
 	// recorded as interrupted before the store closes.
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return ErrClosed
+	if err := h.joinWork(); err != nil {
+		return err
 	}
-	h.work.Add(1)
-	h.mu.Unlock()
 	defer h.work.Done()
 	// Closing the host cuts the work off; it stays open in the log and
 	// runs again after recovery.
 	ctx, cut := context.WithCancel(ctx)
 	defer cut()
 	defer context.AfterFunc(h.life, cut)()
+	rs := rh.rs
 	var lp *loadedPlugin
 	if len(steps) > 0 {
 		var err error
@@ -777,47 +825,105 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 			return err
 		}
 	}
-	type done struct {
-		p     uint32
-		a     *stepAttempt // a step's attempt, or nil for an agent turn
-		out   stepOutcome
-		agent abi.AgentResult
+	r := &workRound{h: h, rh: rh, rs: rs, ctx: ctx, cut: cut, steps: steps, agents: agents,
+		done: make(chan workDone, len(steps)+len(agents))}
+	rh.markInflight(steps, agents)
+	defer rh.clearInflight(steps, agents)
+	r.startSteps(lp)
+	r.startAgents()
+	cutOff, ended, err := r.collect()
+	if ended {
+		return nil
 	}
-	ch := make(chan done, len(steps)+len(agents))
-	sem := make(chan struct{}, h.opts.StepConcurrency)
+	return r.endWork(cutOff, err)
+}
+
+// joinWork counts a runWork call in h.work, which Close waits for; once
+// the host is closed it returns ErrClosed instead. It takes h.mu.
+func (h *Host) joinWork() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	h.work.Add(1)
+	return nil
+}
+
+// markInflight notes the steps and agent turns a driver is about to run
+// with mu released, so that other drivers leave them alone. Called with
+// mu held.
+func (rh *runHandle) markInflight(steps, agents []uint32) {
 	if rh.inflight == nil {
 		rh.inflight = map[uint32]bool{}
 	}
-	for _, p := range append(append([]uint32(nil), steps...), agents...) {
+	for _, p := range steps {
 		rh.inflight[p] = true
 	}
-	defer func() {
-		for _, p := range steps {
-			delete(rh.inflight, p)
-		}
-		for _, p := range agents {
-			delete(rh.inflight, p)
-			if stop := rh.stopWork[p]; stop != nil {
-				stop()
-				delete(rh.stopWork, p)
-			}
-		}
-	}()
+	for _, p := range agents {
+		rh.inflight[p] = true
+	}
+}
+
+// clearInflight undoes markInflight once the work is over, and cuts off
+// the agent turns still running (the run ended, say). Called with mu held.
+func (rh *runHandle) clearInflight(steps, agents []uint32) {
 	for _, p := range steps {
+		delete(rh.inflight, p)
+	}
+	for _, p := range agents {
+		delete(rh.inflight, p)
+		if stop := rh.stopWork[p]; stop != nil {
+			stop()
+			delete(rh.stopWork, p)
+		}
+	}
+}
+
+// workDone is the outcome of one piece of a runWork's work.
+type workDone struct {
+	p     uint32
+	a     *stepAttempt // a step's attempt, or nil for an agent turn
+	out   stepOutcome
+	agent abi.AgentResult
+}
+
+// workRound is the work of one runWork call under way: the steps and
+// agent turns it started, and the channel their outcomes come back on.
+type workRound struct {
+	h     *Host
+	rh    *runHandle
+	rs    *runState // rh's state when the work began
+	ctx   context.Context
+	cut   context.CancelFunc // cuts ctx off: the host closes, or the run ended
+	steps []uint32
+	// agents are the agent turns; they wait on another session, not on
+	// this host's compute, so they do not take a step's slot.
+	agents []uint32
+	done   chan workDone
+	queue  []workDone // outcomes taken from done and not handled yet
+}
+
+// startSteps starts the step attempts, each on its own goroutine and at
+// most StepConcurrency at once. Called with rh.mu held. A lone step (the
+// only work) runs here instead, with rh.mu released as collect would
+// release it, but with no goroutine to start and wake for a sequence of
+// single steps.
+func (r *workRound) startSteps(lp *loadedPlugin) {
+	h, rh, rs := r.h, r.rh, r.rs
+	sem := make(chan struct{}, h.opts.StepConcurrency)
+	for _, p := range r.steps {
 		o := rs.op(p)
 		delete(rh.fresh, p) // begun: from here on, cut off if not ended
 		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
 			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
 		run := func() {
 			sem <- struct{}{}
-			out := h.execStep(ctx, lp, a)
+			out := h.execStep(r.ctx, lp, a)
 			<-sem
-			ch <- done{p: p, a: a, out: out}
+			r.done <- workDone{p: p, a: a, out: out}
 		}
-		if len(steps) == 1 && len(agents) == 0 {
-			// The only work: run here, still without the run's lock (as
-			// the loop below waits), but with no goroutine to start and
-			// wake for a sequence of single steps.
+		if len(r.steps) == 1 && len(r.agents) == 0 {
 			rh.mu.Unlock()
 			run()
 			rh.mu.Lock()
@@ -825,90 +931,117 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 			go run()
 		}
 	}
+}
+
+// startAgents starts the agent turns, each on its own goroutine with a
+// context its rh.stopWork entry cancels. Called with rh.mu held.
+func (r *workRound) startAgents() {
+	rh := r.rh
 	if rh.stopWork == nil {
 		rh.stopWork = map[uint32]context.CancelFunc{}
 	}
-	for _, p := range agents {
-		t := rs.agentTurn(p)
-		actx, stop := context.WithCancel(ctx)
+	for _, p := range r.agents {
+		t := r.rs.agentTurn(p)
+		actx, stop := context.WithCancel(r.ctx)
 		rh.stopWork[p] = stop
 		go func() {
-			// Agent turns wait on another session, not on this host's
-			// compute: they do not take a step's slot.
-			ch <- done{p: p, agent: h.execAgent(actx, t)}
+			r.done <- workDone{p: p, agent: r.h.execAgent(actx, t)}
 		}()
 	}
-	// cutShort: the work may have been cut short by the caller, not by
-	// the guest or the agent: it stays open and runs again. Finished work
-	// is kept.
-	cutShort := func(d done) bool {
-		return ctx.Err() != nil && (d.a != nil && d.out.err != nil || d.a == nil && d.agent.Status != abi.AgentCompleted)
-	}
-	var firstErr error
-	var queue []done
-	var cutOff []uint32 // step attempts cut short, to record as interrupted
-	ended := false      // the run ended meanwhile: the rest is dropped
-	for taken, total := 0, len(steps)+len(agents); taken < total; {
-		var d done
-		if len(queue) > 0 {
-			d, queue = queue[0], queue[1:]
-		} else {
-			// The work runs without the run's lock: a call, an answer, a
-			// hook delivery or an abort does not wait for it.
-			rh.mu.Unlock()
-			d = <-ch
-			rh.mu.Lock()
-		}
+}
+
+// collect records the outcomes of the work as they arrive, until all of
+// it has come back. It returns the step attempts cut short (to record as
+// interrupted), whether the run ended meanwhile (the rest is dropped), and
+// the first error; after an error the rest is dropped too. Called with
+// rh.mu held; it releases rh.mu while it waits (next).
+func (r *workRound) collect() (cutOff []uint32, ended bool, firstErr error) {
+	for taken, total := 0, len(r.steps)+len(r.agents); taken < total; {
+		d := r.next()
 		taken++
-		if !ended && rh.rs.status.Terminal() {
+		if !ended && r.rh.rs.status.Terminal() {
 			ended = true
-			cut()
+			r.cut()
 		}
 		if firstErr != nil || ended {
 			continue
 		}
-		if cutShort(d) {
-			firstErr = ctx.Err()
+		if r.cutShort(d) {
+			firstErr = r.ctx.Err()
 			if d.a != nil {
 				cutOff = append(cutOff, d.p)
 			}
 			continue
 		}
-		wctx := context.WithoutCancel(ctx)
+		wctx := context.WithoutCancel(r.ctx)
 		if d.a != nil {
-			firstErr = h.recordStep(wctx, rh, d.p, d.a, d.out)
+			firstErr = r.h.recordStep(wctx, r.rh, d.p, d.a, d.out)
 		} else {
-			// Turns that ended together are recorded in one commit: a
-			// fan-out of fast agents costs one write, not one per turn.
-			turns := []agentOutcome{{d.p, d.agent}}
-			for more := true; more; {
-				select {
-				case d2 := <-ch:
-					if d2.a == nil && !cutShort(d2) {
-						turns = append(turns, agentOutcome{d2.p, d2.agent})
-						taken++
-					} else {
-						queue = append(queue, d2)
-					}
-				default:
-					more = false
-				}
-			}
-			firstErr = h.recordAgents(wctx, rh, turns)
+			turns := r.agentsEnded(d)
+			taken += len(turns) - 1
+			firstErr = r.h.recordAgents(wctx, r.rh, turns)
 		}
 		if firstErr == nil {
-			firstErr = ctx.Err()
+			firstErr = r.ctx.Err()
 		}
 	}
-	if ended {
-		return nil
+	return cutOff, ended, firstErr
+}
+
+// next returns the next outcome: one queued, else the next to arrive,
+// waited for with rh.mu released, so that a call, an answer, a hook
+// delivery or an abort does not wait for the work. Called with rh.mu
+// held; it holds it again when it returns.
+func (r *workRound) next() workDone {
+	if len(r.queue) > 0 {
+		d := r.queue[0]
+		r.queue = r.queue[1:]
+		return d
 	}
+	r.rh.mu.Unlock()
+	d := <-r.done
+	r.rh.mu.Lock()
+	return d
+}
+
+// agentsEnded returns the agent turn d with the other turns that have
+// ended by now, to record in one commit: a fan-out of fast agents costs
+// one write, not one per turn. The other outcomes it comes across are
+// queued for next.
+func (r *workRound) agentsEnded(d workDone) []agentOutcome {
+	turns := []agentOutcome{{d.p, d.agent}}
+	for {
+		select {
+		case d2 := <-r.done:
+			if d2.a == nil && !r.cutShort(d2) {
+				turns = append(turns, agentOutcome{d2.p, d2.agent})
+			} else {
+				r.queue = append(r.queue, d2)
+			}
+		default:
+			return turns
+		}
+	}
+}
+
+// cutShort reports whether the work may have been cut short by the
+// caller, not by the guest or the agent: it stays open and runs again.
+// Finished work is kept.
+func (r *workRound) cutShort(d workDone) bool {
+	return r.ctx.Err() != nil && (d.a != nil && d.out.err != nil || d.a == nil && d.agent.Status != abi.AgentCompleted)
+}
+
+// endWork records the step attempts cut off as interrupted, by the host's
+// stop or its Close, and returns the work's error: ErrClosed with it when
+// the host closed. Called with rh.mu held.
+func (r *workRound) endWork(cutOff []uint32, firstErr error) error {
+	h := r.h
 	if len(cutOff) > 0 {
 		cause := abi.InterruptHostStopped
 		if h.life.Err() != nil {
 			cause = abi.InterruptHostClosed
 		}
-		if err := h.recordInterrupted(context.WithoutCancel(ctx), rh, cutOff, cause); err != nil {
+		if err := h.recordInterrupted(context.WithoutCancel(r.ctx), r.rh, cutOff, cause); err != nil {
 			firstErr = errors.Join(firstErr, err)
 		}
 	}

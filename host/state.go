@@ -1,8 +1,6 @@
 package host
 
 import (
-	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -324,10 +322,88 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// apply folds one event into the state. Events must come in order.
+// apply folds one event into the state. Events must come in order. It
+// checks the event's place in the log and decodes it (admit); the apply
+// function of its kind (apply.go) does the rest. The dispatch is a
+// switch, not a table of funcs: Go compiles a switch on these constant
+// strings to a search by length and content, cheaper on the replay path
+// than a map lookup and an indirect call (see RATIONALE.md).
 func (rs *runState) apply(e store.Event) error {
+	d, err := rs.admit(e)
+	if err != nil {
+		return err
+	}
+	switch e.Kind {
+	case EvRunCreated:
+		err = rs.applyRunCreated(e, d)
+	case EvRunResumed:
+		rs.applyRunResumed(e)
+	case EvStepStarted:
+		err = rs.applyStepStarted(e, d)
+	case EvStepCompleted, EvStepFailed:
+		err = rs.applyStepEnded(e, d)
+	case EvTimerSet:
+		err = rs.applyTimerSet(e, d)
+	case EvTimerFired:
+		err = rs.applyTimerFired(e, d)
+	case EvAskOpened:
+		err = rs.applyAskOpened(e, d)
+	case EvAskSettled:
+		err = rs.applyAskSettled(e, d)
+	case EvHookCreated:
+		err = rs.applyHookCreated(e, d)
+	case EvHookNext:
+		err = rs.applyHookNext(e, d)
+	case EvHookReceived:
+		err = rs.applyHookReceived(e, d)
+	case EvHookDisposed:
+		err = rs.applyHookDisposed(e, d)
+	case EvProgress:
+		err = rs.applyProgress(e, d)
+	case EvOutput:
+		rs.applyOutput(d)
+	case EvRunCompleted, EvRunFailed:
+		err = rs.applyRunEnded(e, d)
+	case EvRunCancelled:
+		err = rs.applyRunCancelled(e, d)
+	case EvWebhookResponded:
+		err = rs.applyWebhookResponded(e, d)
+	case EvAgentSent:
+		err = rs.applyAgentSent(e, d)
+	case EvAgentSettled:
+		err = rs.applyAgentSettled(e, d)
+	case EvCallReceived:
+		err = rs.applyCallReceived(e, d)
+	case EvReceive:
+		err = rs.applyReceive(e, d)
+	case EvReplied:
+		err = rs.applyReplied(e, d)
+	case EvAbortRequested:
+		err = rs.applyAbortRequested(e, d)
+	case EvSignal:
+		err = rs.applySignal(e, d)
+	case EvOpRefused:
+		err = rs.applyOpRefused(e, d)
+	case EvRunUpgraded:
+		rs.applyRunUpgraded(d)
+	default:
+		err = fmt.Errorf("%w: unknown event kind %q at %d", ErrBadHistory, e.Kind, e.Seq)
+	}
+	if err != nil {
+		return err
+	}
+	rs.lastSeq = e.Seq
+	if rs.lazy != nil {
+		rs.lazy.tail = append(rs.lazy.tail, e)
+	}
+	return nil
+}
+
+// admit checks that event e may come next in the run's log, and decodes
+// it into the state's scratch evData, which it returns.
+func (rs *runState) admit(e store.Event) (*evData, error) {
 	if e.Seq != rs.lastSeq+1 {
-		return fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
+		return nil, fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
 	}
 	// One evData, reused: apply keeps values of its fields, never it.
 	if rs.scratch == nil {
@@ -342,344 +418,15 @@ func (rs *runState) apply(e store.Event) error {
 	hot, err := decodeEvDataInto(e, d, rs.strs)
 	rs.scratchFull = !hot
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if rs.created == nil && e.Kind != EvRunCreated {
-		return fmt.Errorf("%w: first event is %s, not %s", ErrBadHistory, e.Kind, EvRunCreated)
+		return nil, fmt.Errorf("%w: first event is %s, not %s", ErrBadHistory, e.Kind, EvRunCreated)
 	}
 	if rs.status.Terminal() && e.Kind != EvOutput {
-		return fmt.Errorf("%w: event %d (%s) after the run ended", ErrBadHistory, e.Seq, e.Kind)
+		return nil, fmt.Errorf("%w: event %d (%s) after the run ended", ErrBadHistory, e.Seq, e.Kind)
 	}
-	switch e.Kind {
-	case EvRunCreated:
-		if rs.created != nil {
-			return fmt.Errorf("%w: second %s at event %d", ErrBadHistory, e.Kind, e.Seq)
-		}
-		seed, err := hex.DecodeString(d.Seed)
-		if err != nil || len(seed) != 32 {
-			return fmt.Errorf("%w: run seed %q", ErrBadHistory, d.Seed)
-		}
-		created := *d
-		rs.created, rs.start = &created, e.Time
-		rs.pinVersion, rs.pinHash = d.Version, d.ModuleHash
-		copy(rs.seed[:], seed)
-		rs.calls = []callRec{{seq: e.Seq, id: rs.id, input: d.Input}}
-	case EvRunResumed:
-		rs.markers = append(rs.markers, marker{seq: e.Seq, t: e.Time})
-	case EvStepStarted:
-		if o := rs.op(d.Op); o != nil && d.Attempt > 1 {
-			if o.kind != abi.OpStep || o.settled || o.attemptOpen {
-				return fmt.Errorf("%w: event %d starts attempt %d of op %d, which cannot retry", ErrBadHistory, e.Seq, d.Attempt, d.Op)
-			}
-			o.attempt, o.attemptOpen, o.retryAt = d.Attempt, true, time.Time{}
-			break
-		}
-		o, err := rs.newOp(e, d.Op, abi.OpStep, d.Name)
-		if err != nil {
-			return err
-		}
-		o.input, o.retry, o.attempt, o.attemptOpen = d.Input, d.Retry, 1, true
-	case EvStepCompleted, EvStepFailed:
-		o, err := rs.existingOp(e, d.Op, abi.OpStep)
-		if err != nil {
-			return err
-		}
-		if !o.attemptOpen {
-			return fmt.Errorf("%w: event %d ends an attempt of op %d that was not started", ErrBadHistory, e.Seq, d.Op)
-		}
-		o.attemptOpen = false
-		switch {
-		case e.Kind == EvStepCompleted:
-			o.settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Result), 0)
-		case d.RetryAt != nil:
-			o.retryAt = *d.RetryAt
-		default:
-			o.settle(e.Seq, abi.FutureRejected, mustJSON(errOrUnknown(d.Error)), 0)
-		}
-	case EvTimerSet:
-		o, err := rs.newOp(e, d.Op, abi.OpSleep, "")
-		if err != nil {
-			return err
-		}
-		if d.FireAt != nil {
-			o.fireAt = *d.FireAt
-		}
-		if d.Immediate {
-			o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), d.Op)
-		}
-	case EvTimerFired:
-		o, err := rs.existingOp(e, d.Op, abi.OpSleep)
-		if err != nil {
-			return err
-		}
-		if o.settled {
-			return fmt.Errorf("%w: timer of op %d fired twice", ErrBadHistory, d.Op)
-		}
-		o.settle(e.Seq, abi.FutureFulfilled, []byte("null"), 0)
-	case EvAskOpened:
-		o, err := rs.newOp(e, d.Op, abi.OpAsk, "")
-		if err != nil {
-			return err
-		}
-		o.askID, o.request = d.AskID, d.Request
-		if d.Answer != nil {
-			o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), d.Op)
-		} else {
-			rs.openAsks++
-		}
-	case EvAskSettled:
-		o, err := rs.existingOp(e, d.Op, abi.OpAsk)
-		if err != nil {
-			return err
-		}
-		if o.settled || d.Answer == nil {
-			return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
-		}
-		o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), 0)
-		rs.openAsks--
-	case EvHookCreated:
-		o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
-		if err != nil {
-			return err
-		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.HookCreated{Token: d.Token, Conflict: d.Conflict, URL: d.URL}), d.Op)
-		rs.hooks[d.Op] = &hookRec{token: d.Token, conflict: d.Conflict, webhook: d.Webhook, url: d.URL}
-	case EvHookNext:
-		h := rs.hooks[d.Hook]
-		if h == nil {
-			return fmt.Errorf("%w: event %d waits on unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
-		}
-		o, err := rs.newOp(e, d.Op, abi.OpHookNext, "")
-		if err != nil {
-			return err
-		}
-		o.hook, o.index = d.Hook, len(h.nexts)
-		h.nexts = append(h.nexts, d.Op)
-		switch {
-		case h.conflict != "":
-			o.settle(e.Seq, abi.FutureRejected, mustJSON(abi.ErrorObject{Type: abi.ErrTypeHookConflict,
-				Message: fmt.Sprintf("hook token %q is held by run %s", h.token, h.conflict)}), d.Op)
-		case h.disposed:
-			// After a dispose every wait rejects, even if payloads that
-			// arrived earlier were never taken.
-			o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
-		case o.index < len(h.received):
-			r := h.received[o.index]
-			o.settle(r.seq, abi.FutureFulfilled, r.payload, 0)
-		}
-	case EvHookReceived:
-		h := rs.hooks[d.Hook]
-		if h == nil || h.disposed || h.conflict != "" {
-			return fmt.Errorf("%w: event %d delivers to hook %d, which cannot receive", ErrBadHistory, e.Seq, d.Hook)
-		}
-		h.received = append(h.received, hookPayload{seq: e.Seq, payload: nullIfEmpty(d.Payload)})
-		if i := len(h.received) - 1; i < len(h.nexts) {
-			rs.op(h.nexts[i]).settle(e.Seq, abi.FutureFulfilled, nullIfEmpty(d.Payload), 0)
-		}
-	case EvHookDisposed:
-		h := rs.hooks[d.Hook]
-		if h == nil {
-			return fmt.Errorf("%w: event %d disposes unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
-		}
-		if d.Op != 0 { // disposed by the guest, not when the run ended
-			if _, err := rs.newOp(e, d.Op, abi.OpHookDispose, ""); err != nil {
-				return err
-			}
-		}
-		h.disposed = true
-		for _, p := range h.nexts {
-			if o := rs.op(p); !o.settled {
-				o.settle(e.Seq, abi.FutureRejected, hookDisposedErr(h), d.Op)
-			}
-		}
-	case EvProgress:
-		if _, err := rs.newOp(e, d.Op, abi.OpProgress, ""); err != nil {
-			return err
-		}
-		rs.lastProgress = d.Value
-	case EvOutput:
-		if d.Step == 0 {
-			rs.outProduced = d.Produced
-		}
-		rs.outRecorded += int64(len(d.Data))
-	case EvRunCompleted, EvRunFailed:
-		if d.Op != 0 {
-			if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
-				return err
-			}
-		}
-		rs.endCalls(e.Seq)
-		if e.Kind == EvRunCompleted {
-			rs.status, rs.result = store.StatusCompleted, nullIfEmpty(d.Result)
-		} else {
-			rs.status, rs.failure, rs.endResult = store.StatusFailed, errOrUnknown(d.Error), d.Result
-		}
-	case EvRunCancelled:
-		if d.Op != 0 { // the body's own end, after an abort
-			if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
-				return err
-			}
-		}
-		rs.endCalls(e.Seq)
-		rs.status, rs.failure, rs.endResult = store.StatusCancelled, d.Error, d.Result
-	case EvWebhookResponded:
-		h := rs.hooks[d.Hook]
-		if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {
-			return fmt.Errorf("%w: event %d answers request %d of hook %d, which cannot be answered", ErrBadHistory, e.Seq, d.Index, d.Hook)
-		}
-		if _, err := rs.newOp(e, d.Op, abi.OpWebhookRespond, ""); err != nil {
-			return err
-		}
-		if h.responses == nil {
-			h.responses = map[int]*abi.HTTPResponse{}
-		}
-		h.responses[d.Index] = d.Response
-	case EvAgentSent:
-		o, err := rs.newOp(e, d.Op, abi.OpAgent, d.Name)
-		if err != nil {
-			return err
-		}
-		o.input, o.request = d.Input, d.Request
-		if d.AgentRequest != nil {
-			a := *d.AgentRequest
-			o.agent = &a
-		}
-		if key := o.session(); key != "" {
-			if rs.sessions == nil {
-				rs.sessions = map[string]*childSession{}
-			}
-			cs := rs.sessions[key]
-			switch {
-			case cs == nil:
-				rs.sessions[key] = &childSession{agent: d.Name, running: d.Op}
-			case cs.agent != d.Name:
-				return fmt.Errorf("%w: event %d sends to session %q of agent %s as agent %s", ErrBadHistory, e.Seq, key, cs.agent, d.Name)
-			case cs.running != 0:
-				cs.queued = append(cs.queued, d.Op)
-			default:
-				cs.running = d.Op
-			}
-		}
-	case EvAgentSettled:
-		o, err := rs.existingOp(e, d.Op, abi.OpAgent)
-		if err != nil {
-			return err
-		}
-		if o.settled || d.Agent == nil {
-			return fmt.Errorf("%w: agent turn of op %d settled twice or without a result", ErrBadHistory, d.Op)
-		}
-		v := mustJSON(d.Agent)
-		o.settle(e.Seq, abi.FutureFulfilled, v, 0)
-		if cs := rs.sessions[o.session()]; o.session() != "" && cs != nil {
-			if cs.running != d.Op {
-				return fmt.Errorf("%w: event %d ends a turn of session %q that is not running", ErrBadHistory, e.Seq, o.session())
-			}
-			// The messages that went with the turn end with it; those
-			// sent meanwhile are the next turn.
-			for _, j := range cs.joined[d.Op] {
-				if q := rs.op(j); !q.settled {
-					q.settle(e.Seq, abi.FutureFulfilled, v, 0)
-				}
-			}
-			cs.turns = append(cs.turns, d.Op)
-			cs.running = 0
-			if len(cs.queued) > 0 {
-				cs.running = cs.queued[0]
-				if len(cs.queued) > 1 {
-					if cs.joined == nil {
-						cs.joined = map[uint32][]uint32{}
-					}
-					cs.joined[cs.running] = append([]uint32(nil), cs.queued[1:]...)
-				}
-				cs.queued = nil
-			}
-		}
-	case EvCallReceived:
-		if d.Index != len(rs.calls) {
-			return fmt.Errorf("%w: event %d delivers call %d, expected call %d", ErrBadHistory, e.Seq, d.Index, len(rs.calls))
-		}
-		if in := bytes.TrimLeft(d.Input, " \t\r\n"); d.CallID == "" || len(in) == 0 || in[0] != '{' {
-			return fmt.Errorf("%w: event %d delivers call %d without an id or an object input", ErrBadHistory, e.Seq, d.Index)
-		}
-		rs.calls = append(rs.calls, callRec{seq: e.Seq, id: d.CallID, input: d.Input})
-		if d.Index < len(rs.receives) {
-			rs.op(rs.receives[d.Index]).settle(e.Seq, abi.FutureFulfilled, rs.serveCall(d.Index), 0)
-		}
-	case EvReceive:
-		o, err := rs.newOp(e, d.Op, abi.OpReceive, "")
-		if err != nil {
-			return err
-		}
-		o.index = len(rs.receives)
-		rs.receives = append(rs.receives, d.Op)
-		if o.index < len(rs.calls) {
-			o.settle(rs.calls[o.index].seq, abi.FutureFulfilled, rs.serveCall(o.index), 0)
-		}
-	case EvReplied:
-		o, err := rs.newOp(e, d.Op, abi.OpReply, "")
-		if err != nil {
-			return err
-		}
-		if d.Index < 0 || d.Index > rs.receivable() || d.Answered < 0 {
-			return fmt.Errorf("%w: event %d replies to %d received calls, but %d could have been received", ErrBadHistory, e.Seq, d.Index, rs.receivable())
-		}
-		n := 0
-		for i := range d.Index {
-			if c := &rs.calls[i]; !c.answered {
-				c.answered, c.output, c.by = true, nullIfEmpty(d.Payload), e.Seq
-				n++
-			}
-		}
-		if n != d.Answered {
-			return fmt.Errorf("%w: event %d answers %d calls, but %d were waiting", ErrBadHistory, e.Seq, d.Answered, n)
-		}
-		o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.ReplyResult{Answered: n}), d.Op)
-	case EvAbortRequested:
-		if d.Index != len(rs.aborts) {
-			return fmt.Errorf("%w: event %d is abort %d, expected abort %d", ErrBadHistory, e.Seq, d.Index, len(rs.aborts))
-		}
-		rs.aborts = append(rs.aborts, abortRec{seq: e.Seq, reason: d.Reason})
-		v := mustJSON(abi.AbortInfo{Reason: d.Reason})
-		for _, o := range rs.ops {
-			if o != nil && o.kind == abi.OpSignal && !o.settled { // nil: left out of an image, settled
-				o.settle(e.Seq, abi.FutureFulfilled, v, 0)
-			}
-		}
-		// A serve run's calls still waiting end as cancelled.
-		for i := range rs.calls {
-			if c := &rs.calls[i]; !c.answered {
-				c.answered, c.cancelled, c.by = true, true, e.Seq
-			}
-		}
-	case EvSignal:
-		o, err := rs.newOp(e, d.Op, abi.OpSignal, "")
-		if err != nil {
-			return err
-		}
-		if d.Reason != "" {
-			o.settle(e.Seq, abi.FutureFulfilled, mustJSON(abi.AbortInfo{Reason: d.Reason}), d.Op)
-		}
-	case EvOpRefused:
-		kind, ok := abi.OpKindByName(d.Kind)
-		if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {
-			return fmt.Errorf("%w: event %d refuses op kind %q with status %d", ErrBadHistory, e.Seq, d.Kind, d.Status)
-		}
-		o, err := rs.newOp(e, d.Op, kind, d.Name)
-		if err != nil {
-			return err
-		}
-		o.refused, o.value = abi.Status(d.Status), mustJSON(d.Error)
-	case EvRunUpgraded:
-		// The record carries the new pin; nothing in the model changes.
-		rs.pinVersion, rs.pinHash = d.Version, d.ModuleHash
-	default:
-		return fmt.Errorf("%w: unknown event kind %q at %d", ErrBadHistory, e.Kind, e.Seq)
-	}
-	rs.lastSeq = e.Seq
-	if rs.lazy != nil {
-		rs.lazy.tail = append(rs.lazy.tail, e)
-	}
-	return nil
+	return d, nil
 }
 
 func hookDisposedErr(h *hookRec) []byte {

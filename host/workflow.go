@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/abi"
@@ -159,6 +158,9 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 	return body, err
 }
 
+// op answers one op of the guest's: it checks the op's flags and kind,
+// answers the ops that are not recorded, then the recorded ones from the
+// log while the guest replays (replayed) and for real past it (frontier).
 func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
 	w.ctx = ctx
 	probe := kind&abi.OpFlagIfRecorded != 0
@@ -168,21 +170,53 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no if-recorded flag: it is not recorded", kind)), nil
 	}
 	if andWait {
-		if !kind.MakesFuture() {
-			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no await flag: it makes no future", kind)), nil
-		}
-		k := kind
-		if probe {
-			k |= abi.OpFlagIfRecorded
-		}
-		body, err := w.Op(ctx, k, name, payload)
-		if err != nil || len(body) < abi.BodyHeaderSize || abi.Status(binary.LittleEndian.Uint32(body)) != abi.StatusPending {
-			return body, err
-		}
-		p := binary.LittleEndian.Uint32(body[4:])
-		w.one[0] = p // wait does not keep it
-		return w.wait(abi.AwaitAll, w.one[:], p)
+		return w.opAndWait(ctx, kind, probe, name, payload)
 	}
+	if body, err := w.unfit(kind, name); body != nil || err != nil {
+		return body, err
+	}
+	switch kind {
+	case abi.OpInput:
+		return w.ok(0, w.rs.created.Input), nil
+	case abi.OpMetadata:
+		if w.meta == nil {
+			w.meta = mustJSON(metadata(w.rs, ""))
+		}
+		return w.ok(0, w.meta), nil
+	case abi.OpAwait:
+		return w.await(payload)
+	}
+	p := w.cursor + 1
+	if o := w.rs.op(p); o != nil {
+		return w.replayed(o, p, kind, probe, name, payload)
+	}
+	return w.frontier(ctx, kind, probe, name, payload, p)
+}
+
+// opAndWait answers an op sent with the await flag: the op, then, if its
+// future is pending, a wait for it alone.
+func (w *wfInstance) opAndWait(ctx context.Context, kind abi.OpKind, probe bool, name, payload []byte) ([]byte, error) {
+	if !kind.MakesFuture() {
+		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no await flag: it makes no future", kind)), nil
+	}
+	k := kind
+	if probe {
+		k |= abi.OpFlagIfRecorded
+	}
+	body, err := w.Op(ctx, k, name, payload)
+	if err != nil || len(body) < abi.BodyHeaderSize || abi.Status(binary.LittleEndian.Uint32(body)) != abi.StatusPending {
+		return body, err
+	}
+	p := binary.LittleEndian.Uint32(body[4:])
+	w.one[0] = p // wait does not keep it
+	return w.wait(abi.AwaitAll, w.one[:], p)
+}
+
+// unfit refuses an op the workflow body may not make, or fails the
+// activation for one made after the body suspended or completed; nil, nil
+// for an op that may go on. Its refusals are not recorded: they depend on
+// nothing but the op and the plugin, so a replay gets them again.
+func (w *wfInstance) unfit(kind abi.OpKind, name []byte) ([]byte, error) {
 	if !kind.InWorkflow() {
 		if kind.Valid() {
 			return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a step", kind)), nil
@@ -204,37 +238,31 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		// Like a malformed name: depends only on the plugin, so not recorded.
 		return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a serve tool (this tool's entry is %s)", kind, w.plugin.m.Entry)), nil
 	}
-	switch kind {
-	case abi.OpInput:
-		return w.ok(0, w.rs.created.Input), nil
-	case abi.OpMetadata:
-		if w.meta == nil {
-			w.meta = mustJSON(metadata(w.rs, ""))
-		}
-		return w.ok(0, w.meta), nil
-	case abi.OpAwait:
-		return w.await(payload)
-	}
+	return nil, nil
+}
 
-	p := w.cursor + 1
-	if o := w.rs.op(p); o != nil {
-		// Replay: the guest must ask for what the history recorded.
-		if o.kind != kind || o.name != string(name) {
-			return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
-		}
-		if o.act != w.act {
-			return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
-				fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
-		}
-		w.cursor = p
-		w.clock.advance(o.t)
-		if w.checkOnly && kind == abi.OpComplete {
-			w.ended, w.endProbed = bytes.Clone(payload), probe
-		}
-		return w.answer(o, p), nil
+// replayed answers a recorded op o, at position p, from the log: the guest
+// must ask for what the history recorded, in the activation it recorded it.
+func (w *wfInstance) replayed(o *opRec, p uint32, kind abi.OpKind, probe bool, name, payload []byte) ([]byte, error) {
+	if o.kind != kind || o.name != string(name) {
+		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
 	}
+	if o.act != w.act {
+		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
+			fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
+	}
+	w.cursor = p
+	w.clock.advance(o.t)
+	if w.checkOnly && kind == abi.OpComplete {
+		w.ended, w.endProbed = bytes.Clone(payload), probe
+	}
+	return w.answer(o, p), nil
+}
 
-	// Past the history: the op runs for real.
+// frontier answers a recorded op past the history, at position p: it runs
+// for real (live), unless this is a check-only replay, which stops here,
+// or the guest is still in an activation the history went past.
+func (w *wfInstance) frontier(ctx context.Context, kind abi.OpKind, probe bool, name, payload []byte, p uint32) ([]byte, error) {
 	actual := OpRef{Kind: kind, Name: string(name), Activation: w.act}
 	if !w.live0 && !w.checkOnly {
 		// The replay is over: the new work gets a fresh CPU budget.
@@ -317,261 +345,43 @@ func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, pay
 }
 
 // perform validates a live op and pushes its event. A refusal is returned
-// as a status and a message, with no event pushed.
+// as a status and a message, with no event pushed. Each op kind has its
+// own perform function (perform.go).
 func (w *wfInstance) perform(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) (ev store.Event, st abi.Status, msg string, err error) {
-	rs, b := w.rs, w.batch
-	bad := func(m string) (store.Event, abi.Status, string, error) { return ev, abi.StatusBadRequest, m, nil }
 	maxPayload := w.limits.PayloadBytes
 	if kind == abi.OpComplete {
 		maxPayload += abi.EnvelopeBytes // the result itself is checked below
 	}
 	if len(payload) > maxPayload {
-		return ev, abi.StatusTooLarge, fmt.Sprintf("payload of %d bytes is over the limit of %d", len(payload), maxPayload), nil
+		return refusal(abi.StatusTooLarge, fmt.Sprintf("payload of %d bytes is over the limit of %d", len(payload), maxPayload))
 	}
 	switch kind {
 	case abi.OpStep:
-		var req abi.StepRequest
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		if m := checkRetry(req.Retry); m != "" {
-			return bad(m)
-		}
-		ev, err = b.push(EvStepStarted, &evData{Op: p, Name: name, Input: clone(nullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry})
+		return w.performStep(name, payload, p)
 	case abi.OpSleep:
-		var req abi.SleepRequest
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		now := w.clock.time()
-		var at time.Time
-		switch {
-		case (req.Ms == nil) == (req.Until == nil):
-			return bad("give exactly one of ms and until")
-		case req.Ms != nil && (*req.Ms < 0 || *req.Ms > maxSleepMs):
-			return bad(fmt.Sprintf("ms must be 0-%d", int64(maxSleepMs)))
-		case req.Ms != nil:
-			at = now.Add(time.Duration(*req.Ms) * time.Millisecond)
-		case *req.Until < 0 || *req.Until > maxUntilMs:
-			return bad(fmt.Sprintf("until must be 0-%d (unix milliseconds, up to the year 2200)", int64(maxUntilMs)))
-		default:
-			at = time.UnixMilli(*req.Until).UTC()
-		}
-		d := &evData{Op: p, FireAt: &at, Immediate: !at.After(now)}
-		ev, err = b.push(EvTimerSet, d)
-		if err == nil && !d.Immediate {
-			b.b.PutTimers = append(b.b.PutTimers, sleepTimer(rs.id, p, at))
-			w.h.wakeScheduler()
-		}
+		return w.performSleep(payload, p)
 	case abi.OpAsk:
-		req, m := parseAsk(payload)
-		if m != "" {
-			return bad(m)
-		}
-		d := &evData{Op: p, Request: encodeAskRequest(req)}
-		if _, aborted := rs.abortedNow(); aborted {
-			// Asked while unwinding from an abort: withdrawn at once.
-			d.Answer = &abi.AskAnswer{Status: abi.AnswerCancelled}
-		} else if rs.created.NoAsk {
-			d.Answer = &abi.AskAnswer{Status: abi.AnswerUnavailable}
-		} else {
-			d.AskID = newTimedID("ask_", 8)
-		}
-		ev, err = b.push(EvAskOpened, d)
-		if err == nil && d.AskID != "" {
-			b.b.PutAsks = append(b.b.PutAsks, store.Ask{ID: d.AskID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: true, Request: d.Request, CreatedAt: ev.Time})
-		}
+		return w.performAsk(payload, p)
 	case abi.OpHookCreate:
-		var req abi.HookRequest
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		if len(req.Metadata) > 0 && !json.Valid(req.Metadata) {
-			return bad("metadata is not JSON")
-		}
-		tok, url := req.Token, ""
-		switch {
-		case req.Webhook != nil:
-			if tok != "" {
-				return bad("a webhook's token is random: give none")
-			}
-			if m := checkWebhook(req.Webhook); m != "" {
-				return bad(m)
-			}
-			tok = newID("whk_", 16) // 128 bits: the token is the URL's only secret
-			url = rs.created.BaseURL + abi.WebhookPath(tok)
-		case tok == "":
-			tok = newID("hook_", 16) // 128 bits
-		default:
-			if m := checkToken(tok); m != "" {
-				return bad(m)
-			}
-		}
-		holder, herr := w.hookHolder(ctx, tok)
-		if herr != nil {
-			return ev, 0, "", herr
-		}
-		ev, err = b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder, Webhook: req.Webhook, URL: url})
-		if err == nil && holder == "" {
-			b.claimHook(tok, p)
-		}
+		return w.performHookCreate(ctx, payload, p)
 	case abi.OpHookNext, abi.OpHookDispose:
-		var ref abi.HookRef
-		if m := decodeStrict(payload, &ref); m != "" {
-			return bad(m)
-		}
-		h := rs.hooks[ref.Hook]
-		if h == nil || ref.Hook > w.cursor {
-			return ev, abi.StatusNotFound, fmt.Sprintf("no hook %d", ref.Hook), nil
-		}
-		if kind == abi.OpHookNext {
-			ev, err = b.push(EvHookNext, &evData{Op: p, Hook: ref.Hook})
-		} else {
-			wasDisposed := h.disposed
-			ev, err = b.push(EvHookDisposed, &evData{Op: p, Hook: ref.Hook})
-			// A second dispose must not release the token: another hook of
-			// this run may hold it by now.
-			if err == nil && h.conflict == "" && !wasDisposed {
-				b.releaseHook(h.token)
-			}
-		}
+		return w.performHookRef(kind, payload, p)
 	case abi.OpWebhookRespond:
-		var req abi.WebhookResponse
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		h := rs.hooks[req.Hook]
-		switch {
-		case h == nil || req.Hook > w.cursor:
-			return ev, abi.StatusNotFound, fmt.Sprintf("no hook %d", req.Hook), nil
-		case h.webhook == nil || !h.webhook.Manual:
-			return bad(fmt.Sprintf("hook %d is not a manual webhook", req.Hook))
-		case req.Request < 0 || req.Request >= len(h.received):
-			return ev, abi.StatusNotFound, fmt.Sprintf("webhook %d has no request %d", req.Hook, req.Request), nil
-		case h.responses[req.Request] != nil:
-			return bad(fmt.Sprintf("request %d of webhook %d is already answered", req.Request, req.Hook))
-		}
-		if m := checkResponse(&req.HTTPResponse); m != "" {
-			return bad(m)
-		}
-		resp := req.HTTPResponse
-		ev, err = b.push(EvWebhookResponded, &evData{Op: p, Hook: req.Hook, Index: req.Request, Response: &resp})
+		return w.performWebhookRespond(payload, p)
 	case abi.OpAgent:
-		var req abi.AgentRequest
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		if len(req.OutputSchema) > 0 {
-			if _, err := schema.Compile(req.OutputSchema); err != nil {
-				return bad("outputSchema: " + err.Error())
-			}
-		}
-		if m := checkAgentRequest(&req); m != "" {
-			return bad(m)
-		}
-		if cs := rs.sessions[req.Session]; req.Session != "" && cs != nil && cs.agent != name {
-			return bad(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.agent, name))
-		}
-		d := &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
-		if req.Session != "" || len(req.Parts) > 0 || req.Model != nil || req.CancelOnAbort {
-			extra := req
-			extra.Message, extra.OutputSchema = "", nil
-			d.AgentRequest = &extra
-		}
-		ev, err = b.push(EvAgentSent, d)
-		if _, aborted := rs.abortedNow(); err == nil && aborted && req.CancelOnAbort {
-			// Sent with an abort signal that has fired: never sent.
-			err = cancelAgentTurns(rs, b, ev.Time)
-		}
+		return w.performAgent(name, payload, p)
 	case abi.OpProgress:
-		if !json.Valid(payload) {
-			return bad("payload is not JSON")
-		}
-		ev, err = b.push(EvProgress, &evData{Op: p, Value: clone(payload)})
+		return w.performProgress(payload, p)
 	case abi.OpReceive:
-		if len(payload) > 0 {
-			return bad("receive takes no payload")
-		}
-		ev, err = b.push(EvReceive, &evData{Op: p})
+		return w.performReceive(payload, p)
 	case abi.OpSignal:
-		if len(payload) > 0 {
-			return bad("signal takes no payload")
-		}
-		// A signal made while the run unwinds from an abort has fired.
-		reason, _ := rs.abortedNow()
-		ev, err = b.push(EvSignal, &evData{Op: p, Reason: reason})
+		return w.performSignal(payload, p)
 	case abi.OpReply:
-		var req abi.ReplyRequest
-		if m := decodeStrict(payload, &req); m != "" {
-			return bad(m)
-		}
-		if !json.Valid(req.Output) {
-			return bad("output is required: any JSON value")
-		}
-		if req.Received < 0 || req.Received > rs.receivable() {
-			return bad(fmt.Sprintf("received is %d, but the run's receive futures have taken %d calls", req.Received, rs.receivable()))
-		}
-		n := 0
-		for i := range req.Received {
-			if !rs.calls[i].answered {
-				n++
-			}
-		}
-		ev, err = b.push(EvReplied, &evData{Op: p, Payload: clone(req.Output), Answered: n, Index: req.Received})
-		if err == nil && n > 0 {
-			// The reply withdraws the questions asked about the calls it
-			// answers: every question still open, as each was asked
-			// while calls it now answers were waiting.
-			err = withdrawOpenAsks(rs, b, ev.Time)
-		}
+		return w.performReply(payload, p)
 	case abi.OpComplete:
-		var out abi.Outcome
-		if m := decodeOutcome(payload, &out); m != "" {
-			return bad(m)
-		}
-		if out.Error != nil && out.Error.Type == "" {
-			return bad("error.type is required")
-		}
-		if out.Error != nil && len(out.Result) > 0 {
-			return bad("give a result or an error, not both")
-		}
-		if len(out.Result) > w.limits.PayloadBytes {
-			return ev, abi.StatusTooLarge, fmt.Sprintf("result of %d bytes is over the limit of %d", len(out.Result), w.limits.PayloadBytes), nil
-		}
-		now := time.Now()
-		reason, unwound := rs.unwound()
-		cause := abi.InterruptRunEnded
-		if unwound {
-			cause = abi.InterruptCancelled
-		}
-		if err := b.finish(now, cause); err != nil {
-			return ev, 0, "", err
-		}
-		if unwound {
-			// The body finished unwinding after an abort: the run ends
-			// cancelled, keeping what the body ended with.
-			ev, err = b.pushAt(EvRunCancelled, now, &evData{Op: p, Reason: reason, Result: clone(out.Result), Error: out.Error})
-		} else if out.Error != nil {
-			ev, err = b.pushAt(EvRunFailed, now, &evData{Op: p, Error: out.Error})
-		} else {
-			res := nullIfEmpty(out.Result)
-			if string(res) == "null" && rs.lastProgress != nil {
-				res = rs.lastProgress
-			}
-			if problems := w.outputProblems(res); problems != "" {
-				// The tool promises its callers results of this shape (an
-				// MCP client may check them): a result without it fails
-				// the run, keeping the result for whoever looks into it.
-				ev, err = b.pushAt(EvRunFailed, now, &evData{Op: p, Result: clone(res),
-					Error: &abi.ErrorObject{Type: abi.ErrTypeOutputSchema, Message: "the result does not match the tool's outputSchema: " + problems}})
-			} else {
-				ev, err = b.pushAt(EvRunCompleted, now, &evData{Op: p, Result: clone(res)})
-			}
-		}
-	default:
-		return ev, abi.StatusUnknownOp, "unknown op", nil
+		return w.performComplete(payload, p)
 	}
-	return ev, abi.StatusOK, "", err
+	return refusal(abi.StatusUnknownOp, "unknown op")
 }
 
 // outputProblems checks a run's result against its tool's outputSchema,
