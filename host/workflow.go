@@ -160,7 +160,7 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 
 // op answers one op of the guest's: it checks the op's flags and kind,
 // answers the ops that are not recorded, then the recorded ones from the
-// log while the guest replays (replayed) and for real past it (frontier).
+// log while the guest replays and for real past it (frontier).
 func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error) {
 	w.ctx = ctx
 	probe := kind&abi.OpFlagIfRecorded != 0
@@ -187,10 +187,25 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		return w.await(payload)
 	}
 	p := w.cursor + 1
-	if o := w.rs.op(p); o != nil {
-		return w.replayed(o, p, kind, probe, name, payload)
+	o := w.rs.op(p)
+	if o == nil {
+		return w.frontier(ctx, kind, probe, name, payload, p)
 	}
-	return w.frontier(ctx, kind, probe, name, payload, p)
+	// Replay, inline (the replay path's cost is per op): the guest must
+	// ask for what the history recorded, in the activation it recorded it.
+	if o.kind != kind || o.name != string(name) {
+		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
+	}
+	if o.act != w.act {
+		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
+			fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
+	}
+	w.cursor = p
+	w.clock.advance(o.t)
+	if w.checkOnly && kind == abi.OpComplete {
+		w.ended, w.endProbed = bytes.Clone(payload), probe
+	}
+	return w.answer(o, p), nil
 }
 
 // opAndWait answers an op sent with the await flag: the op, then, if its
@@ -239,24 +254,6 @@ func (w *wfInstance) unfit(kind abi.OpKind, name []byte) ([]byte, error) {
 		return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a serve tool (this tool's entry is %s)", kind, w.plugin.m.Entry)), nil
 	}
 	return nil, nil
-}
-
-// replayed answers a recorded op o, at position p, from the log: the guest
-// must ask for what the history recorded, in the activation it recorded it.
-func (w *wfInstance) replayed(o *opRec, p uint32, kind abi.OpKind, probe bool, name, payload []byte) ([]byte, error) {
-	if o.kind != kind || o.name != string(name) {
-		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
-	}
-	if o.act != w.act {
-		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
-			fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
-	}
-	w.cursor = p
-	w.clock.advance(o.t)
-	if w.checkOnly && kind == abi.OpComplete {
-		w.ended, w.endProbed = bytes.Clone(payload), probe
-	}
-	return w.answer(o, p), nil
 }
 
 // frontier answers a recorded op past the history, at position p: it runs
