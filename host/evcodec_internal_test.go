@@ -492,5 +492,3 @@ func BenchmarkEncodeEvent(b *testing.B) {
 		}
 	})
 }
-
-

@@ -385,11 +385,11 @@ func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
 // the index after it.
 func ReadInt(b []byte, i int, min, max int64) (int64, int, bool) {
 	if i < len(b) && b[i] == '-' {
-		n, j, ok := ReadUint(b, i+1, uint64(-(min + 1))+1)
+		n, j, ok := ReadUint(b, i+1, uint64(-(min+1))+1)
 		if !ok {
 			return 0, 0, false
 		}
-		return -int64(n - 1) - 1, j, true // -(n) without overflow at min
+		return -int64(n-1) - 1, j, true // -(n) without overflow at min
 	}
 	n, j, ok := ReadUint(b, i, uint64(max))
 	return int64(n), j, ok

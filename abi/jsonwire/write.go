@@ -13,7 +13,7 @@ const hex = "0123456789abcdef"
 // ", \ and the control characters escaped (\b \f \n \r \t by name, the
 // others as \u00XX), <, > and & as \u003c \u003e \u0026, U+2028 and
 // U+2029 as \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd.
-func AppendString[S string | []byte](dst []byte, s S) []byte {
+func AppendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
