@@ -52,33 +52,18 @@ func decodeAnswer(raw []byte, a *abi.AskAnswer) bool {
 		}
 		return j, true
 	}
-	i, empty, ok := jsonwire.Open(raw, jsonwire.SkipSpace(raw, 0), '{')
-	if !ok {
-		return false
-	}
-	for more := !empty; more; {
-		var key []byte
-		if key, i, ok = jsonwire.Key(raw, i); !ok {
-			return false
-		}
+	i, ok := jsonwire.Object(raw, jsonwire.SkipSpace(raw, 0), func(key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "status":
-			i, ok = str(i, &out.Status)
+			return str(i, &out.Status)
 		case "optionId":
-			i, ok = str(i, &out.OptionID)
+			return str(i, &out.OptionID)
 		case "text":
-			i, ok = str(i, &out.Text)
-		default:
-			return false
+			return str(i, &out.Text)
 		}
-		if !ok {
-			return false
-		}
-		if i, more, ok = jsonwire.Next(raw, i, '}'); !ok {
-			return false
-		}
-	}
-	if !jsonwire.End(raw, i) {
+		return 0, false
+	})
+	if !ok || !jsonwire.End(raw, i) {
 		return false
 	}
 	*a = out

@@ -148,30 +148,16 @@ func decodeStruct(raw []byte, rv reflect.Value) bool {
 	if p == nil {
 		return false
 	}
-	i, empty, ok := jsonwire.Open(raw, jsonwire.SkipSpace(raw, 0), '{')
-	if !ok {
-		return false
-	}
-	for more := !empty; more; {
-		var key []byte
-		if key, i, ok = jsonwire.Key(raw, i); !ok {
-			return false
-		}
+	i, ok := jsonwire.Object(raw, jsonwire.SkipSpace(raw, 0), func(key []byte, i int) (int, bool) {
 		if n, found := p.byName[string(key)]; found {
-			i, ok = p.fields[n].decode(raw, i, rv)
-		} else if !asciiKey(key) || p.folded[strings.ToLower(string(key))] {
-			return false // a case-insensitive match: encoding/json's rules
-		} else {
-			i, ok = jsonwire.SkipValue(raw, i)
+			return p.fields[n].decode(raw, i, rv)
 		}
-		if !ok {
-			return false
+		if !asciiKey(key) || p.folded[strings.ToLower(string(key))] {
+			return 0, false // a case-insensitive match: encoding/json's rules
 		}
-		if i, more, ok = jsonwire.Next(raw, i, '}'); !ok {
-			return false
-		}
-	}
-	return jsonwire.End(raw, i)
+		return jsonwire.SkipValue(raw, i)
+	})
+	return ok && jsonwire.End(raw, i)
 }
 
 // asciiKey reports whether a key is ASCII, which encoding/json folds as

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"encoding/json"
 	"math"
 	"time"
 
@@ -287,75 +288,62 @@ func (d *evData) clearHot() {
 // whether it did, and full when it set a field clearHot does not clear.
 // It may leave d half set when it did not.
 func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool) {
-	i, empty, ok := jsonwire.Open(b, jsonwire.SkipSpace(b, 0), '{')
-	if !ok {
-		return false, false
-	}
-	for more := !empty; more; {
-		var key []byte
-		if key, i, ok = jsonwire.Key(b, i); !ok {
-			return false, full
-		}
+	i, ok := jsonwire.Object(b, jsonwire.SkipSpace(b, 0), func(key []byte, i int) (int, bool) {
 		switch string(key) { // compared without a copy
 		case "tool":
-			i, ok = readStr(b, i, &d.Tool, strs)
+			return readStr(b, i, &d.Tool, strs)
 		case "plugin":
-			i, ok = readStr(b, i, &d.Plugin, strs)
+			return readStr(b, i, &d.Plugin, strs)
 		case "version":
-			i, ok = readInt(b, i, &d.Version)
+			return readInt(b, i, &d.Version)
 		case "moduleHash":
-			i, ok = readStr(b, i, &d.ModuleHash, nil)
+			return readStr(b, i, &d.ModuleHash, nil)
 		case "input":
-			d.Input, i, ok = jsonwire.ReadRaw(b, i)
+			return readRaw(b, i, &d.Input)
 		case "seed":
-			i, ok = readStr(b, i, &d.Seed, nil)
+			return readStr(b, i, &d.Seed, nil)
 		case "noAsk":
-			i, ok = readBool(b, i, &d.NoAsk)
+			return readBool(b, i, &d.NoAsk)
 		case "serve":
-			i, ok = readBool(b, i, &d.Serve)
+			return readBool(b, i, &d.Serve)
 		case "sharedInit":
-			i, ok = readBool(b, i, &d.SharedInit)
+			return readBool(b, i, &d.SharedInit)
 		case "agents":
 			// A second list would be decoded into the first by
 			// encoding/json, keeping what the second lacks.
 			if d.Agents != nil {
-				return false, full
+				return 0, false
 			}
-			d.Agents, i, ok = readAgents(b, i)
+			as, j, ok := readAgents(b, i)
+			d.Agents = as
+			return j, ok
 		case "url":
-			i, ok = readStr(b, i, &d.URL, nil)
+			return readStr(b, i, &d.URL, nil)
 		case "baseUrl":
-			i, ok = readStr(b, i, &d.BaseURL, nil)
+			return readStr(b, i, &d.BaseURL, nil)
 		case "activation":
-			i, ok = readInt(b, i, &d.Activation)
+			return readInt(b, i, &d.Activation)
 		case "op":
-			i, ok = readU32(b, i, &d.Op)
+			return readU32(b, i, &d.Op)
 		case "kind":
-			i, ok = readStr(b, i, &d.Kind, strs)
+			return readStr(b, i, &d.Kind, strs)
 		case "name":
-			i, ok = readStr(b, i, &d.Name, strs)
+			return readStr(b, i, &d.Name, strs)
 		case "attempt":
-			i, ok = readInt(b, i, &d.Attempt)
+			return readInt(b, i, &d.Attempt)
 		case "askId":
-			i, ok = readStr(b, i, &d.AskID, nil)
+			return readStr(b, i, &d.AskID, nil)
 		case "request":
-			d.Request, i, ok = jsonwire.ReadRaw(b, i)
+			return readRaw(b, i, &d.Request)
 		case "answer":
-			i, ok = readAnswer(b, i, &d.Answer)
+			return readAnswer(b, i, &d.Answer)
 		case "result":
-			d.Result, i, ok = jsonwire.ReadRaw(b, i)
-		default:
-			full = true
-			i, ok = d.decodeCold(key, b, i)
+			return readRaw(b, i, &d.Result)
 		}
-		if !ok {
-			return false, full
-		}
-		if i, more, ok = jsonwire.Next(b, i, '}'); !ok {
-			return false, full
-		}
-	}
-	return jsonwire.End(b, i), full
+		full = true
+		return d.decodeCold(key, b, i)
+	})
+	return ok && jsonwire.End(b, i), full
 }
 
 // decodeCold reads the value of one of the keys of the rarer kinds at
@@ -377,9 +365,7 @@ func (d *evData) decodeCold(key, b []byte, i int) (int, bool) {
 	case "token":
 		return readStr(b, i, &d.Token, nil)
 	case "metadata":
-		v, j, ok := jsonwire.ReadRaw(b, i)
-		d.Metadata = v
-		return j, ok
+		return readRaw(b, i, &d.Metadata)
 	case "conflict":
 		return readStr(b, i, &d.Conflict, nil)
 	case "hook":
@@ -387,17 +373,13 @@ func (d *evData) decodeCold(key, b []byte, i int) (int, bool) {
 	case "index":
 		return readInt(b, i, &d.Index)
 	case "payload":
-		v, j, ok := jsonwire.ReadRaw(b, i)
-		d.Payload = v
-		return j, ok
+		return readRaw(b, i, &d.Payload)
 	case "callId":
 		return readStr(b, i, &d.CallID, nil)
 	case "answered":
 		return readInt(b, i, &d.Answered)
 	case "value":
-		v, j, ok := jsonwire.ReadRaw(b, i)
-		d.Value = v
-		return j, ok
+		return readRaw(b, i, &d.Value)
 	case "error":
 		return readErrorObject(b, i, &d.Error)
 	case "reason":
@@ -407,7 +389,7 @@ func (d *evData) decodeCold(key, b []byte, i int) (int, bool) {
 	case "data":
 		return readStr(b, i, &d.Data, nil)
 	case "produced":
-		return readI64(b, i, &d.Produced)
+		return readInt(b, i, &d.Produced)
 	case "step":
 		return readU32(b, i, &d.Step)
 	case "cut":
@@ -434,28 +416,24 @@ func readStr(b []byte, i int, dst *string, strs map[string]string) (int, bool) {
 	return j, true
 }
 
-// readInt reads an int at b[i] into *dst; null leaves it. The host's ints
-// are 64 bits.
-func readInt(b []byte, i int, dst *int) (int, bool) {
-	if jsonwire.IsNull(b, i) {
-		return i + 4, true
-	}
-	n, j, ok := jsonwire.ReadInt(b, i, math.MinInt, math.MaxInt)
-	if ok {
-		*dst = int(n)
-	}
-	return j, ok
-}
-
-// readI64 reads an int64 at b[i] into *dst; null leaves it.
-func readI64(b []byte, i int, dst *int64) (int, bool) {
+// readInt reads an integer at b[i] into *dst; null leaves it. The host's
+// ints are 64 bits, as int64s are.
+func readInt[T int | int64](b []byte, i int, dst *T) (int, bool) {
 	if jsonwire.IsNull(b, i) {
 		return i + 4, true
 	}
 	n, j, ok := jsonwire.ReadInt(b, i, math.MinInt64, math.MaxInt64)
 	if ok {
-		*dst = n
+		*dst = T(n)
 	}
+	return j, ok
+}
+
+// readRaw reads any value at b[i] into *dst, as its bytes (aliasing b),
+// as json.Unmarshal stores a json.RawMessage (null too).
+func readRaw(b []byte, i int, dst *json.RawMessage) (int, bool) {
+	v, j, ok := jsonwire.ReadRaw(b, i)
+	*dst = v
 	return j, ok
 }
 
@@ -503,32 +481,6 @@ func readTime(b []byte, i int, dst **time.Time) (int, bool) {
 	return j, true
 }
 
-// readObject reads an object at b[i], giving member each key and the
-// index of its value; member returns the index after the value. null
-// reads as nothing.
-func readObject(b []byte, i int, member func(key []byte, i int) (int, bool)) (int, bool) {
-	if jsonwire.IsNull(b, i) {
-		return i + 4, true
-	}
-	i, empty, ok := jsonwire.Open(b, i, '{')
-	if !ok {
-		return 0, false
-	}
-	for more := !empty; more; {
-		var key []byte
-		if key, i, ok = jsonwire.Key(b, i); !ok {
-			return 0, false
-		}
-		if i, ok = member(key, i); !ok {
-			return 0, false
-		}
-		if i, more, ok = jsonwire.Next(b, i, '}'); !ok {
-			return 0, false
-		}
-	}
-	return i, true
-}
-
 // readAnswer reads a question's answer at b[i] into **dst: null makes it
 // nil; else into the answer *dst holds if any (as json.Unmarshal decodes
 // a second answer into the first).
@@ -541,7 +493,7 @@ func readAnswer(b []byte, i int, dst **abi.AskAnswer) (int, bool) {
 		*dst = new(abi.AskAnswer)
 	}
 	a := *dst
-	return readObject(b, i, func(key []byte, i int) (int, bool) {
+	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "status":
 			return readStr(b, i, &a.Status, nil)
@@ -564,7 +516,7 @@ func readErrorObject(b []byte, i int, dst **abi.ErrorObject) (int, bool) {
 		*dst = new(abi.ErrorObject)
 	}
 	e := *dst
-	return readObject(b, i, func(key []byte, i int) (int, bool) {
+	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "type":
 			return readStr(b, i, &e.Type, nil)
@@ -573,11 +525,9 @@ func readErrorObject(b []byte, i int, dst **abi.ErrorObject) (int, bool) {
 		case "retryable":
 			return readBool(b, i, &e.Retryable)
 		case "retryAfterMs":
-			return readI64(b, i, &e.RetryAfterMs)
+			return readInt(b, i, &e.RetryAfterMs)
 		case "details":
-			v, j, ok := jsonwire.ReadRaw(b, i)
-			e.Details = v
-			return j, ok
+			return readRaw(b, i, &e.Details)
 		}
 		return 0, false
 	})
@@ -593,14 +543,14 @@ func readRetry(b []byte, i int, dst **abi.RetryPolicy) (int, bool) {
 		*dst = new(abi.RetryPolicy)
 	}
 	r := *dst
-	return readObject(b, i, func(key []byte, i int) (int, bool) {
+	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "maxAttempts":
 			return readInt(b, i, &r.MaxAttempts)
 		case "initialBackoffMs":
-			return readI64(b, i, &r.InitialBackoffMs)
+			return readInt(b, i, &r.InitialBackoffMs)
 		case "maxBackoffMs":
-			return readI64(b, i, &r.MaxBackoffMs)
+			return readInt(b, i, &r.MaxBackoffMs)
 		case "backoffFactor":
 			if jsonwire.IsNull(b, i) {
 				return i + 4, true
@@ -627,7 +577,7 @@ func readAgents(b []byte, i int) ([]AgentInfo, int, bool) {
 	as := []AgentInfo{}
 	for more := !empty; more; {
 		var a AgentInfo
-		i, ok = readObject(b, i, func(key []byte, i int) (int, bool) {
+		i, ok = jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
 			switch string(key) {
 			case "name":
 				return readStr(b, i, &a.Name, nil)

@@ -1,6 +1,7 @@
 package jsonwire
 
 import (
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -51,9 +52,9 @@ func (s *scanner) value(depth int) bool {
 	case c == '"':
 		return s.str()
 	case c == '{':
-		return s.object(depth + 1)
+		return s.container(depth+1, '}')
 	case c == '[':
-		return s.array(depth + 1)
+		return s.container(depth+1, ']')
 	case c == '-' || c >= '0' && c <= '9':
 		return s.number()
 	case c == 't':
@@ -74,26 +75,29 @@ func (s *scanner) lit(l string) bool {
 	return true
 }
 
-func (s *scanner) object(depth int) bool {
+// container reads an object (closing '}') or an array (']').
+func (s *scanner) container(depth int, closing byte) bool {
 	if depth > maxDepth {
 		return false
 	}
-	s.i++ // {
+	s.i++ // { or [
 	s.skipSpace()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
+	if s.i < len(s.b) && s.b[s.i] == closing {
 		s.i++
 		return true
 	}
 	for {
-		if s.i >= len(s.b) || s.b[s.i] != '"' || !s.str() {
-			return false
+		if closing == '}' {
+			if s.i >= len(s.b) || s.b[s.i] != '"' || !s.str() {
+				return false
+			}
+			s.skipSpace()
+			if s.i >= len(s.b) || s.b[s.i] != ':' {
+				return false
+			}
+			s.i++
+			s.skipSpace()
 		}
-		s.skipSpace()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return false
-		}
-		s.i++
-		s.skipSpace()
 		if !s.value(depth) {
 			return false
 		}
@@ -105,38 +109,7 @@ func (s *scanner) object(depth int) bool {
 		case ',':
 			s.i++
 			s.skipSpace()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-func (s *scanner) array(depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
-	s.i++ // [
-	s.skipSpace()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return true
-	}
-	for {
-		if !s.value(depth) {
-			return false
-		}
-		s.skipSpace()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.skipSpace()
-		case ']':
+		case closing:
 			s.i++
 			return true
 		default:
@@ -366,14 +339,19 @@ func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
 	} else {
 		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
 			d := uint64(b[j] - '0')
-			if max < d || n > (max-d)/10 {
-				return 0, 0, false
+			if j-i < 19 { // 19 digits cannot overflow
+				n = n*10 + d
+			} else {
+				hi, lo := bits.Mul64(n, 10)
+				var carry uint64
+				if n, carry = bits.Add64(lo, d, 0); hi != 0 || carry != 0 {
+					return 0, 0, false
+				}
 			}
-			n = n*10 + d
 			j++
 		}
 	}
-	if j == i || j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] >= '0' && b[j] <= '9') {
+	if j == i || n > max || j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] >= '0' && b[j] <= '9') {
 		return 0, 0, false
 	}
 	return n, j, true
@@ -468,4 +446,27 @@ func ReadFloat(b []byte, i int, bits int) (float64, int, bool) {
 		return 0, 0, false
 	}
 	return f, j, true
+}
+
+// Object reads the object at b[i], giving member each key (as Key reads
+// it) and the index of its value; member reads the value and returns the
+// index after it. Object returns the index after the object.
+func Object(b []byte, i int, member func(key []byte, i int) (int, bool)) (int, bool) {
+	i, empty, ok := Open(b, i, '{')
+	if !ok {
+		return 0, false
+	}
+	for more := !empty; more; {
+		var key []byte
+		if key, i, ok = Key(b, i); !ok {
+			return 0, false
+		}
+		if i, ok = member(key, i); !ok {
+			return 0, false
+		}
+		if i, more, ok = Next(b, i, '}'); !ok {
+			return 0, false
+		}
+	}
+	return i, true
 }
