@@ -481,19 +481,25 @@ func readTime(b []byte, i int, dst **time.Time) (int, bool) {
 	return j, true
 }
 
-// readAnswer reads a question's answer at b[i] into **dst: null makes it
-// nil; else into the answer *dst holds if any (as json.Unmarshal decodes
-// a second answer into the first).
-func readAnswer(b []byte, i int, dst **abi.AskAnswer) (int, bool) {
+// readPointee reads an object at b[i] into **dst as json.Unmarshal reads
+// one into a pointer: null makes it nil; else the members are read into
+// the value *dst holds, if any (a second answer is decoded into the
+// first), by member.
+func readPointee[T any](b []byte, i int, dst **T, member func(v *T, key []byte, i int) (int, bool)) (int, bool) {
 	if jsonwire.IsNull(b, i) {
 		*dst = nil
 		return i + 4, true
 	}
 	if *dst == nil {
-		*dst = new(abi.AskAnswer)
+		*dst = new(T)
 	}
-	a := *dst
-	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
+	v := *dst
+	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) { return member(v, key, i) })
+}
+
+// readAnswer reads a question's answer at b[i] into **dst (readPointee).
+func readAnswer(b []byte, i int, dst **abi.AskAnswer) (int, bool) {
+	return readPointee(b, i, dst, func(a *abi.AskAnswer, key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "status":
 			return readStr(b, i, &a.Status, nil)
@@ -506,17 +512,9 @@ func readAnswer(b []byte, i int, dst **abi.AskAnswer) (int, bool) {
 	})
 }
 
-// readErrorObject reads an error at b[i] into **dst, as readAnswer does.
+// readErrorObject reads an error at b[i] into **dst (readPointee).
 func readErrorObject(b []byte, i int, dst **abi.ErrorObject) (int, bool) {
-	if jsonwire.IsNull(b, i) {
-		*dst = nil
-		return i + 4, true
-	}
-	if *dst == nil {
-		*dst = new(abi.ErrorObject)
-	}
-	e := *dst
-	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
+	return readPointee(b, i, dst, func(e *abi.ErrorObject, key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "type":
 			return readStr(b, i, &e.Type, nil)
@@ -533,17 +531,9 @@ func readErrorObject(b []byte, i int, dst **abi.ErrorObject) (int, bool) {
 	})
 }
 
-// readRetry reads a retry policy at b[i] into **dst, as readAnswer does.
+// readRetry reads a retry policy at b[i] into **dst (readPointee).
 func readRetry(b []byte, i int, dst **abi.RetryPolicy) (int, bool) {
-	if jsonwire.IsNull(b, i) {
-		*dst = nil
-		return i + 4, true
-	}
-	if *dst == nil {
-		*dst = new(abi.RetryPolicy)
-	}
-	r := *dst
-	return jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
+	return readPointee(b, i, dst, func(r *abi.RetryPolicy, key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "maxAttempts":
 			return readInt(b, i, &r.MaxAttempts)
