@@ -288,62 +288,85 @@ func (d *evData) clearHot() {
 // whether it did, and full when it set a field clearHot does not clear.
 // It may leave d half set when it did not.
 func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool) {
-	i, ok := jsonwire.Object(b, jsonwire.SkipSpace(b, 0), func(key []byte, i int) (int, bool) {
-		switch string(key) { // compared without a copy
-		case "tool":
-			return readStr(b, i, &d.Tool, strs)
-		case "plugin":
-			return readStr(b, i, &d.Plugin, strs)
-		case "version":
-			return readInt(b, i, &d.Version)
-		case "moduleHash":
-			return readStr(b, i, &d.ModuleHash, nil)
-		case "input":
-			return readRaw(b, i, &d.Input)
-		case "seed":
-			return readStr(b, i, &d.Seed, nil)
-		case "noAsk":
-			return readBool(b, i, &d.NoAsk)
-		case "serve":
-			return readBool(b, i, &d.Serve)
-		case "sharedInit":
-			return readBool(b, i, &d.SharedInit)
-		case "agents":
-			// A second list would be decoded into the first by
-			// encoding/json, keeping what the second lacks.
-			if d.Agents != nil {
-				return 0, false
-			}
-			as, j, ok := readAgents(b, i)
-			d.Agents = as
-			return j, ok
-		case "url":
-			return readStr(b, i, &d.URL, nil)
-		case "baseUrl":
-			return readStr(b, i, &d.BaseURL, nil)
-		case "activation":
-			return readInt(b, i, &d.Activation)
-		case "op":
-			return readU32(b, i, &d.Op)
-		case "kind":
-			return readStr(b, i, &d.Kind, strs)
-		case "name":
-			return readStr(b, i, &d.Name, strs)
-		case "attempt":
-			return readInt(b, i, &d.Attempt)
-		case "askId":
-			return readStr(b, i, &d.AskID, nil)
-		case "request":
-			return readRaw(b, i, &d.Request)
-		case "answer":
-			return readAnswer(b, i, &d.Answer)
-		case "result":
-			return readRaw(b, i, &d.Result)
+	// The members are walked here rather than by jsonwire.Object: a call
+	// through a closure per member was a third of this path's time, and
+	// it decodes every event of a long log the layouts do not take.
+	i, empty, ok := jsonwire.Open(b, jsonwire.SkipSpace(b, 0), '{')
+	if !ok {
+		return false, false
+	}
+	for more := !empty; more; {
+		var key []byte
+		if key, i, ok = jsonwire.Key(b, i); !ok {
+			return false, full
 		}
-		full = true
-		return d.decodeCold(key, b, i)
-	})
-	return ok && jsonwire.End(b, i), full
+		if i, ok = d.decodeHotMember(key, b, i, strs, &full); !ok {
+			return false, full
+		}
+		if i, more, ok = jsonwire.Next(b, i, '}'); !ok {
+			return false, full
+		}
+	}
+	return jsonwire.End(b, i), full
+}
+
+// decodeHotMember reads the value of key at b[i]; a key of the rarer
+// kinds sets *full.
+func (d *evData) decodeHotMember(key, b []byte, i int, strs map[string]string, full *bool) (int, bool) {
+	switch string(key) { // compared without a copy
+	case "tool":
+		return readStr(b, i, &d.Tool, strs)
+	case "plugin":
+		return readStr(b, i, &d.Plugin, strs)
+	case "version":
+		return readInt(b, i, &d.Version)
+	case "moduleHash":
+		return readStr(b, i, &d.ModuleHash, nil)
+	case "input":
+		return readRaw(b, i, &d.Input)
+	case "seed":
+		return readStr(b, i, &d.Seed, nil)
+	case "noAsk":
+		return readBool(b, i, &d.NoAsk)
+	case "serve":
+		return readBool(b, i, &d.Serve)
+	case "sharedInit":
+		return readBool(b, i, &d.SharedInit)
+	case "agents":
+		// A second list would be decoded into the first by
+		// encoding/json, keeping what the second lacks.
+		if d.Agents != nil {
+			return 0, false
+		}
+		as, j, ok := readAgents(b, i)
+		d.Agents = as
+		return j, ok
+	case "url":
+		return readStr(b, i, &d.URL, nil)
+	case "baseUrl":
+		return readStr(b, i, &d.BaseURL, nil)
+	case "activation":
+		return readInt(b, i, &d.Activation)
+	case "op":
+		return readU32(b, i, &d.Op)
+	case "kind":
+		return readStr(b, i, &d.Kind, strs)
+	case "name":
+		return readStr(b, i, &d.Name, strs)
+	case "attempt":
+		return readInt(b, i, &d.Attempt)
+	case "askId":
+		return readStr(b, i, &d.AskID, nil)
+	case "request":
+		return readRaw(b, i, &d.Request)
+	case "answer":
+		return readAnswer(b, i, &d.Answer)
+	case "result":
+		return readRaw(b, i, &d.Result)
+	}
+	*full = true
+	return d.decodeCold(key, b, i)
+
 }
 
 // decodeCold reads the value of one of the keys of the rarer kinds at
@@ -405,7 +428,7 @@ func (d *evData) decodeCold(key, b []byte, i int) (int, bool) {
 // readStr reads a string at b[i] into *dst, interned in strs (which may
 // be nil); null leaves *dst as it is, as json.Unmarshal does.
 func readStr(b []byte, i int, dst *string, strs map[string]string) (int, bool) {
-	if jsonwire.IsNull(b, i) {
+	if i < len(b) && b[i] == 'n' && jsonwire.IsNull(b, i) {
 		return i + 4, true
 	}
 	v, j, ok := jsonwire.ReadString(b, i)
@@ -419,7 +442,7 @@ func readStr(b []byte, i int, dst *string, strs map[string]string) (int, bool) {
 // readInt reads an integer at b[i] into *dst; null leaves it. The host's
 // ints are 64 bits, as int64s are.
 func readInt[T int | int64](b []byte, i int, dst *T) (int, bool) {
-	if jsonwire.IsNull(b, i) {
+	if i < len(b) && b[i] == 'n' && jsonwire.IsNull(b, i) {
 		return i + 4, true
 	}
 	n, j, ok := jsonwire.ReadInt(b, i, math.MinInt64, math.MaxInt64)
@@ -439,7 +462,7 @@ func readRaw(b []byte, i int, dst *json.RawMessage) (int, bool) {
 
 // readU32 reads a uint32 at b[i] into *dst; null leaves it.
 func readU32(b []byte, i int, dst *uint32) (int, bool) {
-	if jsonwire.IsNull(b, i) {
+	if i < len(b) && b[i] == 'n' && jsonwire.IsNull(b, i) {
 		return i + 4, true
 	}
 	n, j, ok := jsonwire.ReadUint(b, i, math.MaxUint32)
@@ -451,7 +474,7 @@ func readU32(b []byte, i int, dst *uint32) (int, bool) {
 
 // readBool reads a bool at b[i] into *dst; null leaves it.
 func readBool(b []byte, i int, dst *bool) (int, bool) {
-	if jsonwire.IsNull(b, i) {
+	if i < len(b) && b[i] == 'n' && jsonwire.IsNull(b, i) {
 		return i + 4, true
 	}
 	v, j, ok := jsonwire.ReadBool(b, i)

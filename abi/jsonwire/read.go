@@ -250,6 +250,17 @@ func ReadString(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
 	}
+	// Most strings are printable ASCII without escapes: read those in a
+	// tight loop, the rest with the scanner.
+	for j := i + 1; j < len(b); j++ {
+		c := b[j]
+		if c == '"' {
+			return b[i+1 : j], j + 1, true
+		}
+		if c < 0x20 || c == '\\' || c >= 0x80 {
+			break
+		}
+	}
 	s := scanner{b: b, i: i}
 	flags, ok := s.strFlags()
 	if !ok {
@@ -334,24 +345,25 @@ func hex4(h []byte) rune {
 func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
 	j := i
 	var n uint64
-	if j < len(b) && b[j] == '0' {
+	for j < len(b) && j-i < 19 { // 19 digits cannot overflow
+		c := b[j] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + uint64(c)
 		j++
-	} else {
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			d := uint64(b[j] - '0')
-			if j-i < 19 { // 19 digits cannot overflow
-				n = n*10 + d
-			} else {
-				hi, lo := bits.Mul64(n, 10)
-				var carry uint64
-				if n, carry = bits.Add64(lo, d, 0); hi != 0 || carry != 0 {
-					return 0, 0, false
-				}
-			}
-			j++
+	}
+	if j == i || b[i] == '0' && j > i+1 {
+		return 0, 0, false // no digits, or a leading zero
+	}
+	for ; j < len(b) && b[j]-'0' <= 9; j++ {
+		hi, lo := bits.Mul64(n, 10)
+		var carry uint64
+		if n, carry = bits.Add64(lo, uint64(b[j]-'0'), 0); hi != 0 || carry != 0 {
+			return 0, 0, false
 		}
 	}
-	if j == i || n > max || j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] >= '0' && b[j] <= '9') {
+	if n > max || j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
 		return 0, 0, false
 	}
 	return n, j, true
@@ -408,6 +420,9 @@ func Key(b []byte, i int) (key []byte, next int, ok bool) {
 	if !ok {
 		return nil, 0, false
 	}
+	if j+1 < len(b) && b[j] == ':' && !isSpace(b[j+1]) { // compact, as the codecs write it
+		return key, j + 1, true
+	}
 	j = SkipSpace(b, j)
 	if j >= len(b) || b[j] != ':' {
 		return nil, 0, false
@@ -420,6 +435,9 @@ func Key(b []byte, i int) (key []byte, next int, ok bool) {
 // the next member and more, or the closing bracket, returning the index
 // after it.
 func Next(b []byte, i int, closing byte) (next int, more, ok bool) {
+	if i+1 < len(b) && b[i] == ',' && !isSpace(b[i+1]) { // compact, as the codecs write it
+		return i + 1, true, true
+	}
 	i = SkipSpace(b, i)
 	if i >= len(b) {
 		return 0, false, false
