@@ -25,10 +25,7 @@ func (p *Reader) Lit(s string) bool {
 // Quoted takes a string, quotes and all, as its JSON text: what
 // json.Unmarshal gives a type's UnmarshalJSON (a time's, say).
 func (p *Reader) Quoted(dst *[]byte) bool {
-	if len(p.B) == 0 || p.B[0] != '"' {
-		return false
-	}
-	j, ok := SkipValue(p.B, 0)
+	_, j, ok := ReadString(p.B, 0) // which reads a plain string in place
 	if !ok {
 		return false
 	}
