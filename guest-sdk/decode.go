@@ -2,7 +2,6 @@ package sandflow
 
 import (
 	"encoding/json"
-	"math"
 	"reflect"
 	"strconv"
 
@@ -18,9 +17,10 @@ var unencodable = []byte("\x00unencodable")
 // encodeValue encodes a value as JSON.
 func encodeValue(v any) ([]byte, error) { return appendValue(nil, v) }
 
-// appendValue appends a value's JSON encoding to dst. Scalars and plain
-// strings skip encoding/json's reflection, which is slow in a WebAssembly
-// guest, with the same output and no allocation.
+// appendValue appends a value's JSON encoding to dst. Scalars, strings
+// and raw JSON skip encoding/json's reflection, which is slow in a
+// WebAssembly guest, with the same output (abi/jsonwire's writers) and no
+// allocation.
 func appendValue(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case int:
@@ -30,18 +30,14 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 	case bool:
 		return strconv.AppendBool(dst, x), nil
 	case float64:
-		if !math.IsNaN(x) && !math.IsInf(x, 0) && x == math.Trunc(x) && math.Abs(x) < 1e15 {
-			return strconv.AppendInt(dst, int64(x), 10), nil
+		if b, ok := jsonwire.AppendFloat(dst, x, 64); ok {
+			return b, nil
 		}
 	case string:
-		if jsonwire.PlainString(x) {
-			dst = append(dst, '"')
-			dst = append(dst, x...)
-			return append(dst, '"'), nil
-		}
+		return jsonwire.AppendString(dst, x), nil
 	case json.RawMessage:
-		if json.Valid(x) {
-			return append(dst, x...), nil
+		if b, ok := jsonwire.AppendRaw(dst, x); ok {
+			return b, nil
 		}
 	default:
 		if b, ok := appendStruct(dst, v); ok {
@@ -67,11 +63,7 @@ func appendTyped[T any](dst []byte, v T) ([]byte, error) {
 	case *bool:
 		return strconv.AppendBool(dst, *p), nil
 	case *string:
-		if jsonwire.PlainString(*p) {
-			dst = append(dst, '"')
-			dst = append(dst, *p...)
-			return append(dst, '"'), nil
-		}
+		return jsonwire.AppendString(dst, *p), nil
 	}
 	return appendValue(dst, v)
 }
@@ -174,8 +166,11 @@ func plainInt(raw []byte) (int64, bool) {
 	return sign * n, true
 }
 
-// simpleString returns a JSON string without escapes as a Go string.
+// simpleString returns the JSON string raw as json.Unmarshal decodes it.
 func simpleString(raw []byte) (string, bool) {
-	s, rest, ok := plainStringAt(raw)
-	return s, ok && len(rest) == 0
+	v, j, ok := jsonwire.ReadString(raw, 0)
+	if !ok || !jsonwire.End(raw, j) {
+		return "", false
+	}
+	return string(v), true
 }

@@ -18,17 +18,17 @@ import (
 // exported fields are strings, booleans, integers or (to decode only)
 // floats, none embedded, none with the string option, no two with one
 // name, and neither it nor a field's type has its own JSON or text
-// methods. A value qualifies when it is what json.Marshal would write
-// itself: compact, printable ASCII without <, > and &, and keys and
-// strings without escapes. Anything else goes to encoding/json, which
-// decides; structcodec_test.go holds the two to the same results.
+// methods. Values are read and written with abi/jsonwire, as
+// json.Unmarshal reads and json.Marshal writes them; a key the codec
+// cannot match as encoding/json would (one that matches a field only
+// case-insensitively) goes to encoding/json, which decides, as does
+// malformed JSON. structcodec_test.go holds the two to the same results.
 
 // structPlan is how a struct type is read and written.
 type structPlan struct {
 	fields []planField
 	byName map[string]int  // JSON name -> index in fields
 	folded map[string]bool // lower-cased JSON names
-	encode bool            // every field can be written (no floats)
 }
 
 type planField struct {
@@ -74,7 +74,7 @@ func makePlan(t reflect.Type) *structPlan {
 	if t.Kind() != reflect.Struct || hasMethods(t) {
 		return nil
 	}
-	p := &structPlan{byName: map[string]int{}, folded: map[string]bool{}, encode: true}
+	p := &structPlan{byName: map[string]int{}, folded: map[string]bool{}}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if f.Anonymous {
@@ -114,7 +114,6 @@ func makePlan(t reflect.Type) *structPlan {
 			pf.bits = f.Type.Bits()
 		case reflect.Float32, reflect.Float64:
 			pf.bits = f.Type.Bits()
-			p.encode = false // json.Marshal's float format is its own
 		default:
 			return nil
 		}
@@ -140,93 +139,77 @@ func plainName(s string) bool {
 	return s != ""
 }
 
-// decodeStruct decodes raw into the struct rv (addressable), reporting
-// whether it did; when it did not, it may have set some fields, and the
-// caller decodes with encoding/json from the value it started with.
+// decodeStruct decodes raw into the struct rv (addressable) as
+// json.Unmarshal does, with abi/jsonwire's readers, reporting whether it
+// did; when it did not, it may have set some fields, and the caller
+// decodes with encoding/json from the value it started with.
 func decodeStruct(raw []byte, rv reflect.Value) bool {
 	p := planOf(rv.Type())
-	if p == nil || !jsonwire.PlainRaw(raw) || raw[0] != '{' {
+	if p == nil {
 		return false
 	}
-	// raw is one compact, valid JSON value of printable ASCII.
-	i := 1
-	if raw[i] == '}' {
-		return true
-	}
-	for {
-		key, j, ok := jsonwire.StringAt(raw, i)
-		if !ok {
+	i, ok := jsonwire.Object(raw, jsonwire.SkipSpace(raw, 0), func(key []byte, i int) (int, bool) {
+		if n, found := p.byName[string(key)]; found {
+			return p.fields[n].decode(raw, i, rv)
+		}
+		if !asciiKey(key) || p.folded[strings.ToLower(string(key))] {
+			return 0, false // a case-insensitive match: encoding/json's rules
+		}
+		return jsonwire.SkipValue(raw, i)
+	})
+	return ok && jsonwire.End(raw, i)
+}
+
+// asciiKey reports whether a key is ASCII, which encoding/json folds as
+// strings.ToLower does (others it folds by Unicode's rules: ſ is s).
+func asciiKey(key []byte) bool {
+	for _, c := range key {
+		if c >= 0x80 {
 			return false
 		}
-		i = j + 1 // past the colon
-		n, found := p.byName[string(key)]
-		if !found {
-			if p.folded[strings.ToLower(string(key))] {
-				return false // a case-insensitive match: encoding/json's rules
-			}
-			i = jsonwire.ValueEnd(raw, i)
-		} else if i, ok = p.fields[n].decode(raw, i, rv); !ok {
-			return false
-		}
-		if raw[i] == '}' {
-			return true
-		}
-		i++ // past the comma
 	}
+	return true
 }
 
 // decode reads the field's value at raw[i] into rv's field, returning the
 // index after it.
 func (f *planField) decode(raw []byte, i int, rv reflect.Value) (int, bool) {
-	if raw[i] == 'n' { // null leaves the field as it is
+	if jsonwire.IsNull(raw, i) { // null leaves the field as it is
 		return i + 4, true
 	}
 	fv := rv.Field(f.index)
 	switch f.kind {
 	case reflect.String:
-		s, j, ok := jsonwire.StringAt(raw, i)
-		if !ok {
-			return 0, false
+		s, j, ok := jsonwire.ReadString(raw, i)
+		if ok {
+			fv.SetString(string(s))
 		}
-		fv.SetString(string(s))
-		return j, true
+		return j, ok
 	case reflect.Bool:
-		switch raw[i] {
-		case 't':
-			fv.SetBool(true)
-			return i + 4, true
-		case 'f':
-			fv.SetBool(false)
-			return i + 5, true
+		v, j, ok := jsonwire.ReadBool(raw, i)
+		if ok {
+			fv.SetBool(v)
 		}
-		return 0, false
-	}
-	j := jsonwire.NumberEnd(raw, i)
-	if j == i {
-		return 0, false // not a number: encoding/json's type error
-	}
-	lit := string(raw[i:j])
-	switch f.kind {
+		return j, ok
 	case reflect.Float32, reflect.Float64:
-		x, err := strconv.ParseFloat(lit, f.bits)
-		if err != nil {
-			return 0, false
+		x, j, ok := jsonwire.ReadFloat(raw, i, f.bits)
+		if ok {
+			fv.SetFloat(x)
 		}
-		fv.SetFloat(x)
+		return j, ok
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		x, err := strconv.ParseUint(lit, 10, f.bits)
-		if err != nil {
-			return 0, false
+		x, j, ok := jsonwire.ReadUint(raw, i, 1<<f.bits-1)
+		if ok {
+			fv.SetUint(x)
 		}
-		fv.SetUint(x)
+		return j, ok
 	default:
-		x, err := strconv.ParseInt(lit, 10, f.bits)
-		if err != nil {
-			return 0, false
+		x, j, ok := jsonwire.ReadInt(raw, i, -1<<(f.bits-1), 1<<(f.bits-1)-1)
+		if ok {
+			fv.SetInt(x)
 		}
-		fv.SetInt(x)
+		return j, ok
 	}
-	return j, true
 }
 
 // appendStruct appends the JSON encoding of v when it is a plain struct,
@@ -238,7 +221,7 @@ func appendStruct(dst []byte, v any) ([]byte, bool) {
 		return dst, false
 	}
 	p := planOf(rv.Type())
-	if p == nil || !p.encode {
+	if p == nil {
 		return dst, false
 	}
 	b := append(dst, '{')
@@ -256,17 +239,18 @@ func appendStruct(dst []byte, v any) ([]byte, bool) {
 		b = append(append(append(b, '"'), f.name...), '"', ':')
 		switch f.kind {
 		case reflect.String:
-			s := fv.String()
-			if !jsonwire.PlainString(s) {
-				return dst, false
-			}
-			b = append(append(append(b, '"'), s...), '"')
+			b = jsonwire.AppendString(b, fv.String())
 		case reflect.Bool:
 			b = strconv.AppendBool(b, fv.Bool())
+		case reflect.Float32, reflect.Float64:
+			var ok bool
+			if b, ok = jsonwire.AppendFloat(b, fv.Float(), f.bits); !ok {
+				return dst, false // NaN or an infinity: json.Marshal's error
+			}
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			b = strconv.AppendUint(b, fv.Uint(), 10)
+			b = jsonwire.AppendUint(b, fv.Uint())
 		default:
-			b = strconv.AppendInt(b, fv.Int(), 10)
+			b = jsonwire.AppendInt(b, fv.Int())
 		}
 	}
 	return append(b, '}'), true

@@ -3,7 +3,6 @@ package host
 import (
 	"encoding/json"
 	"fmt"
-	gojson "github.com/goccy/go-json"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -157,14 +156,14 @@ func decodeEvData(e store.Event) (*evData, error) {
 	return d, nil
 }
 
-// decodeEvDataInto decodes an event's data into a zero evData, interning
-// names in strs (decodeHot). hot says the fast path decoded it, so only
-// the fields clearHot clears are set.
+// decodeEvDataInto decodes an event's data into a zero evData (but for
+// what clearHot clears), interning names in strs (evcodec.go). hot says
+// only the fields clearHot clears may be set.
 func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) (hot bool, err error) {
-	if decodeLaid(e.Kind, e.Data, d, strs) || decodeHot(e.Data, d, strs) {
-		return true, nil
+	if ok, full := decodeEvFast(e.Kind, e.Data, d, strs); ok {
+		return !full, nil
 	}
-	if err := gojson.Unmarshal(e.Data, d); err != nil {
+	if err := json.Unmarshal(e.Data, d); err != nil {
 		return false, fmt.Errorf("%w: event %d (%s): %v", ErrBadHistory, e.Seq, e.Kind, err)
 	}
 	return false, nil

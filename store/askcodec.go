@@ -3,15 +3,15 @@ package store
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 
 	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
 // Question records are read and written at every answered question, as a
 // run record is (runcodec.go), so they have the same kind of hand codec:
-// json.Marshal's exact layout by hand when the values allow it, and
-// encoding/json for anything else. TestAskCodecLikeJSON compares them.
+// json.Marshal's exact layout by hand, with abi/jsonwire's writers and
+// readers, and encoding/json for anything else. TestDecodeAskLikeJSON and
+// FuzzAskRecord compare them.
 
 // decodeAsk decodes a stored question record.
 func decodeAsk(v []byte, a *Ask) error {
@@ -29,9 +29,6 @@ func askOfRun(v []byte, id, runID string) bool {
 	p := jsonwire.Reader{B: v}
 	return p.Lit(`{"id":"`) && p.Lit(id) && p.Lit(`","runId":"`) && p.Lit(runID) && p.Lit(`",`)
 }
-
-// askTail is what follows the request in the layout json.Marshal writes.
-const askTail = `,"createdAt":`
 
 func decodeAskFast(v []byte, a *Ask) bool {
 	p := jsonwire.Reader{B: v}
@@ -55,19 +52,14 @@ func decodeAskFast(v []byte, a *Ask) bool {
 	if !p.Lit(`,"request":`) {
 		return false
 	}
-	// The request runs to the last ,"createdAt": (the time after it holds
-	// no such text), and must be one JSON value without spaces around it.
-	end := bytes.LastIndex(p.B, []byte(askTail))
-	if end <= 0 {
+	// One JSON value, kept as it is, as in a RawMessage.
+	req, j, ok := jsonwire.ReadRaw(p.B, 0)
+	if !ok {
 		return false
 	}
-	req := p.B[:end]
-	p.B = p.B[end+len(askTail):]
+	p.B = p.B[j:]
 	var created []byte
-	if !p.Quoted(&created) || !p.Lit(`}`) || len(p.B) != 0 {
-		return false
-	}
-	if !oneValue(req) {
+	if !p.Lit(`,"createdAt":`) || !p.Quoted(&created) || !p.Lit(`}`) || len(p.B) != 0 {
 		return false
 	}
 	if a.CreatedAt.UnmarshalJSON(created) != nil {
@@ -86,27 +78,24 @@ func encodeAsk(a Ask) ([]byte, error) {
 }
 
 func encodeAskFast(a Ask) ([]byte, bool) {
-	if !jsonwire.PlainString(a.ID) || !jsonwire.PlainString(a.RunID) || !jsonwire.PlainString(a.Tool) {
-		return nil, false
-	}
-	if !jsonwire.PlainRaw(a.Request) {
-		return nil, false
-	}
 	// The keys and punctuation, the position, and a time with
-	// nanoseconds and a zone (maxTimeJSON): one allocation.
-	b := make([]byte, 0, 80+10+maxTimeJSON+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
-	b = append(append(append(b, `{"id":"`...), a.ID...), `","runId":"`...)
-	b = append(append(b, a.RunID...), `","tool":"`...)
-	b = append(append(b, a.Tool...), `","position":`...)
-	b = strconv.AppendUint(b, uint64(a.Position), 10)
+	// nanoseconds and a zone: one allocation, when no string needs
+	// escapes.
+	b := make([]byte, 0, 80+10+jsonwire.MaxTimeLen+len(a.ID)+len(a.RunID)+len(a.Tool)+len(a.Request))
+	b = jsonwire.AppendString(append(b, `{"id":`...), a.ID)
+	b = jsonwire.AppendString(append(b, `,"runId":`...), a.RunID)
+	b = jsonwire.AppendString(append(b, `,"tool":`...), a.Tool)
+	b = jsonwire.AppendUint(append(b, `,"position":`...), uint64(a.Position))
 	if a.Open {
 		b = append(b, `,"open":true`...)
 	} else {
 		b = append(b, `,"open":false`...)
 	}
-	b = append(append(append(b, `,"request":`...), a.Request...), askTail...)
-	b, ok := appendTimeJSON(b, a.CreatedAt)
+	b, ok := jsonwire.AppendRaw(append(b, `,"request":`...), a.Request)
 	if !ok {
+		return nil, false
+	}
+	if b, ok = jsonwire.AppendTime(append(b, `,"createdAt":`...), a.CreatedAt); !ok {
 		return nil, false
 	}
 	return append(b, '}'), true
