@@ -23,10 +23,12 @@ import (
 //
 // Only what a snapshot can restore is reset, so only instances a snapshot
 // could be taken of are reused: a module whose code changes a table or
-// drops a segment (canSnapshot), an instance whose guest changed its file
-// descriptors (outsideChanged), one that grew its memory past the base
-// image's size (memory cannot shrink) or was closed by an error, and
-// instances not made on the shared sources, are closed as before.
+// drops a segment (canSnapshot), one that grew its memory past the base
+// image's size (memory cannot shrink) or was closed by an error
+// (outsideChanged), and instances not made on the shared sources, are
+// closed as before. A guest's file descriptors are not such state: the
+// host's WASI (internal/wasip1) keeps no descriptor table for it to
+// change.
 
 // InstanceStats counts how the host came by its WebAssembly workflow
 // instances since it opened.

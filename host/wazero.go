@@ -13,11 +13,11 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/meter"
+	"github.com/sandflow/sandflow/internal/wasip1"
 )
 
 // exitAbort is the exit code the host closes an instance with when an
@@ -51,7 +51,7 @@ func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error
 		cfg = cfg.WithCompilationCache(cache)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
-	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, fdListeners{}), rt); err != nil {
+	if err := defineWASI(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, err
 	}
@@ -140,53 +140,21 @@ type wzInstance struct {
 	gmem   guestMemory // the linear memory, as the allocator made it
 	meter  cpuMeter
 	globs  []api.MutableGlobal // see mutableGlobals
-	// fdsChanged: the guest closed or renumbered a file descriptor, state
-	// that lives in wazero, outside memory and globals (fdListeners).
-	fdsChanged bool
+	sys    wasip1.System
+	wmem   wzMemory
 }
-
-// fdListeners notes, on the calling instance, the WASI calls that change
-// its file descriptor table: the only state a guest can change outside its
-// memory and globals on this host (no preopened directories, no sockets;
-// setting a standard stream's flags changes nothing here). An instance
-// whose table changed is neither snapshotted nor reused, since restoring
-// memory and globals would not give back the table. Only the WASI
-// module's two functions are listened to, so other calls cost nothing.
-type fdListeners struct{}
-
-func (fdListeners) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
-	switch def.Name() {
-	case "fd_close", "fd_renumber":
-		return fdChange{}
-	}
-	return nil
-}
-
-type fdChange struct{}
-
-func (fdChange) Before(ctx context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, _ experimental.StackIterator) {
-	if i, ok := ctx.Value(instKey{}).(*wzInstance); ok {
-		i.fdsChanged = true
-	}
-}
-func (fdChange) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
-func (fdChange) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
 
 func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Instance, err error) {
-	inst := &wzInstance{ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{}}
-	clock := cfg.Clock
+	inst := &wzInstance{
+		ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{},
+		sys: wasip1.System{Clock: cfg.Clock, Random: cfg.Random, Stdout: cfg.Stdout, Stderr: cfg.Stderr},
+	}
+	// The guest's clocks, random bytes and output are the WASI module's
+	// (defineWASI), which reads them from the instance: wazero's own
+	// sources are left unset.
 	mc := wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions(). // _initialize runs below, under the CPU limit
-		WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).
-		WithWalltime(func() (int64, int32) {
-			n := clock.Now()
-			return n / 1e9, int32(n % 1e9)
-		}, sys.ClockResolution(1)).
-		WithNanotime(clock.Now, sys.ClockResolution(1)).
-		WithNanosleep(clock.Sleep).
-		WithOsyield(func() {}).
-		WithRandSource(cfg.Random)
+		WithStartFunctions() // _initialize runs below, under the CPU limit
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
 		inst.gmem = newGuestMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 		return inst.gmem
@@ -323,6 +291,70 @@ func wzOp(ctx context.Context, mod api.Module, stack []uint64) {
 		i.held = body
 	}
 	stack[0] = uint64(uint32(len(body)))
+}
+
+// defineWASI defines internal/wasip1's functions as the host module
+// wasi_snapshot_preview1, so that a guest sees the same WASI here as on
+// wasmtime: the clocks, random bytes and output of its InstanceConfig, no
+// files, arguments or environment, and the same errno for everything
+// else.
+func defineWASI(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder(wasip1.ModuleName)
+	vt := func(ts []wasip1.ValType) []api.ValueType {
+		out := make([]api.ValueType, len(ts))
+		for k, t := range ts {
+			out[k] = api.ValueType(t) // both are the binary format's codes
+		}
+		return out
+	}
+	for k := range wasip1.Funcs {
+		f := &wasip1.Funcs[k]
+		b = b.NewFunctionBuilder().
+			WithGoModuleFunction(wzWASI(f), vt(f.Params), vt(f.Results)).
+			Export(f.Name)
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// wzWASI is the host function of WASI function f.
+func wzWASI(f *wasip1.Func) api.GoModuleFunc {
+	n := len(f.Params)
+	results := len(f.Results)
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		i, _ := ctx.Value(instKey{}).(*wzInstance)
+		if i == nil {
+			panic(sys.NewExitError(exitAbort))
+		}
+		i.wmem.mem = mod.Memory()
+		errno, err := f.Call(&i.sys, &i.wmem, stack[:n])
+		i.wmem.mem = nil
+		if err != nil {
+			var ee *wasip1.ExitError
+			if errors.As(err, &ee) {
+				// As wazero's own proc_exit: close the module with the
+				// code and unwind; classify reports the exit.
+				_ = mod.CloseWithExitCode(ctx, ee.Code)
+				panic(sys.NewExitError(ee.Code))
+			}
+			i.abortWith(ctx, mod, err)
+		}
+		if results > 0 {
+			stack[0] = uint64(errno)
+		}
+	}
+}
+
+// wzMemory is the guest memory as internal/wasip1 sees it during one host
+// call.
+type wzMemory struct{ mem api.Memory }
+
+func (m *wzMemory) Bytes() []byte {
+	if m.mem == nil {
+		return nil
+	}
+	b, _ := m.mem.Read(0, m.mem.Size())
+	return b
 }
 
 func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
@@ -603,9 +635,10 @@ func (i *wzInstance) globals() []uint64 {
 }
 
 // outsideChanged reports whether the instance can no longer be restored
-// from memory and globals alone: it is closed, or its guest changed its
-// file descriptors.
-func (i *wzInstance) outsideChanged() bool { return i.closed || i.fdsChanged }
+// from memory and globals alone: it is closed. (The guest cannot change
+// its file descriptors, which would live outside them: internal/wasip1
+// refuses fd_close and fd_renumber.)
+func (i *wzInstance) outsideChanged() bool { return i.closed }
 
 // ownChunks implements baseMapped.
 func (i *wzInstance) ownChunks(b *baseImage) ([]uint32, bool) { return ownChunks(i.gmem, b.file) }
