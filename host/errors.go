@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 )
 
 // Sentinel errors of the host. Compare with errors.Is; the typed errors
@@ -35,8 +36,8 @@ var (
 	// ErrUnknownHook is returned when no live run holds the hook token.
 	ErrUnknownHook = errors.New("unknown hook token")
 	// ErrBadPlugin is returned when a plugin upload is refused; the
-	// *PluginError says why.
-	ErrBadPlugin = errors.New("plugin refused")
+	// *PluginError says why. It is engine.ErrBadPlugin.
+	ErrBadPlugin = engine.ErrBadPlugin
 	// ErrBadManifest is returned when a plugin manifest is invalid.
 	ErrBadManifest = errors.New("invalid plugin manifest")
 	// ErrNonDeterminism is matched by *NonDeterminismError.
@@ -45,15 +46,15 @@ var (
 	// guest made the recorded ops and completed, but with another result
 	// or error than the history records.
 	ErrResultDiffers = errors.New("replay result differs from the history")
-	// ErrLimit is matched by every *LimitError.
-	ErrLimit = errors.New("limit exceeded")
+	// ErrLimit is matched by every *LimitError (engine.ErrLimit).
+	ErrLimit = engine.ErrLimit
 	// ErrCPULimit is matched by a *LimitError for CPU time.
-	ErrCPULimit = errors.New("CPU time limit exceeded")
+	ErrCPULimit = engine.ErrCPULimit
 	// ErrMemoryLimit is matched by a *LimitError for memory.
-	ErrMemoryLimit = errors.New("memory limit exceeded")
+	ErrMemoryLimit = engine.ErrMemoryLimit
 	// ErrGuest is matched by *GuestError: the guest trapped, exited, or
 	// broke the ABI.
-	ErrGuest = errors.New("guest failed")
+	ErrGuest = engine.ErrGuest
 	// ErrBadHistory is returned when a history file cannot be read.
 	ErrBadHistory = errors.New("invalid history")
 	// ErrPluginInUse is returned when deleting a plugin version a run that
@@ -61,7 +62,7 @@ var (
 	ErrPluginInUse = errors.New("plugin version in use")
 	// ErrCompileTimeout is matched by the *PluginError returned when a
 	// module did not compile within Options.CompileTimeout.
-	ErrCompileTimeout = errors.New("module compilation timed out")
+	ErrCompileTimeout = engine.ErrCompileTimeout
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
 	// ErrStepInterrupted is matched by *StepInterruptedError, and by a
@@ -139,70 +140,16 @@ func (e *ResultDiffersError) Is(target error) bool {
 	return target == ErrResultDiffers || target == ErrNonDeterminism
 }
 
-// LimitError is returned when a run or an upload goes over a limit.
-type LimitError struct {
-	// Limit is "cpu", "memory", "payload", "events", "output" or "module".
-	Limit string
-	// Max is the limit's value, in its unit (ms, bytes or events).
-	Max int64
-	// What the limit applied to, for the message.
-	What string
-}
-
-func (e *LimitError) Error() string {
-	unit := map[string]string{"cpu": "ms", "memory": "bytes", "payload": "bytes", "output": "bytes", "module": "bytes", "events": "events"}[e.Limit]
-	s := fmt.Sprintf("%s limit of %d %s exceeded", e.Limit, e.Max, unit)
-	if e.What != "" {
-		s = e.What + ": " + s
-	}
-	return s
-}
-
-// Is matches ErrLimit, and ErrCPULimit or ErrMemoryLimit by kind.
-func (e *LimitError) Is(target error) bool {
-	switch target {
-	case ErrLimit:
-		return true
-	case ErrCPULimit:
-		return e.Limit == "cpu"
-	case ErrMemoryLimit:
-		return e.Limit == "memory"
-	}
-	return false
-}
-
-// ErrorType returns the abi error type for the limit.
-func (e *LimitError) ErrorType() string {
-	switch e.Limit {
-	case "cpu":
-		return abi.ErrTypeCPULimit
-	case "memory":
-		return abi.ErrTypeMemoryLimit
-	case "payload":
-		return abi.ErrTypeTooLarge
-	}
-	return "LimitError"
-}
-
-// GuestError is returned when a guest traps, exits, or breaks the ABI.
-type GuestError struct {
-	// ExitCode is set when the guest exited through proc_exit.
-	ExitCode *uint32
-	Message  string
-	// Object, when set, is the error object the run fails with (an engine
-	// that knows better than "trap", such as the JavaScript one, sets it).
-	Object *abi.ErrorObject
-}
-
-func (e *GuestError) Error() string {
-	if e.ExitCode != nil {
-		return fmt.Sprintf("guest exited with code %d: %s", *e.ExitCode, e.Message)
-	}
-	return "guest failed: " + e.Message
-}
-
-// Is makes errors.Is(err, ErrGuest) true.
-func (e *GuestError) Is(target error) bool { return target == ErrGuest }
+// The error types engines return live in package host/engine; the host
+// returns them too, under these names.
+type (
+	// LimitError is returned when a run or an upload goes over a limit.
+	LimitError = engine.LimitError
+	// GuestError is returned when a guest traps, exits, or breaks the ABI.
+	GuestError = engine.GuestError
+	// PluginError is returned when a plugin upload is refused.
+	PluginError = engine.PluginError
+)
 
 // InputError is returned when a tool input fails the tool's input schema.
 type InputError struct {
@@ -217,30 +164,6 @@ func (e *InputError) Error() string {
 
 // Is makes errors.Is(err, ErrBadInput) true.
 func (e *InputError) Is(target error) bool { return target == ErrBadInput }
-
-// PluginError is returned when a plugin upload is refused.
-type PluginError struct {
-	// Reason is a stable code: "not_wasm", "malformed", "import",
-	// "abi_version", "missing_export", "not_reactor" (a WASI command, or an
-	// _initialize that is not () -> ()), "too_large", "compile",
-	// "module_limit" (a structural limit: Err says which),
-	// "compile_timeout".
-	Reason string
-	Detail string
-	// Err is the cause, when there is one to match with errors.As.
-	Err error
-}
-
-func (e *PluginError) Error() string { return "plugin refused (" + e.Reason + "): " + e.Detail }
-
-// Is makes errors.Is(err, ErrBadPlugin) true, and ErrCompileTimeout for a
-// compilation that timed out.
-func (e *PluginError) Is(target error) bool {
-	return target == ErrBadPlugin || (target == ErrCompileTimeout && e.Reason == "compile_timeout")
-}
-
-// Unwrap returns the cause.
-func (e *PluginError) Unwrap() error { return e.Err }
 
 // RunError is the error a failed run ended with, as the guest or the host
 // reported it. It carries the stable type string and retryable flag that

@@ -22,6 +22,7 @@ import (
 	"github.com/bytecodealliance/wasmtime-go/v39"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/internal/wasip1"
 )
 
@@ -291,16 +292,17 @@ type wtInstance struct {
 	closed bool
 
 	// During a call:
-	ctx   context.Context // the call's, with the instance under instKey
+	ctx   context.Context // the call's, with the instance as its engine.Caller
 	meter cpuMeter
 	held  []byte // a response body too big for the guest's buffer
 	abort error  // why the host ended the guest: an OpHandler's error, an ABI violation, the CPU limit, ctx
 	exit  *uint32
 }
 
-// Instantiate implements CompiledModule.
-func (*wtModule) preInitialisable() {}
+// Poolable implements engine.Poolable.
+func (*wtModule) Poolable() {}
 
+// Instantiate implements CompiledModule.
 func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error) {
 	i := &wtInstance{
 		e: m.e, ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]*wasmtime.Func{},
@@ -337,7 +339,7 @@ func (m *wtModule) Instantiate(ctx context.Context, cfg InstanceConfig) (Instanc
 	if ex := inst.GetExport(i.store, "memory"); ex != nil {
 		i.mem = ex.Memory()
 	}
-	for _, name := range initExports {
+	for _, name := range engine.InitExports() {
 		if i.fn(name) != nil {
 			if err := i.callResult(ctx, name, nil); err != nil {
 				return nil, err
@@ -372,7 +374,7 @@ func (i *wtInstance) Call(ctx context.Context, export string) (int32, error) {
 // guest as an error (as on wazero); one in wasmtime-go itself is recovered
 // here.
 func (i *wtInstance) run(ctx context.Context, fn func() error) (err error) {
-	i.ctx = context.WithValue(ctx, instKey{}, i)
+	i.ctx = engine.WithCaller(ctx, i)
 	i.held, i.abort, i.exit = nil, nil, nil
 	i.meter.start(ctx, i.cpu)
 	i.store.SetEpochDeadline(1)
@@ -429,9 +431,14 @@ func (i *wtInstance) checkCPU() bool {
 	return false
 }
 
-func (i *wtInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
-func (i *wtInstance) renewCPU()        { i.meter.renew() }
-func (i *wtInstance) pauseCPU() func() { return i.meter.pause() }
+// RestartCPU implements engine.CPUBudget.
+func (i *wtInstance) RestartCPU() { i.meter.start(i.meter.ctx, i.cpu) }
+
+// RenewCPU implements engine.CPUBudget.
+func (i *wtInstance) RenewCPU() { i.meter.renew() }
+
+// PauseCPU implements engine.CPUBudget.
+func (i *wtInstance) PauseCPU() func() { return i.meter.pause() }
 
 // memSlack is how close to the memory limit a failed guest's memory must
 // be for the failure to count as the memory limit; see memoryHit.

@@ -16,6 +16,8 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
+	"github.com/sandflow/sandflow/internal/linmem"
 	"github.com/sandflow/sandflow/internal/meter"
 	"github.com/sandflow/sandflow/internal/wasip1"
 )
@@ -120,11 +122,13 @@ type wzModule struct {
 	snapshots bool
 }
 
-func (m *wzModule) canSnapshot() bool { return m.snapshots }
+// CanSnapshot implements engine.SnapshotModule.
+func (m *wzModule) CanSnapshot() bool { return m.snapshots }
+
+// Poolable implements engine.Poolable.
+func (*wzModule) Poolable() {}
 
 func (m *wzModule) Close(ctx context.Context) error { return m.cm.Close(ctx) }
-
-type instKey struct{}
 
 // wzInstance is one wazero module instance and what its host calls need.
 type wzInstance struct {
@@ -137,7 +141,7 @@ type wzInstance struct {
 	abort  error  // why an OpHandler ended the instance
 	fns    map[string]api.Function
 	closed bool
-	gmem   guestMemory // the linear memory, as the allocator made it
+	gmem   linmem.Memory // the linear memory, as the allocator made it
 	meter  cpuMeter
 	globs  []api.MutableGlobal // see mutableGlobals
 	sys    wasip1.System
@@ -156,10 +160,10 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		WithName("").
 		WithStartFunctions() // _initialize runs below, under the CPU limit
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		inst.gmem = newGuestMemory(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
+		inst.gmem = linmem.New(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 		return inst.gmem
 	}))
-	ictx = context.WithValue(ictx, instKey{}, inst)
+	ictx = engine.WithCaller(ictx, inst)
 	// A start function runs during instantiation, under the budget too.
 	inst.meter.start(ctx, inst.cpu)
 	defer func() {
@@ -180,7 +184,7 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg InstanceConfig) (_ Insta
 		return nil, &GuestError{Message: "instantiate: " + err.Error()}
 	}
 	inst.mod = mod
-	for _, name := range initExports {
+	for _, name := range engine.InitExports() {
 		if mod.ExportedFunction(name) != nil {
 			if err := inst.callResult(ctx, name, nil); err != nil {
 				return nil, err
@@ -215,7 +219,7 @@ func (i *wzInstance) callResult(ctx context.Context, export string, res *int32) 
 		i.Close(ctx)
 		return &GuestError{Message: "module does not export " + export}
 	}
-	cctx := context.WithValue(ctx, instKey{}, i)
+	cctx := engine.WithCaller(ctx, i)
 	i.held = nil
 	i.meter.start(ctx, i.cpu)
 	out, err := f.Call(cctx)
@@ -266,7 +270,7 @@ func (i *wzInstance) abortWith(ctx context.Context, mod api.Module, err error) {
 }
 
 func wzOp(ctx context.Context, mod api.Module, stack []uint64) {
-	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	i, _ := engine.Caller(ctx).(*wzInstance)
 	if i == nil {
 		panic(sys.NewExitError(exitAbort))
 	}
@@ -322,7 +326,7 @@ func wzWASI(f *wasip1.Func) api.GoModuleFunc {
 	n := len(f.Params)
 	results := len(f.Results)
 	return func(ctx context.Context, mod api.Module, stack []uint64) {
-		i, _ := ctx.Value(instKey{}).(*wzInstance)
+		i, _ := engine.Caller(ctx).(*wzInstance)
 		if i == nil {
 			panic(sys.NewExitError(exitAbort))
 		}
@@ -358,7 +362,7 @@ func (m *wzMemory) Bytes() []byte {
 }
 
 func wzRead(ctx context.Context, mod api.Module, stack []uint64) {
-	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	i, _ := engine.Caller(ctx).(*wzInstance)
 	ptr, n := uint32(stack[0]), uint32(stack[1])
 	if i == nil || i.held == nil || n < uint32(len(i.held)) {
 		stack[0] = uint64(uint32(0xffffffff)) // -1
@@ -444,86 +448,20 @@ func (m *cpuMeter) pause() func() {
 	}
 }
 
-// cpuClock is the CPU budget of an instance on any engine, which
-// PauseCPU and RestartCPU find under instKey in a host call's context.
-type cpuClock interface {
-	restartCPU()
-	// renewCPU is restartCPU for the replay of a recorded activation,
-	// whose host calls are answered from the log: the budget may start
-	// at the next reading of its clock (cpuMeter).
-	renewCPU()
-	pauseCPU() (resume func())
-}
+// RestartCPU implements engine.CPUBudget.
+func (i *wzInstance) RestartCPU() { i.meter.start(i.meter.ctx, i.cpu) }
 
-func (i *wzInstance) restartCPU()      { i.meter.start(i.meter.ctx, i.cpu) }
-func (i *wzInstance) renewCPU()        { i.meter.renew() }
-func (i *wzInstance) pauseCPU() func() { return i.meter.pause() }
+// RenewCPU implements engine.CPUBudget.
+func (i *wzInstance) RenewCPU() { i.meter.renew() }
 
-// CPUClock is the CPU budget of an instance whose engine keeps its own
-// clock (a source engine's worker, say). An engine puts it in the context
-// it passes to its OpHandler with WithCPUClock, and the host restarts and
-// pauses it as it does a WebAssembly guest's: a replay gives each
-// recorded activation a fresh budget, and so does the live work after it.
-type CPUClock struct {
-	Restart func()
-	// Pause, if set, stops the clock and returns what starts it again.
-	Pause func() (resume func())
-}
-
-// WithCPUClock returns ctx carrying c for RestartCPU and PauseCPU.
-func WithCPUClock(ctx context.Context, c CPUClock) context.Context {
-	return context.WithValue(ctx, instKey{}, engineClock(c))
-}
-
-type engineClock CPUClock
-
-func (c engineClock) restartCPU() {
-	if c.Restart != nil {
-		c.Restart()
-	}
-}
-
-func (c engineClock) renewCPU() { c.restartCPU() }
-
-func (c engineClock) pauseCPU() func() {
-	if c.Pause != nil {
-		return c.Pause()
-	}
-	return func() {}
-}
-
-// RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
-// budget for the rest of its call.
-func RestartCPU(ctx context.Context) {
-	if c := clockOf(ctx); c != nil {
-		c.restartCPU()
-	}
-}
-
-// clockOf is the CPU budget in ctx, or nil.
-func clockOf(ctx context.Context) cpuClock {
-	if ctx == nil {
-		return nil
-	}
-	c, _ := ctx.Value(instKey{}).(cpuClock)
-	return c
-}
-
-// PauseCPU stops the CPU-time clock of the guest whose host call ctx
-// belongs to, while the call waits on something slow outside the guest (a
-// capability, say). It returns the function that restarts the clock.
-func PauseCPU(ctx context.Context) (resume func()) {
-	if c, _ := ctx.Value(instKey{}).(cpuClock); c != nil {
-		return c.pauseCPU()
-	}
-	return func() {}
-}
+// PauseCPU implements engine.CPUBudget.
+func (i *wzInstance) PauseCPU() func() { return i.meter.pause() }
 
 // wzTick is the host function metered modules call every meter.Interval
 // loop iterations: a safe point for the Go runtime, and where a guest over
 // its budget is stopped.
 func wzTick(ctx context.Context, mod api.Module, _ []uint64) {
-	i, _ := ctx.Value(instKey{}).(*wzInstance)
+	i, _ := engine.Caller(ctx).(*wzInstance)
 	if i == nil {
 		panic(sys.NewExitError(exitAbort))
 	}
@@ -531,45 +469,6 @@ func wzTick(ctx context.Context, mod api.Module, _ []uint64) {
 		i.abortWith(ctx, mod, err)
 	}
 }
-
-// guestMemory is a guest's linear memory: mapped (memory_linux.go) or
-// Go-allocated (limitedMemory).
-type guestMemory = experimental.LinearMemory
-
-// limitedMemory backs a linear memory and refuses to grow past a limit,
-// noting that it did so the failure can be reported as the memory limit
-// rather than as whatever the guest does when memory.grow fails.
-type limitedMemory struct {
-	buf   []byte
-	limit uint64
-	hit   *atomic.Bool
-}
-
-// newLimitedMemory reserves only what wazero asks for: reserving more up
-// front (to spare copies when the guest grows) measured slower, since Go
-// zeroes a large allocation it reuses (BenchmarkInstantiate: 16 MiB +6%,
-// 64 MiB +70%).
-func newLimitedMemory(capBytes, limit uint64, hit *atomic.Bool) *limitedMemory {
-	return &limitedMemory{buf: make([]byte, 0, min(capBytes, limit)), limit: limit, hit: hit}
-}
-
-func (m *limitedMemory) Reallocate(size uint64) []byte {
-	if size > m.limit {
-		m.hit.Store(true)
-		return nil
-	}
-	if size <= uint64(cap(m.buf)) {
-		m.buf = m.buf[:size]
-		return m.buf
-	}
-	c := min(max(size, 2*uint64(cap(m.buf))), m.limit)
-	nb := make([]byte, size, c)
-	copy(nb, m.buf)
-	m.buf = nb
-	return nb
-}
-
-func (m *limitedMemory) Free() { m.buf = nil }
 
 // MemorySize is the instance's linear memory in bytes (what parking it
 // holds).
@@ -580,9 +479,11 @@ func (i *wzInstance) MemorySize() uint64 {
 	return uint64(i.mod.Memory().Size())
 }
 
-// The instance's state between export calls, for snapshots (snapshot.go).
+// The instance's state between export calls, for the host's snapshots and
+// resets (engine.Snapshotter, engine.BaseMapped).
 
-func (i *wzInstance) memory() []byte {
+// Memory implements engine.Snapshotter.
+func (i *wzInstance) Memory() []byte {
 	m := i.mod.Memory()
 	if m == nil {
 		return nil
@@ -591,19 +492,20 @@ func (i *wzInstance) memory() []byte {
 	return b
 }
 
-func (i *wzInstance) growMemory(size uint64) error {
+// GrowMemory implements engine.Snapshotter.
+func (i *wzInstance) GrowMemory(size uint64) error {
 	m := i.mod.Memory()
 	if m == nil {
-		return fmt.Errorf("%w: the instance has no memory", errSnapshot)
+		return fmt.Errorf("%w: the instance has no memory", engine.ErrSnapshot)
 	}
 	cur := uint64(m.Size())
 	const page = 1 << 16
 	if size < cur || size%page != 0 {
-		return fmt.Errorf("%w: memory of %d bytes cannot become %d", errSnapshot, cur, size)
+		return fmt.Errorf("%w: memory of %d bytes cannot become %d", engine.ErrSnapshot, cur, size)
 	}
 	if size > cur {
 		if _, ok := m.Grow(uint32((size - cur) / page)); !ok {
-			return fmt.Errorf("%w: memory cannot grow to %d bytes", errSnapshot, size)
+			return fmt.Errorf("%w: memory cannot grow to %d bytes", engine.ErrSnapshot, size)
 		}
 	}
 	return nil
@@ -625,7 +527,8 @@ func (i *wzInstance) mutableGlobals() []api.MutableGlobal {
 	return i.globs
 }
 
-func (i *wzInstance) globals() []uint64 {
+// Globals implements engine.Snapshotter.
+func (i *wzInstance) Globals() []uint64 {
 	gs := i.mutableGlobals()
 	v := make([]uint64, len(gs))
 	for k, g := range gs {
@@ -634,22 +537,27 @@ func (i *wzInstance) globals() []uint64 {
 	return v
 }
 
-// outsideChanged reports whether the instance can no longer be restored
-// from memory and globals alone: it is closed. (The guest cannot change
-// its file descriptors, which would live outside them: internal/wasip1
-// refuses fd_close and fd_renumber.)
-func (i *wzInstance) outsideChanged() bool { return i.closed }
+// Restorable implements engine.Snapshotter: memory and globals are the
+// instance's whole state until it is closed. (The guest cannot change its
+// file descriptors, which would live outside them: internal/wasip1 keeps
+// no descriptor table.)
+func (i *wzInstance) Restorable() bool { return !i.closed }
 
-// ownChunks implements baseMapped.
-func (i *wzInstance) ownChunks(b *baseImage) ([]uint32, bool) { return ownChunks(i.gmem, b.file) }
+// OwnChunks implements engine.BaseMapped.
+func (i *wzInstance) OwnChunks(b *engine.BaseImage) ([]uint32, bool) {
+	return linmem.OwnChunks(i.gmem, b.File(), engine.ChunkSize)
+}
 
-// resetMapped implements baseMapped.
-func (i *wzInstance) resetMapped(b *baseImage) bool { return resetMapped(i.gmem, b.file, b.mem) }
+// ResetToBase implements engine.BaseMapped.
+func (i *wzInstance) ResetToBase(b *engine.BaseImage) bool {
+	return linmem.Reset(i.gmem, b.File(), b.Bytes())
+}
 
-func (i *wzInstance) setGlobals(v []uint64) error {
+// SetGlobals implements engine.Snapshotter.
+func (i *wzInstance) SetGlobals(v []uint64) error {
 	gs := i.mutableGlobals()
 	if len(v) != len(gs) {
-		return fmt.Errorf("%w: %d globals, the module has %d", errSnapshot, len(v), len(gs))
+		return fmt.Errorf("%w: %d globals, the module has %d", engine.ErrSnapshot, len(v), len(gs))
 	}
 	for k, g := range gs {
 		g.Set(v[k])
