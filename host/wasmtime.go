@@ -23,6 +23,8 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host/engine"
+	"github.com/sandflow/sandflow/internal/compilecache"
+	"github.com/sandflow/sandflow/internal/cpumeter"
 	"github.com/sandflow/sandflow/internal/wasip1"
 )
 
@@ -187,7 +189,7 @@ func (e *WasmtimeEngine) cachePath(wasm []byte) string {
 
 // Compile implements Engine. With a cache directory, a compiled artifact
 // is loaded from there when it is and checks out against its checksum
-// (compilecache.go); one that does not (damaged, truncated, unsealed, from
+// (internal/compilecache); one that does not (damaged, truncated, unsealed, from
 // another build) is discarded with a log line, and the module is compiled
 // again and its artifact written in its place.
 func (e *WasmtimeEngine) Compile(ctx context.Context, wasm []byte) (CompiledModule, error) {
@@ -195,7 +197,7 @@ func (e *WasmtimeEngine) Compile(ctx context.Context, wasm []byte) (CompiledModu
 	if e.cacheDir != "" {
 		path = e.cachePath(wasm)
 		if _, err := os.Stat(path); err == nil {
-			b, err := checkCacheEntry(path)
+			b, err := compilecache.CheckEntry(path)
 			var m *wasmtime.Module
 			if err == nil {
 				m, err = wasmtime.NewModuleDeserialize(e.eng, b)
@@ -205,7 +207,7 @@ func (e *WasmtimeEngine) Compile(ctx context.Context, wasm []byte) (CompiledModu
 				return newWtModule(e, m), nil
 			}
 			e.cacheCorrupt.Add(1)
-			discardCacheEntry(path, err)
+			compilecache.Discard(path, err)
 		}
 		e.cacheMisses.Add(1)
 	}
@@ -236,14 +238,14 @@ func writeArtifact(path string, m *wasmtime.Module) error {
 		err = cerr
 	}
 	if err == nil {
-		os.Remove(path + cacheSumSuffix) // a sidecar is written only for a whole entry
+		os.Remove(path + compilecache.SumSuffix) // a sidecar is written only for a whole entry
 		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
 		return err
 	}
-	return writeFileAtomic(path+cacheSumSuffix, cacheSum(b))
+	return compilecache.WriteFileAtomic(path+compilecache.SumSuffix, compilecache.Sum(b))
 }
 
 type wtModule struct {
@@ -293,7 +295,7 @@ type wtInstance struct {
 
 	// During a call:
 	ctx   context.Context // the call's, with the instance as its engine.Caller
-	meter cpuMeter
+	meter cpumeter.Meter
 	held  []byte // a response body too big for the guest's buffer
 	abort error  // why the host ended the guest: an OpHandler's error, an ABI violation, the CPU limit, ctx
 	exit  *uint32
@@ -376,7 +378,7 @@ func (i *wtInstance) Call(ctx context.Context, export string) (int32, error) {
 func (i *wtInstance) run(ctx context.Context, fn func() error) (err error) {
 	i.ctx = engine.WithCaller(ctx, i)
 	i.held, i.abort, i.exit = nil, nil, nil
-	i.meter.start(ctx, i.cpu)
+	i.meter.Start(ctx, i.cpu)
 	i.store.SetEpochDeadline(1)
 	i.e.enter()
 	defer func() {
@@ -420,11 +422,11 @@ func (i *wtInstance) callResult(ctx context.Context, export string, res *int32) 
 // true, with the reason in abort, when the guest must stop.
 func (i *wtInstance) checkCPU() bool {
 	m := &i.meter
-	if err := m.ctx.Err(); err != nil {
+	if err := m.Context().Err(); err != nil {
 		i.fail(err)
 		return true
 	}
-	if m.spent() {
+	if m.Spent() {
 		i.fail(&LimitError{Limit: "cpu", Max: i.cpu.Milliseconds(), What: "guest"})
 		return true
 	}
@@ -432,13 +434,13 @@ func (i *wtInstance) checkCPU() bool {
 }
 
 // RestartCPU implements engine.CPUBudget.
-func (i *wtInstance) RestartCPU() { i.meter.start(i.meter.ctx, i.cpu) }
+func (i *wtInstance) RestartCPU() { i.meter.Restart() }
 
 // RenewCPU implements engine.CPUBudget.
-func (i *wtInstance) RenewCPU() { i.meter.renew() }
+func (i *wtInstance) RenewCPU() { i.meter.Renew() }
 
 // PauseCPU implements engine.CPUBudget.
-func (i *wtInstance) PauseCPU() func() { return i.meter.pause() }
+func (i *wtInstance) PauseCPU() func() { return i.meter.Pause() }
 
 // memSlack is how close to the memory limit a failed guest's memory must
 // be for the failure to count as the memory limit; see memoryHit.
