@@ -4,14 +4,16 @@
 // its tests:
 //
 //	func TestConformance(t *testing.T) {
-//		enginetest.Suite{Engine: newEngine, WASM: true}.Run(t)
+//		enginetest.Suite{Engine: newEngine, WASM: true, Snapshots: true}.Run(t)
 //	}
 //
 // The WebAssembly cases use hand-assembled guests (internal/wasmtest), so
 // they run only on engines of WebAssembly (Suite.WASM); an engine of
 // another language (the JavaScript one) runs the cases that need no guest
 // code of its own, on a module it supplies (Suite.Module). The snapshot
-// cases run on engines whose instances implement engine.Snapshotter.
+// case checks what an engine's modules and instances offer of
+// engine.SnapshotModule, engine.Snapshotter and engine.BaseMapped, and
+// fails without them when Suite.Snapshots says the engine snapshots.
 //
 // The package imports no more of the host than package engine, so that an
 // engine whose own package imports host can use it without a cycle.
