@@ -49,28 +49,10 @@ type SourceEngine interface {
 
 // cpuClock is the CPU budget of an instance on any engine, as the kernel
 // uses it; clockOf finds it in a host call's context.
-type cpuClock interface {
-	restartCPU()
-	// renewCPU is restartCPU for the replay of a recorded activation
-	// (engine.CPUBudget.RenewCPU).
-	renewCPU()
-	pauseCPU() (resume func())
-}
-
-// budgetClock is an engine's CPU budget as a cpuClock.
-type budgetClock struct{ b engine.CPUBudget }
-
-func (c budgetClock) restartCPU()      { c.b.RestartCPU() }
-func (c budgetClock) renewCPU()        { c.b.RenewCPU() }
-func (c budgetClock) pauseCPU() func() { return c.b.PauseCPU() }
+type cpuClock = engine.CPUBudget
 
 // clockOf is the CPU budget in ctx, or nil.
-func clockOf(ctx context.Context) cpuClock {
-	if b := engine.BudgetOf(ctx); b != nil {
-		return budgetClock{b}
-	}
-	return nil
-}
+func clockOf(ctx context.Context) cpuClock { return engine.BudgetOf(ctx) }
 
 // CPUClock is the CPU budget of an instance whose engine keeps its own
 // clock (a source engine's worker, say). An engine puts it in the context
