@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/internal/guestbuild"
 	"github.com/sandflow/sandflow/store"
 )
@@ -196,7 +196,7 @@ func BenchmarkReplayStepsHost(b *testing.B) {
 	rs := stepsHistory(b, h, n)
 	name := []byte("echo")
 	payload := []byte(`{"input":1}`)
-	ctx := context.WithValue(context.Background(), instKey{}, &wzInstance{cpu: time.Minute})
+	ctx := engine.WithCaller(context.Background(), &budgetStub{})
 	b.ReportAllocs()
 	for b.Loop() {
 		w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: true}
@@ -209,3 +209,11 @@ func BenchmarkReplayStepsHost(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/step")
 }
+
+// budgetStub is a CPU budget that costs what an engine's does: nothing
+// but a field or two to set.
+type budgetStub struct{ restarts, renewals int }
+
+func (b *budgetStub) RestartCPU()      { b.restarts++ }
+func (b *budgetStub) RenewCPU()        { b.renewals++ }
+func (b *budgetStub) PauseCPU() func() { return func() {} }

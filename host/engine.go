@@ -2,27 +2,38 @@ package host
 
 import (
 	"context"
-	"io"
-	"time"
 
-	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 )
 
-// Engine runs WebAssembly modules for the kernel. The kernel is the same on
-// every engine: an engine only compiles, instantiates, calls exports, and
-// routes the guest's sandflow.op calls to an OpHandler.
-//
-// An Engine and its CompiledModules are safe for concurrent use; an
-// Instance is used by one goroutine at a time (it may move between
-// goroutines between calls).
-type Engine interface {
-	// Name identifies the engine and its version, such as "wazero/v1.12.0";
-	// it keys compiled-artifact caches.
-	Name() string
-	// Compile validates and compiles module bytes.
-	Compile(ctx context.Context, wasm []byte) (CompiledModule, error)
-	Close(ctx context.Context) error
-}
+// The engine interfaces live in package host/engine; these names stay for
+// the programs written against them.
+type (
+	// Engine runs modules for the kernel.
+	//
+	// Deprecated: use engine.Engine.
+	Engine = engine.Engine
+	// CompiledModule is an immutable compiled module that spawns instances.
+	//
+	// Deprecated: use engine.CompiledModule.
+	CompiledModule = engine.CompiledModule
+	// Instance is one instantiated guest.
+	//
+	// Deprecated: use engine.Instance.
+	Instance = engine.Instance
+	// InstanceConfig is what an instance sees of the world.
+	//
+	// Deprecated: use engine.InstanceConfig.
+	InstanceConfig = engine.InstanceConfig
+	// GuestClock supplies the time a guest sees through WASI.
+	//
+	// Deprecated: use engine.GuestClock.
+	GuestClock = engine.GuestClock
+	// OpHandler serves a guest's sandflow.op calls.
+	//
+	// Deprecated: use engine.OpHandler.
+	OpHandler = engine.OpHandler
+)
 
 // SourceEngine is an engine whose modules are programs in another form
 // than WebAssembly (JavaScript source, say). The host skips its wasm checks
@@ -36,55 +47,61 @@ type SourceEngine interface {
 	Check(ctx context.Context, cm CompiledModule, m Manifest, l Limits) error
 }
 
-// initExports are the exports an engine's Instantiate calls, in order,
-// those the module has.
-var initExports = [...]string{abi.InitializeExport, abi.PrepareExport}
+// cpuClock is the CPU budget of an instance on any engine, as the kernel
+// uses it; clockOf finds it in a host call's context.
+type cpuClock = engine.CPUBudget
 
-// CompiledModule is an immutable compiled module that spawns instances.
-type CompiledModule interface {
-	// Instantiate makes a new instance and runs its _initialize and then
-	// its sandflow_prepare export, those it has, within cfg.CPULimit.
-	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
-	Close(ctx context.Context) error
+// clockOf is the CPU budget in ctx, or nil.
+func clockOf(ctx context.Context) cpuClock { return engine.BudgetOf(ctx) }
+
+// CPUClock is the CPU budget of an instance whose engine keeps its own
+// clock (a source engine's worker, say). An engine puts it in the context
+// it passes to its OpHandler with WithCPUClock, and the host restarts and
+// pauses it as it does a WebAssembly guest's: a replay gives each
+// recorded activation a fresh budget, and so does the live work after it.
+type CPUClock struct {
+	Restart func()
+	// Pause, if set, stops the clock and returns what starts it again.
+	Pause func() (resume func())
 }
 
-// Instance is one instantiated guest.
-type Instance interface {
-	// Call calls an exported () -> i32 function within the CPU limit.
-	// Errors: a *LimitError (cpu or memory), a *GuestError (trap, exit, ABI
-	// violation), an error an OpHandler aborted the instance with, or ctx's
-	// error. After an error the instance is closed and must not be reused.
-	Call(ctx context.Context, export string) (int32, error)
-	Close(ctx context.Context) error
+// WithCPUClock returns ctx carrying c for RestartCPU and PauseCPU. (An
+// engine may instead implement engine.CPUBudget and use engine.WithCaller.)
+func WithCPUClock(ctx context.Context, c CPUClock) context.Context {
+	return engine.WithCaller(ctx, engineClock(c))
 }
 
-// InstanceConfig is what an instance sees of the world.
-type InstanceConfig struct {
-	Clock  GuestClock
-	Random io.Reader
-	// Stdout and Stderr receive the guest's fd_write to 1 and 2.
-	Stdout, Stderr io.Writer
-	// MemoryLimit bounds the linear memory in bytes.
-	MemoryLimit uint64
-	// CPULimit bounds each Call and the initialisation.
-	CPULimit time.Duration
-	Ops      OpHandler
+type engineClock CPUClock
+
+func (c engineClock) RestartCPU() {
+	if c.Restart != nil {
+		c.Restart()
+	}
 }
 
-// GuestClock supplies the time a guest sees through WASI.
-type GuestClock interface {
-	// Now returns the current time in unix nanoseconds; both the wall and
-	// the monotonic WASI clocks read it.
-	Now() int64
-	// Sleep is poll_oneoff's clock wait: it must return at once, advancing
-	// the clock by ns. Nothing in a sandbox really sleeps.
-	Sleep(ns int64)
+func (c engineClock) RenewCPU() { c.RestartCPU() }
+
+func (c engineClock) PauseCPU() func() {
+	if c.Pause != nil {
+		return c.Pause()
+	}
+	return func() {}
 }
 
-// OpHandler serves a guest's sandflow.op calls.
-type OpHandler interface {
-	// Op performs one op. name and payload alias guest memory and are valid
-	// only during the call. The returned body is valid until the next call.
-	// A non-nil error ends the instance: Call returns that error.
-	Op(ctx context.Context, kind abi.OpKind, name, payload []byte) ([]byte, error)
+// RestartCPU gives the guest whose host call ctx belongs to a fresh CPU
+// budget for the rest of its call.
+func RestartCPU(ctx context.Context) {
+	if b := engine.BudgetOf(ctx); b != nil {
+		b.RestartCPU()
+	}
+}
+
+// PauseCPU stops the CPU-time clock of the guest whose host call ctx
+// belongs to, while the call waits on something slow outside the guest (a
+// capability, say). It returns the function that restarts the clock.
+func PauseCPU(ctx context.Context) (resume func()) {
+	if b := engine.BudgetOf(ctx); b != nil {
+		return b.PauseCPU()
+	}
+	return func() {}
 }

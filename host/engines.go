@@ -5,7 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/sandflow/sandflow/host/engine/wazero"
 )
+
+// WazeroEngine runs guests on wazero, a WebAssembly runtime in pure Go.
+//
+// Deprecated: use wazero.Engine, in package host/engine/wazero.
+type WazeroEngine = wazero.Engine
+
+// NewWazeroEngine makes a wazero engine. cacheDir, when not empty, holds
+// compiled artifacts across processes, keyed by module and wazero version.
+//
+// Deprecated: use wazero.New, in package host/engine/wazero.
+func NewWazeroEngine(ctx context.Context, cacheDir string) (*WazeroEngine, error) {
+	return wazero.New(ctx, cacheDir)
+}
 
 // Engine names that NewEngine knows.
 const (

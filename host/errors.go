@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/plugins"
 )
 
@@ -47,15 +48,15 @@ var (
 	// guest made the recorded ops and completed, but with another result
 	// or error than the history records.
 	ErrResultDiffers = errors.New("replay result differs from the history")
-	// ErrLimit is matched by every *LimitError.
-	ErrLimit = errors.New("limit exceeded")
+	// ErrLimit is matched by every *LimitError (engine.ErrLimit).
+	ErrLimit = engine.ErrLimit
 	// ErrCPULimit is matched by a *LimitError for CPU time.
-	ErrCPULimit = errors.New("CPU time limit exceeded")
+	ErrCPULimit = engine.ErrCPULimit
 	// ErrMemoryLimit is matched by a *LimitError for memory.
-	ErrMemoryLimit = errors.New("memory limit exceeded")
+	ErrMemoryLimit = engine.ErrMemoryLimit
 	// ErrGuest is matched by *GuestError: the guest trapped, exited, or
 	// broke the ABI.
-	ErrGuest = errors.New("guest failed")
+	ErrGuest = engine.ErrGuest
 	// ErrBadHistory is returned when a history file cannot be read.
 	ErrBadHistory = errors.New("invalid history")
 	// ErrPluginInUse is returned when deleting a plugin version a run that
@@ -142,70 +143,14 @@ func (e *ResultDiffersError) Is(target error) bool {
 	return target == ErrResultDiffers || target == ErrNonDeterminism
 }
 
-// LimitError is returned when a run or an upload goes over a limit.
-type LimitError struct {
-	// Limit is "cpu", "memory", "payload", "events", "output" or "module".
-	Limit string
-	// Max is the limit's value, in its unit (ms, bytes or events).
-	Max int64
-	// What the limit applied to, for the message.
-	What string
-}
-
-func (e *LimitError) Error() string {
-	unit := map[string]string{"cpu": "ms", "memory": "bytes", "payload": "bytes", "output": "bytes", "module": "bytes", "events": "events"}[e.Limit]
-	s := fmt.Sprintf("%s limit of %d %s exceeded", e.Limit, e.Max, unit)
-	if e.What != "" {
-		s = e.What + ": " + s
-	}
-	return s
-}
-
-// Is matches ErrLimit, and ErrCPULimit or ErrMemoryLimit by kind.
-func (e *LimitError) Is(target error) bool {
-	switch target {
-	case ErrLimit:
-		return true
-	case ErrCPULimit:
-		return e.Limit == "cpu"
-	case ErrMemoryLimit:
-		return e.Limit == "memory"
-	}
-	return false
-}
-
-// ErrorType returns the abi error type for the limit.
-func (e *LimitError) ErrorType() string {
-	switch e.Limit {
-	case "cpu":
-		return abi.ErrTypeCPULimit
-	case "memory":
-		return abi.ErrTypeMemoryLimit
-	case "payload":
-		return abi.ErrTypeTooLarge
-	}
-	return "LimitError"
-}
-
-// GuestError is returned when a guest traps, exits, or breaks the ABI.
-type GuestError struct {
-	// ExitCode is set when the guest exited through proc_exit.
-	ExitCode *uint32
-	Message  string
-	// Object, when set, is the error object the run fails with (an engine
-	// that knows better than "trap", such as the JavaScript one, sets it).
-	Object *abi.ErrorObject
-}
-
-func (e *GuestError) Error() string {
-	if e.ExitCode != nil {
-		return fmt.Sprintf("guest exited with code %d: %s", *e.ExitCode, e.Message)
-	}
-	return "guest failed: " + e.Message
-}
-
-// Is makes errors.Is(err, ErrGuest) true.
-func (e *GuestError) Is(target error) bool { return target == ErrGuest }
+// The error types engines return live in package host/engine; the host
+// returns them too, under these names.
+type (
+	// LimitError is returned when a run or an upload goes over a limit.
+	LimitError = engine.LimitError
+	// GuestError is returned when a guest traps, exits, or breaks the ABI.
+	GuestError = engine.GuestError
+)
 
 // InputError is returned when a tool input fails the tool's input schema.
 type InputError struct {

@@ -6,5 +6,5 @@ package host
 // its cache directory, compiled because there was none, and found one that
 // did not load (and replaced it).
 func WasmtimeCacheStats(e *WasmtimeEngine) (hits, misses, corrupt int64) {
-	return e.cacheHits.Load(), e.cacheMisses.Load(), e.cacheCorrupt.Load()
+	return e.CacheStats()
 }

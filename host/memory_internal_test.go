@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/internal/linmem"
 	"github.com/sandflow/sandflow/store"
 )
 
 // Every mapped guest memory is unmapped once its host closes: instances
 // that completed, suspended, were parked, pooled or reused.
 func TestGuestMemoryUnmapped(t *testing.T) {
-	start := mappedBytes.Load()
+	start := linmem.Mapped()
 	ctx := context.Background()
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"), &store.Options{NoSync: true})
 	if err != nil {
@@ -46,13 +47,13 @@ func TestGuestMemoryUnmapped(t *testing.T) {
 	if n, _ := h.Parked(); n != 1 {
 		t.Errorf("%d parked, want 1", n)
 	}
-	if mapped := mappedBytes.Load() - start; mapped <= 0 {
+	if mapped := linmem.Mapped() - start; mapped <= 0 {
 		t.Errorf("%d bytes mapped with instances parked and pooled", mapped)
 	}
 	if err := h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := mappedBytes.Load() - start; left != 0 {
+	if left := linmem.Mapped() - start; left != 0 {
 		t.Errorf("%d bytes of guest memory still mapped after the host closed", left)
 	}
 }

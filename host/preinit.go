@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 )
 
 // Pre-initialised instances. Instantiating a Go guest and running its
@@ -98,21 +99,13 @@ func (h *Host) instantiate(ctx context.Context, lp *loadedPlugin) (freshInstance
 	return freshInstance{inst, b}, nil
 }
 
-// preInitialisable marks the engines whose modules are worth keeping
-// instances of ahead of demand (WebAssembly's; a JavaScript tool's
-// instance is cheap to make, and a pool of worker processes for every
-// program the workflow tool runs would not be).
-type preInitialisable interface{ preInitialisable() }
-
-func (*wzModule) preInitialisable() {}
-
 // takeFresh returns a pre-initialised instance of the plugin, or makes
 // one. The activation that takes it refills the pool when it is done
 // (activate), so the refill does not compete with the resume. When the
 // pool is empty but instances are being reset for it, it waits for one:
 // a reset takes tens of microseconds, an instantiation milliseconds.
 func (h *Host) takeFresh(ctx context.Context, lp *loadedPlugin) (freshInstance, error) {
-	if _, ok := lp.cm.(preInitialisable); !ok || h.preInit() == 0 {
+	if _, ok := lp.cm.(engine.Poolable); !ok || h.preInit() == 0 {
 		return h.instantiate(ctx, lp)
 	}
 	lp.mu.Lock()
@@ -209,7 +202,7 @@ func (lp *loadedPlugin) isFilling() bool {
 // sharedInit reports whether a new run of the plugin initialises its
 // instances on the shared sources, so that the pool can serve it.
 func (h *Host) sharedInit(lp *loadedPlugin) bool {
-	_, ok := lp.cm.(preInitialisable)
+	_, ok := lp.cm.(engine.Poolable)
 	return ok && h.preInit() > 0
 }
 

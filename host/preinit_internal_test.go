@@ -15,13 +15,23 @@ func (idleInstance) Call(context.Context, string) (int32, error) {
 }
 func (idleInstance) Close(context.Context) error { return nil }
 
+// poolableModule is a compiled module whose instances are pooled, and
+// that cannot make any.
+type poolableModule struct{}
+
+func (poolableModule) Instantiate(context.Context, InstanceConfig) (Instance, error) {
+	return nil, errors.New("not instantiable")
+}
+func (poolableModule) Close(context.Context) error { return nil }
+func (poolableModule) Poolable()                   {}
+
 // A take from an empty pool with an instance being reset for it waits for
 // that instance instead of making one (which this plugin, with no
 // compiled module behind it, could not), and gives up when its context
 // ends.
 func TestTakeFreshWaitsForReset(t *testing.T) {
 	h := &Host{opts: Options{PreInit: 2}}
-	lp := &loadedPlugin{cm: &wzModule{}, resetting: 1}
+	lp := &loadedPlugin{cm: poolableModule{}, resetting: 1}
 	got := make(chan freshInstance, 1)
 	go func() {
 		f, err := h.takeFresh(context.Background(), lp)

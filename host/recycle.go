@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync/atomic"
+
+	"github.com/sandflow/sandflow/host/engine"
 )
 
 // Reusing instances. Instantiating a Go guest costs milliseconds, most of
@@ -23,10 +25,12 @@ import (
 //
 // Only what a snapshot can restore is reset, so only instances a snapshot
 // could be taken of are reused: a module whose code changes a table or
-// drops a segment (canSnapshot), an instance whose guest changed its file
-// descriptors (outsideChanged), one that grew its memory past the base
-// image's size (memory cannot shrink) or was closed by an error, and
-// instances not made on the shared sources, are closed as before.
+// drops a segment (canSnapshot), one that grew its memory past the base
+// image's size (memory cannot shrink) or was closed by an error
+// (engine.Snapshotter.Restorable), and instances not made on the shared sources, are
+// closed as before. A guest's file descriptors are not such state: the
+// host's WASI (internal/wasip1) keeps no descriptor table for it to
+// change.
 
 // InstanceStats counts how the host came by its WebAssembly workflow
 // instances since it opened.
@@ -56,8 +60,8 @@ func (h *Host) recycle(ctx context.Context, w *wfInstance, dirty []uint32) {
 	if inst == nil {
 		return
 	}
-	s, ok := inst.(snapshotter)
-	if !ok || b == nil || !canSnapshot(lp) || s.outsideChanged() || !h.reserveReset(lp) {
+	s, ok := inst.(engine.Snapshotter)
+	if !ok || b == nil || !canSnapshot(lp) || !s.Restorable() || !h.reserveReset(lp) {
 		inst.Close(ctx)
 		return
 	}
@@ -84,7 +88,7 @@ func (h *Host) recycle(ctx context.Context, w *wfInstance, dirty []uint32) {
 // reserveReset counts an instance as being reset for the plugin's pool,
 // if the pool has room for it and the host is open.
 func (h *Host) reserveReset(lp *loadedPlugin) bool {
-	if _, ok := lp.cm.(preInitialisable); !ok {
+	if _, ok := lp.cm.(engine.Poolable); !ok {
 		return false
 	}
 	h.mu.Lock()
@@ -107,26 +111,16 @@ func (h *Host) reserveReset(lp *loadedPlugin) bool {
 // instance has usually had it replaced by the time it returns it.
 func (h *Host) poolCap() int { return 2 * h.preInit() }
 
-// baseMapped is an instance whose memory can be mapped over its plugin's
-// base image file (memory_linux.go). resetMapped makes the memory the
-// image again without comparing it; ownChunks lists the snapshot chunks
-// that may differ from the image (valid until the next call of either),
-// ok false when that is not known.
-type baseMapped interface {
-	resetMapped(b *baseImage) bool
-	ownChunks(b *baseImage) (chunks []uint32, ok bool)
-}
-
 // resetToBase makes an instance's memory and globals the base image's
 // again. Its memory must be the base image's size.
-func resetToBase(s snapshotter, base *baseImage, dirty []uint32) error {
-	mem := s.memory()
+func resetToBase(s engine.Snapshotter, base *baseImage, dirty []uint32) error {
+	mem := s.Memory()
 
 	if len(mem) != len(base.mem) {
 		return fmt.Errorf("%w: memory of %d bytes, the base image has %d", errSnapshot, len(mem), len(base.mem))
 	}
-	if m, ok := s.(baseMapped); ok && m.resetMapped(base) {
-		// Reset through the image's file (memory_linux.go).
+	if m, ok := s.(engine.BaseMapped); ok && m.ResetToBase(base.img) {
+		// Reset through the image's file (internal/linmem).
 	} else if dirty == nil {
 		for off := 0; off < len(mem); off += snapChunk {
 			end := min(off+snapChunk, len(mem))
@@ -144,7 +138,7 @@ func resetToBase(s snapshotter, base *baseImage, dirty []uint32) error {
 			copy(mem[off:end], base.mem[off:end])
 		}
 	}
-	return s.setGlobals(base.globals)
+	return s.SetGlobals(base.globals)
 }
 
 // unbind gives a reset instance back its initialisation's sources, as a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -32,37 +33,23 @@ import (
 // (another module, engine or base image, a log that does not reach it, a
 // damaged encoding) and the run replays, which stays the truth.
 
-// snapshotModule is a CompiledModule whose instances are snapshotters,
-// when canSnapshot says so.
-type snapshotModule interface{ canSnapshot() bool }
-
+// canSnapshot reports whether the plugin's instances are snapshotted and
+// reset: their engine says their memory and globals are their whole state
+// (engine.SnapshotModule, engine.Snapshotter).
 func canSnapshot(lp *loadedPlugin) bool {
-	m, ok := lp.cm.(snapshotModule)
-	return ok && m.canSnapshot()
-}
-
-// snapshotter is an Instance whose state between export calls the host
-// can read and restore.
-type snapshotter interface {
-	// memory is the linear memory, aliased: valid until the next call.
-	memory() []byte
-	// growMemory grows the linear memory to size bytes.
-	growMemory(size uint64) error
-	globals() []uint64
-	setGlobals(g []uint64) error
-	// outsideChanged: the instance holds state its memory and globals do
-	// not (or is closed), so it can be neither snapshotted nor reset.
-	outsideChanged() bool
+	m, ok := lp.cm.(engine.SnapshotModule)
+	return ok && m.CanSnapshot()
 }
 
 // snapChunk is the granularity of a snapshot's memory diff.
-const snapChunk = 4096
+const snapChunk = engine.ChunkSize
 
 // snapMagic starts an encoded snapshot; the last byte is the format.
 var snapMagic = []byte("sfsnap\x00\x01")
 
-// errSnapshot marks a snapshot that cannot be restored here.
-var errSnapshot = errors.New("snapshot not restorable")
+// errSnapshot marks a snapshot that cannot be restored here; an engine
+// that cannot restore one says so with the same error.
+var errSnapshot = engine.ErrSnapshot
 
 // snapImage is a decoded snapshot.
 type snapImage struct {
@@ -86,7 +73,7 @@ type snapImage struct {
 type baseImage struct {
 	once    sync.Once
 	mem     []byte
-	file    *baseFile // mem in a memory file, where there is one
+	img     *engine.BaseImage // mem, in a memory file where there is one
 	globals []uint64
 	crc     uint32
 	err     error
@@ -107,14 +94,14 @@ func (h *Host) base(ctx context.Context, lp *loadedPlugin) (*baseImage, error) {
 			return
 		}
 		defer f.inst.Close(ctx)
-		s, ok := f.inst.(snapshotter)
+		s, ok := f.inst.(engine.Snapshotter)
 		if !ok {
 			b.err = fmt.Errorf("%w: engine cannot snapshot", errSnapshot)
 			return
 		}
-		b.mem, b.globals = bytes.Clone(s.memory()), s.globals()
+		b.mem, b.globals = bytes.Clone(s.Memory()), s.Globals()
 		b.crc = crc32.Checksum(b.mem, castagnoli)
-		b.file = newBaseFile(b.mem)
+		b.img = engine.NewBaseImage(b.mem)
 	})
 	return b, b.err
 }
@@ -218,8 +205,8 @@ func (h *Host) saveSnapshot(ctx context.Context, w *wfInstance) {
 // snapshot copies a suspended instance's state. It returns nil, nil when
 // the engine cannot snapshot.
 func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) {
-	s, ok := w.inst.(snapshotter)
-	if !ok || !canSnapshot(w.plugin) || s.outsideChanged() {
+	s, ok := w.inst.(engine.Snapshotter)
+	if !ok || !canSnapshot(w.plugin) || !s.Restorable() {
 		return nil, nil
 	}
 	base, err := h.base(ctx, w.plugin)
@@ -230,11 +217,11 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 	if err != nil {
 		return nil, err
 	}
-	mem := s.memory()
+	mem := s.Memory()
 	img := snapImage{
 		run: w.rs.id, module: moduleKey(w.plugin), base: base.crc, baseLen: uint64(len(base.mem)),
 		act: w.act, cursor: w.cursor, clock: w.clock.now, rng: rng, outProduced: w.outProduced,
-		memSize: uint64(len(mem)), globals: s.globals(),
+		memSize: uint64(len(mem)), globals: s.Globals(),
 	}
 	var zero [snapChunk]byte
 	diff := func(c int) {
@@ -254,8 +241,8 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 	}
 	// Where the kernel can say which chunks the instance has written since
 	// its memory was last the base image, only those are compared.
-	if l, ok := s.(baseMapped); ok {
-		if cs, ok := l.ownChunks(base); ok {
+	if l, ok := s.(engine.BaseMapped); ok {
+		if cs, ok := l.OwnChunks(base.img); ok {
 			for _, c := range cs {
 				diff(int(c))
 			}
@@ -479,7 +466,7 @@ func (h *Host) restore(ctx context.Context, rs *runState, lp *loadedPlugin) (*wf
 	if err != nil {
 		return nil, err
 	}
-	s, ok := f.inst.(snapshotter)
+	s, ok := f.inst.(engine.Snapshotter)
 	if !ok {
 		f.inst.Close(ctx)
 		return nil, nil
@@ -495,11 +482,11 @@ func (h *Host) restore(ctx context.Context, rs *runState, lp *loadedPlugin) (*wf
 
 // restoreInto writes a snapshot into an instance whose memory is the base
 // image.
-func restoreInto(s snapshotter, img *snapImage, base []byte) error {
-	if err := s.growMemory(img.memSize); err != nil {
+func restoreInto(s engine.Snapshotter, img *snapImage, base []byte) error {
+	if err := s.GrowMemory(img.memSize); err != nil {
 		return err
 	}
-	mem := s.memory()
+	mem := s.Memory()
 	if uint64(len(mem)) != img.memSize || len(base) > len(mem) {
 		return fmt.Errorf("%w: the instance's memory is not the base image", errSnapshot)
 	}
@@ -509,7 +496,7 @@ func restoreInto(s snapshotter, img *snapImage, base []byte) error {
 		n := copy(mem[at:min(at+snapChunk, len(mem))], img.data[off:])
 		off += n
 	}
-	return s.setGlobals(img.globals)
+	return s.SetGlobals(img.globals)
 }
 
 // distrust stops the run's snapshots taken before its log reached seq

@@ -492,7 +492,7 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 			// replay gets one too, so whether a run survives does not
 			// depend on whether its instance stayed warm.
 			if c := w.cpuOf(w.ctx); c != nil {
-				c.renewCPU()
+				c.RenewCPU()
 			}
 			continue
 		}

@@ -416,12 +416,12 @@ func init() {
 			return "printed", nil
 
 		case "close-stdout":
-			// Changes the instance's file descriptors, which live
-			// outside its memory: it must not be reused or snapshotted.
+			// The host refuses to close stdout (fd_close: ENOTSUP); Go
+			// still marks its os.File closed, in the guest's memory.
 			fmt.Println("before close")
 			closeErr := ""
 			if err := os.Stdout.Close(); err != nil {
-				closeErr = err.Error() // wasmtime does not close stdout
+				closeErr = err.Error()
 			}
 			_, err := fmt.Println("after close")
 			return map[string]any{"closeErr": closeErr, "writeFailed": err != nil}, nil

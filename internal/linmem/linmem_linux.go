@@ -1,6 +1,6 @@
 //go:build linux
 
-package host
+package linmem
 
 import (
 	"encoding/binary"
@@ -25,7 +25,7 @@ import (
 // space) the instance falls back to Go-allocated memory.
 
 // mappedBytes is the address space reserved by mapped memories that are
-// not yet freed, for tests that check each is unmapped.
+// not yet freed (Mapped).
 var mappedBytes atomic.Int64
 
 type mappedMemory struct {
@@ -34,26 +34,27 @@ type mappedMemory struct {
 	limit  uint64
 	hit    *atomic.Bool
 	// based: the base image file mapped over region[:cur] by the last
-	// reset (resetMapped); pm and own are its buffers.
-	based *baseFile
+	// reset (Reset); pm and own are its buffers.
+	based *File
 	pm    []byte
 	own   []uint32
 }
 
 func (m *mappedMemory) size() int { return int(m.cur) }
 
-// newGuestMemory returns the memory wazero asked for, of capacity
-// capBytes, refusing to grow past limit.
-func newGuestMemory(capBytes, limit uint64, hit *atomic.Bool) guestMemory {
+// New returns the memory an engine asked for, of capacity capBytes,
+// refusing to grow past limit: mapped, or Go-allocated where a mapping is
+// refused.
+func New(capBytes, limit uint64, hit *atomic.Bool) Memory {
 	const page = 1 << 16
 	reserve := (limit + page - 1) &^ (page - 1)
 	if reserve == 0 || reserve < capBytes {
-		return newLimitedMemory(capBytes, limit, hit)
+		return NewLimited(capBytes, limit, hit)
 	}
 	region, err := unix.Mmap(-1, 0, int(reserve), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return newLimitedMemory(capBytes, limit, hit)
+		return NewLimited(capBytes, limit, hit)
 	}
 	mappedBytes.Add(int64(len(region)))
 	return &mappedMemory{region: region, limit: limit, hit: hit}
@@ -79,8 +80,8 @@ func (m *mappedMemory) Free() {
 	m.region = nil
 }
 
-// A plugin's base image (snapshot.go) is also kept in a sealed memory
-// file, so that resetting a reused instance (recycle.go) costs what its
+// A plugin's base image (the host's snapshots) is also kept in a sealed
+// memory file, so that resetting a reused instance costs what its
 // runs write, not the size of its memory. The first reset maps the file
 // privately over the start of the instance's reservation, replacing every
 // page there at once; from then on the instance reads the file's pages,
@@ -92,15 +93,15 @@ func (m *mappedMemory) Free() {
 // a Go guest's call writes the same few dozen pages every time. Comparing
 // the whole memory against the image instead (the fallback where memory
 // is not mapped) reads megabytes on every reset.
-type baseFile struct {
+type File struct {
 	fd   int
 	size int
 }
 
-// newBaseFile returns mem in a sealed memory file, or nil where one cannot
-// be made (the instance is then reset by comparison). The file is closed
-// when the image is dropped; mappings of it keep its pages.
-func newBaseFile(mem []byte) *baseFile {
+// NewFile returns mem in a sealed memory file, or nil where one cannot be
+// made (the instance is then reset by comparison). The file is closed when
+// the File is dropped; mappings of it keep its pages.
+func NewFile(mem []byte) *File {
 	if len(mem) == 0 || len(mem)%unix.Getpagesize() != 0 {
 		return nil
 	}
@@ -123,15 +124,16 @@ func newBaseFile(mem []byte) *baseFile {
 		unix.Close(fd)
 		return nil
 	}
-	f := &baseFile{fd: fd, size: len(mem)}
+	f := &File{fd: fd, size: len(mem)}
 	runtime.AddCleanup(f, func(fd int) { unix.Close(fd) }, fd)
 	return f
 }
 
-// resetMapped makes the instance memory gm the base image again, where gm
-// is a mapped memory of exactly the image's size and f the image's file.
-// image is the image's bytes, which are f's.
-func resetMapped(gm guestMemory, f *baseFile, image []byte) bool {
+// Reset makes the instance memory gm the base image again, where gm is a
+// mapped memory of exactly the image's size and f the image's file. image
+// is the image's bytes, which are f's. It returns false when gm is not
+// such a memory, or the mapping fails: the caller compares and copies.
+func Reset(gm Memory, f *File, image []byte) bool {
 	m, ok := gm.(*mappedMemory)
 	if !ok || f == nil || m.region == nil || m.size() != f.size || len(image) != f.size {
 		return false
@@ -159,14 +161,14 @@ func resetMapped(gm guestMemory, f *baseFile, image []byte) bool {
 	return true
 }
 
-// ownChunks returns the snapshot chunks of the memory gm that may differ
-// from the base image in f: its own pages, when gm is mapped over f since
-// its last reset (past the image, a page the guest has not touched is
-// still zero), valid until the next reset or ownChunks. ok is false when
-// that is not known.
-func ownChunks(gm guestMemory, f *baseFile) (chunks []uint32, ok bool) {
+// OwnChunks returns the chunks of chunk bytes of the memory gm that may
+// differ from the base image in f: its own pages, when gm is mapped over f
+// since its last reset and a page is chunk bytes (past the image, a page
+// the guest has not touched is still zero), valid until the next Reset or
+// OwnChunks. ok is false when that is not known.
+func OwnChunks(gm Memory, f *File, chunk int) (chunks []uint32, ok bool) {
 	m, isMapped := gm.(*mappedMemory)
-	if !isMapped || f == nil || m.based != f || m.region == nil || m.size() < f.size || unix.Getpagesize() != snapChunk {
+	if !isMapped || f == nil || m.based != f || m.region == nil || m.size() < f.size || unix.Getpagesize() != chunk {
 		return nil, false
 	}
 	pages, err := m.ownPages()

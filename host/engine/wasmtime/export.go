@@ -1,6 +1,6 @@
 //go:build cgo
 
-package host
+package wasmtime
 
 // #include <stddef.h>
 // #include <stdint.h>
@@ -13,7 +13,7 @@ import (
 )
 
 // The Go functions wasmtime calls back, through the C shims in
-// wasmtime_cgo.go. (A file with //export may only declare in its preamble,
+// capi.go. (A file with //export may only declare in its preamble,
 // so the shims live there.)
 
 // sandflowWasmtimeEpoch is called on the guest's thread each time a

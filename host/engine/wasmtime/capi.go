@@ -1,6 +1,6 @@
 //go:build cgo
 
-package host
+package wasmtime
 
 /*
 #include <stdbool.h>
@@ -57,7 +57,7 @@ extern uint8_t *wasmtime_memory_data(const wasmtime_context_t *store, const void
 extern size_t wasmtime_memory_data_size(const wasmtime_context_t *store, const void *memory);
 extern wasm_trap_t *wasmtime_trap_new(const char *msg, size_t msg_len);
 
-// Exported by wasmtime_export.go.
+// Exported by export.go.
 extern int sandflowWasmtimeEpoch(uintptr_t handle);
 extern int sandflowWasmtimeHostCall(uintptr_t fn, uintptr_t ctx, uint8_t *mem, size_t mem_len, void *args, size_t n);
 

@@ -1,4 +1,4 @@
-package host
+package cpumeter
 
 import (
 	"context"
@@ -10,32 +10,32 @@ import (
 // reading, which a pause also is.
 func TestCPUMeterRenew(t *testing.T) {
 	const budget = 40 * time.Millisecond
-	var m cpuMeter
-	m.start(context.Background(), budget)
+	var m Meter
+	m.Start(context.Background(), budget)
 	time.Sleep(budget + 20*time.Millisecond)
-	if !m.spent() {
+	if !m.Spent() {
 		t.Fatal("a start's budget did not count the time since the start")
 	}
 
-	m.renew()
+	m.Renew()
 	time.Sleep(budget + 20*time.Millisecond)
-	if m.spent() {
+	if m.Spent() {
 		t.Fatal("a renewed budget counted the time before its first reading")
 	}
 	time.Sleep(budget + 20*time.Millisecond)
-	if !m.spent() {
+	if !m.Spent() {
 		t.Fatal("a renewed budget was not spent a budget after its first reading")
 	}
 
-	m.renew()
-	resume := m.pause() // the first reading: the budget runs from here
+	m.Renew()
+	resume := m.Pause() // the first reading: the budget runs from here
 	time.Sleep(budget + 20*time.Millisecond)
 	resume()
-	if m.spent() {
+	if m.Spent() {
 		t.Fatal("time paused counted against a renewed budget")
 	}
 	time.Sleep(budget + 20*time.Millisecond)
-	if !m.spent() {
+	if !m.Spent() {
 		t.Fatal("a renewed, paused and resumed budget was never spent")
 	}
 }
