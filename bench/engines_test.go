@@ -14,6 +14,7 @@ import (
 	"github.com/sandflow/sandflow/bench/workload"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/internal/wasmbin"
 )
 
 // The guest constant of testdata/guests/benchguest.
@@ -245,18 +246,6 @@ func spinResult(n uint32) int32 {
 	return int32(acc)
 }
 
-func sleb(v int32) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 // spinModule is a module exporting spin: () -> i32, which computes
 // spinResult(n) with i and acc in locals:
 //
@@ -274,7 +263,7 @@ func spinModule(n uint32) []byte {
 	code = append(code, 0x20, 0x00, 0x41, 0x01, 0x6a, 0x21, 0x00)
 	// br_if 0 (i <u n)
 	code = append(code, 0x20, 0x00, 0x41)
-	code = append(code, sleb(int32(n))...)
+	code = wasmbin.AppendSLEB(code, int64(int32(n)))
 	code = append(code, 0x49, 0x0d, 0x00)
 	code = append(code, 0x0b, 0x20, 0x01, 0x0b) // end loop, acc, end
 	body := append([]byte{byte(len(code))}, code...)

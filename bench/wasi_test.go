@@ -15,7 +15,7 @@ const wasiCalls = 10_000
 // Go guest's time.Now and its scheduler call) wasiCalls times, counting in
 // memory, and returns the count.
 func wasiModule() []byte {
-	i32 := func(v int32) []byte { return append([]byte{0x41}, sleb(v)...) }
+	i32 := wasmtest.I32Const
 	var b []byte
 	b = append(append(append(b, i32(1024)...), i32(0)...), 0x36, 0x02, 0x00) // count = 0
 	b = append(b, 0x03, 0x40)                                                // loop

@@ -71,7 +71,7 @@ func TestSleepTimesAreIntegers(t *testing.T) {
 			run = issueOp(run, abi.OpComplete, 2048, `{"result":1}`)
 			run = pushI32(run, 0)
 			name := "sleep" + string(rune('a'+i))
-			addGuest(t, f, name, wasmtest.Guest(run, opImport))
+			addGuest(t, f, name, wasmtest.Guest(run, wasmtest.OpImport))
 			ri := f.call(name, `{}`)
 			if ri.Status != store.StatusCompleted {
 				t.Fatalf("%s: %+v", c.payload, ri)
@@ -98,8 +98,8 @@ func TestBodyEndsOtherThanByComplete(t *testing.T) {
 		wasm []byte
 	}{
 		// op is import 0 and proc_exit import 1.
-		{"proc_exit 0", wasmtest.Guest(append(pushI32(pushI32(nil, 0), 0), 0x10, 0x01, 0x1a, 0x41, 0x00), opImport, exit)},
-		{"proc_exit 3", wasmtest.Guest(append(pushI32(pushI32(nil, 0), 3), 0x10, 0x01, 0x1a, 0x41, 0x00), opImport, exit)},
+		{"proc_exit 0", wasmtest.Guest(append(pushI32(pushI32(nil, 0), 0), 0x10, 0x01, 0x1a, 0x41, 0x00), wasmtest.OpImport, exit)},
+		{"proc_exit 3", wasmtest.Guest(append(pushI32(pushI32(nil, 0), 3), 0x10, 0x01, 0x1a, 0x41, 0x00), wasmtest.OpImport, exit)},
 		{"0 without complete", wasmtest.Guest(pushI32(nil, 0))},
 		{"1 without suspend", wasmtest.Guest(pushI32(nil, 1))},
 		{"2", wasmtest.Guest(pushI32(nil, 2))},

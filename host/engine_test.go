@@ -41,51 +41,6 @@ func (f opFunc) Op(ctx context.Context, kind abi.OpKind, name, payload []byte) (
 	return f(ctx, kind, name, payload)
 }
 
-// sleb encodes v as a signed LEB128, for i32.const.
-func sleb(v int32) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
-func i32const(v int32) []byte { return append([]byte{0x41}, sleb(v)...) }
-
-// callOp is a body that calls import 0 (sandflow.op) with the name at
-// namePtr, and drops the result.
-func callOp(kind, namePtr, nameLen int32) []byte {
-	var b []byte
-	for _, v := range []int32{kind, namePtr, nameLen, 0, 0, 0, 64} {
-		b = append(b, i32const(v)...)
-	}
-	return append(b, 0x10, 0x00, 0x1a) // call 0, drop
-}
-
-// countTo is a loop that counts to n in memory at address 1024.
-func countTo(n int32) []byte {
-	var b []byte
-	b = append(b, 0x03, 0x40) // loop
-	b = append(b, i32const(1024)...)
-	b = append(b, i32const(1024)...)
-	b = append(b, 0x28, 0x02, 0x00) // i32.load
-	b = append(b, i32const(1)...)
-	b = append(b, 0x6a)             // i32.add
-	b = append(b, 0x36, 0x02, 0x00) // i32.store
-	b = append(b, i32const(1024)...)
-	b = append(b, 0x28, 0x02, 0x00) // i32.load
-	b = append(b, i32const(n)...)
-	b = append(b, 0x49, 0x0d, 0x00, 0x0b) // i32.lt_u, br_if 0, end
-	return b
-}
-
-var opImport = wasmtest.Import{Module: "sandflow", Name: "op",
-	Params: []byte{wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32}, Results: []byte{wasmtest.I32}}
-
 type engineCase struct {
 	t   *testing.T
 	eng host.Engine
@@ -137,8 +92,8 @@ func TestEnginePauseCPU(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				return make([]byte, 8), nil
 			})
-			body := append(append(callOp(2, 0, 0), countTo(1<<20)...), wasmtest.ReturnOne...)
-			res, _, err := e.run(context.Background(), wasmtest.Guest(body, opImport))
+			body := append(append(wasmtest.CallOp(2, 0, 0), wasmtest.CountTo(1<<20)...), wasmtest.ReturnOne...)
+			res, _, err := e.run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
 			if pause && (err != nil || res != 1) {
 				t.Errorf("paused: %d %v", res, err)
 			}
@@ -162,10 +117,10 @@ func TestEngineRestartCPU(t *testing.T) {
 		// last restart.
 		var body []byte
 		for range 3 {
-			body = append(append(body, callOp(2, 0, 0)...), countTo(1<<16)...)
+			body = append(append(body, wasmtest.CallOp(2, 0, 0)...), wasmtest.CountTo(1<<16)...)
 		}
 		body = append(body, wasmtest.ReturnOne...)
-		if res, _, err := e.run(context.Background(), wasmtest.Guest(body, opImport)); err != nil || res != 1 {
+		if res, _, err := e.run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport)); err != nil || res != 1 {
 			t.Errorf("%d %v", res, err)
 		}
 	})

@@ -131,7 +131,7 @@ func Seal(dir string) error {
 	})
 }
 
-// writeFileAtomic writes b to path through a temporary file and a rename:
+// WriteFileAtomic writes b to path through a temporary file and a rename:
 // a reader sees all of it or none.
 func WriteFileAtomic(path string, b []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")

@@ -176,3 +176,37 @@ func Guest(run []byte, imports ...Import) []byte {
 		Memory:  1,
 	}.Bytes()
 }
+
+// I32Const is the instruction i32.const v.
+func I32Const(v int32) []byte { return wasmbin.AppendSLEB([]byte{0x41}, int64(v)) }
+
+// OpImport is the sandflow.op import, as a guest declares it.
+var OpImport = Import{Module: "sandflow", Name: "op",
+	Params: []byte{I32, I32, I32, I32, I32, I32, I32}, Results: []byte{I32}}
+
+// CallOp is a body that calls import 0 (sandflow.op) with the name at
+// namePtr, and drops the result.
+func CallOp(kind, namePtr, nameLen int32) []byte {
+	var b []byte
+	for _, v := range []int32{kind, namePtr, nameLen, 0, 0, 0, 64} {
+		b = append(b, I32Const(v)...)
+	}
+	return append(b, 0x10, 0x00, 0x1a) // call 0, drop
+}
+
+// CountTo is a loop that counts to n in memory at address 1024.
+func CountTo(n int32) []byte {
+	var b []byte
+	b = append(b, 0x03, 0x40) // loop
+	b = append(b, I32Const(1024)...)
+	b = append(b, I32Const(1024)...)
+	b = append(b, 0x28, 0x02, 0x00) // i32.load
+	b = append(b, I32Const(1)...)
+	b = append(b, 0x6a)             // i32.add
+	b = append(b, 0x36, 0x02, 0x00) // i32.store
+	b = append(b, I32Const(1024)...)
+	b = append(b, 0x28, 0x02, 0x00) // i32.load
+	b = append(b, I32Const(n)...)
+	b = append(b, 0x49, 0x0d, 0x00, 0x0b) // i32.lt_u, br_if 0, end
+	return b
+}

@@ -14,16 +14,16 @@ import (
 
 // store is the code of i32.store of v at addr.
 func store(addr, v int32) []byte {
-	return append(append(i32const(addr), i32const(v)...), 0x36, 0x02, 0x00)
+	return append(append(wasmtest.I32Const(addr), wasmtest.I32Const(v)...), 0x36, 0x02, 0x00)
 }
 
 // load is the code of i32.load at addr.
-func load(addr int32) []byte { return append(i32const(addr), 0x28, 0x02, 0x00) }
+func load(addr int32) []byte { return append(wasmtest.I32Const(addr), 0x28, 0x02, 0x00) }
 
 func call(fn byte, args ...int32) []byte {
 	var b []byte
 	for _, v := range args {
-		b = append(b, i32const(v)...)
+		b = append(b, wasmtest.I32Const(v)...)
 	}
 	return append(b, 0x10, fn)
 }
@@ -61,7 +61,7 @@ func opsRoundTrip(t *testing.T, c *Case) {
 	b = append(append(b, call(0, 3, 0, 4, 8, 3, 64, 64)...), 0x1a) // 100 bytes: held
 	b = append(append(b, call(1, 200, 100)...), 0x1a)              // read them
 	b = append(append(append(b, load(64)...), load(296)...), 0x6a) // the small body's start + the big one's end
-	res, _, err := c.Run(context.Background(), wasmtest.Guest(b, opImport, readImport))
+	res, _, err := c.Run(context.Background(), wasmtest.Guest(b, wasmtest.OpImport, readImport))
 	want := int32(binary.LittleEndian.Uint32([]byte("okay")) + binary.LittleEndian.Uint32(big[96:]))
 	if err != nil || res != want {
 		t.Fatalf("sandflow_run returned %d, %v; want %d", res, err, want)
@@ -78,14 +78,14 @@ func clockAndRandom(t *testing.T, c *Case) {
 	randomGet := wasiImport("random_get", wasmtest.I32, wasmtest.I32)
 	var b []byte
 	for _, id := range []int32{0, 1} { // realtime, monotonic
-		b = append(b, i32const(id)...)
+		b = append(b, wasmtest.I32Const(id)...)
 		b = append(b, 0x42, 0x01) // i64.const 1: the precision
-		b = append(b, i32const(300+8*id)...)
+		b = append(b, wasmtest.I32Const(300+8*id)...)
 		b = append(b, 0x10, 0x00, 0x1a) // call clock_time_get, drop the errno
 	}
 	b = append(append(b, call(1, 400, 4)...), 0x1a)
 	for _, at := range []int32{300, 308} {
-		b = append(b, i32const(at)...)
+		b = append(b, wasmtest.I32Const(at)...)
 		b = append(b, 0x29, 0x03, 0x00, 0xa7) // i64.load, i32.wrap_i64
 	}
 	b = append(b, 0x6a)
@@ -106,7 +106,7 @@ func wasiErrnos(t *testing.T, c *Case) {
 	argsSizes := wasiImport("args_sizes_get", wasmtest.I32, wasmtest.I32)
 	var b []byte
 	b = append(b, call(0, 1)...)
-	b = append(append(b, i32const(100)...), 0x6c) // * 100
+	b = append(append(b, wasmtest.I32Const(100)...), 0x6c) // * 100
 	b = append(append(b, call(0, 5)...), 0x6a)
 	b = append(b, store(500, -1)...)
 	b = append(b, store(504, -1)...)
@@ -123,7 +123,7 @@ func wasiErrnos(t *testing.T, c *Case) {
 // snapshots are refused with engine.ErrSnapshot.
 func (s Suite) snapshot(t *testing.T, c *Case) {
 	// sandflow_run counts its calls at address 1024 and returns the count.
-	body := append(append(append(i32const(1024), load(1024)...), i32const(1)...), 0x6a)
+	body := append(append(append(wasmtest.I32Const(1024), load(1024)...), wasmtest.I32Const(1)...), 0x6a)
 	body = append(append(body, 0x36, 0x02, 0x00), load(1024)...)
 	wasm := wasmtest.Guest(body)
 	ctx := context.Background()

@@ -14,51 +14,6 @@ import (
 
 // The cases on hand-assembled WebAssembly guests.
 
-// sleb encodes v as a signed LEB128, for i32.const.
-func sleb(v int32) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
-func i32const(v int32) []byte { return append([]byte{0x41}, sleb(v)...) }
-
-// callOp is a body that calls import 0 (sandflow.op) with the name at
-// namePtr, and drops the result.
-func callOp(kind, namePtr, nameLen int32) []byte {
-	var b []byte
-	for _, v := range []int32{kind, namePtr, nameLen, 0, 0, 0, 64} {
-		b = append(b, i32const(v)...)
-	}
-	return append(b, 0x10, 0x00, 0x1a) // call 0, drop
-}
-
-// countTo is a loop that counts to n in memory at address 1024.
-func countTo(n int32) []byte {
-	var b []byte
-	b = append(b, 0x03, 0x40) // loop
-	b = append(b, i32const(1024)...)
-	b = append(b, i32const(1024)...)
-	b = append(b, 0x28, 0x02, 0x00) // i32.load
-	b = append(b, i32const(1)...)
-	b = append(b, 0x6a)             // i32.add
-	b = append(b, 0x36, 0x02, 0x00) // i32.store
-	b = append(b, i32const(1024)...)
-	b = append(b, 0x28, 0x02, 0x00) // i32.load
-	b = append(b, i32const(n)...)
-	b = append(b, 0x49, 0x0d, 0x00, 0x0b) // i32.lt_u, br_if 0, end
-	return b
-}
-
-var opImport = wasmtest.Import{Module: "sandflow", Name: "op",
-	Params: []byte{wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32, wasmtest.I32}, Results: []byte{wasmtest.I32}}
-
 func cpuLimit(t *testing.T, c *Case) {
 	{
 		c.Config.CPULimit = 100 * time.Millisecond
@@ -140,8 +95,8 @@ func opHandlerError(t *testing.T, c *Case) {
 			return nil, boom
 		})
 		// Two ops then a loop: the first op must end the guest at once.
-		body := append(append(callOp(2, 0, 0), callOp(2, 0, 0)...), wasmtest.Loop...)
-		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, opImport))
+		body := append(append(wasmtest.CallOp(2, 0, 0), wasmtest.CallOp(2, 0, 0)...), wasmtest.Loop...)
+		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
 		if err != boom {
 			t.Fatalf("Call returned %v, want the handler's error itself", err)
 		}
@@ -159,8 +114,8 @@ func opOutsideMemory(t *testing.T, c *Case) {
 			called = true
 			return make([]byte, 8), nil
 		})
-		body := append(callOp(2, 65536-2, 4), wasmtest.ReturnOne...) // name runs past the one page
-		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, opImport))
+		body := append(wasmtest.CallOp(2, 65536-2, 4), wasmtest.ReturnOne...) // name runs past the one page
+		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
 		var ge *engine.GuestError
 		if !errors.As(err, &ge) || called {
 			t.Fatalf("want a *GuestError and no op, got %v (op called: %v)", err, called)
@@ -180,10 +135,10 @@ func opAnswer(t *testing.T, c *Case) {
 		// the body (which fits the 64-byte buffer).
 		var b []byte
 		for _, v := range []int32{2, 0, 0, 0, 0, 0, 64} {
-			b = append(b, i32const(v)...)
+			b = append(b, wasmtest.I32Const(v)...)
 		}
 		b = append(b, 0x10, 0x00) // call 0: the length is the result
-		res, _, err := c.Run(context.Background(), wasmtest.Guest(b, opImport))
+		res, _, err := c.Run(context.Background(), wasmtest.Guest(b, wasmtest.OpImport))
 		if err != nil || res != 11 || gotName != "" {
 			t.Fatalf("op answered %d, %v (name %q)", res, err, gotName)
 		}
@@ -204,8 +159,8 @@ func pauseCPU(t *testing.T, c *Case) {
 				time.Sleep(300 * time.Millisecond)
 				return make([]byte, 8), nil
 			})
-			body := append(append(callOp(2, 0, 0), countTo(1<<20)...), wasmtest.ReturnOne...)
-			res, _, err := c.Run(context.Background(), wasmtest.Guest(body, opImport))
+			body := append(append(wasmtest.CallOp(2, 0, 0), wasmtest.CountTo(1<<20)...), wasmtest.ReturnOne...)
+			res, _, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
 			if pause && (err != nil || res != 1) {
 				t.Errorf("paused: %d %v", res, err)
 			}
@@ -230,10 +185,10 @@ func restartCPU(t *testing.T, c *Case) {
 		// last restart.
 		var body []byte
 		for range 3 {
-			body = append(append(body, callOp(2, 0, 0)...), countTo(1<<16)...)
+			body = append(append(body, wasmtest.CallOp(2, 0, 0)...), wasmtest.CountTo(1<<16)...)
 		}
 		body = append(body, wasmtest.ReturnOne...)
-		if res, _, err := c.Run(context.Background(), wasmtest.Guest(body, opImport)); err != nil || res != 1 {
+		if res, _, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport)); err != nil || res != 1 {
 			t.Errorf("%d %v", res, err)
 		}
 	}
@@ -242,7 +197,7 @@ func restartCPU(t *testing.T, c *Case) {
 func procExit(t *testing.T, c *Case) {
 	{
 		exit := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "proc_exit", Params: []byte{wasmtest.I32}}
-		body := append(append(i32const(7), 0x10, 0x00), wasmtest.ReturnOne...) // proc_exit(7)
+		body := append(append(wasmtest.I32Const(7), 0x10, 0x00), wasmtest.ReturnOne...) // proc_exit(7)
 		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, exit))
 		var ge *engine.GuestError
 		if !errors.As(err, &ge) || ge.ExitCode == nil || *ge.ExitCode != 7 {
@@ -262,19 +217,19 @@ func stdout(t *testing.T, c *Case) {
 		// errnos and nwritten.
 		var b []byte
 		store := func(addr, v int32) {
-			b = append(append(append(b, i32const(addr)...), i32const(v)...), 0x36, 0x02, 0x00)
+			b = append(append(append(b, wasmtest.I32Const(addr)...), wasmtest.I32Const(v)...), 0x36, 0x02, 0x00)
 		}
 		store(16, 100)
 		store(20, 2)
 		store(100, 'h'|'i'<<8)
 		for _, fd := range []int32{1, 2} {
 			for _, v := range []int32{fd, 16, 1, 32} {
-				b = append(b, i32const(v)...)
+				b = append(b, wasmtest.I32Const(v)...)
 			}
 			b = append(b, 0x10, 0x00) // call fd_write: errno on the stack
 		}
 		b = append(b, 0x6a) // add the errnos
-		b = append(b, i32const(32)...)
+		b = append(b, wasmtest.I32Const(32)...)
 		b = append(b, 0x28, 0x02, 0x00, 0x6a) // + nwritten
 		res, _, err := c.Run(context.Background(), wasmtest.Guest(b, fdWrite))
 		if err != nil || res != 2 {
@@ -292,13 +247,13 @@ func prepare(t *testing.T, c *Case) {
 	// _initialize stores 1 at address 0; sandflow_prepare turns the byte
 	// b there into 10b+2; sandflow_run returns it. 12 means both ran, in
 	// that order, once each.
-	initBody := append(append(i32const(0), i32const(1)...), 0x3a, 0x00, 0x00) // i32.store8
-	prepare := append(i32const(0), i32const(0)...)
+	initBody := append(append(wasmtest.I32Const(0), wasmtest.I32Const(1)...), 0x3a, 0x00, 0x00) // i32.store8
+	prepare := append(wasmtest.I32Const(0), wasmtest.I32Const(0)...)
 	prepare = append(prepare, 0x2d, 0x00, 0x00) // i32.load8_u
-	prepare = append(append(prepare, i32const(10)...), 0x6c)
-	prepare = append(append(prepare, i32const(2)...), 0x6a)
+	prepare = append(append(prepare, wasmtest.I32Const(10)...), 0x6c)
+	prepare = append(append(prepare, wasmtest.I32Const(2)...), 0x6a)
 	prepare = append(prepare, 0x3a, 0x00, 0x00)
-	load := append(i32const(0), 0x2d, 0x00, 0x00)
+	load := append(wasmtest.I32Const(0), 0x2d, 0x00, 0x00)
 	module := func(prepareBody []byte, exportPrepare bool) []byte {
 		m := wasmtest.Module{
 			Funcs: []wasmtest.Func{

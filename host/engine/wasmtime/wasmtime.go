@@ -224,20 +224,8 @@ func writeArtifact(path string, m *wasmtime.Module) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*.cwasm")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		os.Remove(path + compilecache.SumSuffix) // a sidecar is written only for a whole entry
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	os.Remove(path + compilecache.SumSuffix) // a sidecar is written only for a whole entry
+	if err := compilecache.WriteFileAtomic(path, b); err != nil {
 		return err
 	}
 	return compilecache.WriteFileAtomic(path+compilecache.SumSuffix, compilecache.Sum(b))
