@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/host/engine/enginetest"
 	"github.com/sandflow/sandflow/internal/wasmtest"
 	"github.com/sandflow/sandflow/store"
 )
@@ -77,8 +78,8 @@ func cacheFiles(t *testing.T, dir string) []string {
 func abiVersion(t *testing.T, cm host.CompiledModule) int32 {
 	t.Helper()
 	ctx := context.Background()
-	inst, err := cm.Instantiate(ctx, host.InstanceConfig{Clock: &stillClock{now: 1.7e18}, Random: zeros{}, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{},
-		MemoryLimit: 256 << 20, CPULimit: 10 * time.Second, Ops: opFunc(nil)})
+	inst, err := cm.Instantiate(ctx, host.InstanceConfig{Clock: &enginetest.StillClock{Nanos: 1.7e18}, Random: bytes.NewReader(make([]byte, 64<<10)), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{},
+		MemoryLimit: 256 << 20, CPULimit: 10 * time.Second, Ops: enginetest.OpFunc(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,17 @@ const (
 )
 
 func (s Suite) newCase(t *testing.T) *Case {
-	return &Case{t: t, Engine: s.Engine(t), module: s.Module, Config: engine.InstanceConfig{
+	c := NewCase(t, s.Engine(t))
+	c.module = s.Module
+	return c
+}
+
+// NewCase is a case on eng with the configuration every case starts
+// with: a still clock, fixed random bytes, buffered stdout and stderr,
+// 16 MiB of memory, 10 s of CPU and ops answered ok. Tests outside the
+// suite use it to run their own cases the same way.
+func NewCase(t *testing.T, eng engine.Engine) *Case {
+	return &Case{t: t, Engine: eng, Config: engine.InstanceConfig{
 		Clock: &StillClock{Nanos: startClock}, Random: fill(randomByte), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{},
 		MemoryLimit: 16 << 20, CPULimit: 10 * time.Second, Ops: OpFunc(nil),
 	}}
