@@ -32,10 +32,10 @@ func wasiModule() []byte {
 	return wasmtest.Guest(b, clock)
 }
 
-// BenchmarkWASICall times one WASI call from guest code to the host's
+// BenchmarkWASIClockTimeGet times one WASI call from guest code to the host's
 // WASI and back (ns/call): clock_time_get, which writes the instance's
 // clock into guest memory.
-func BenchmarkWASICall(b *testing.B) {
+func BenchmarkWASIClockTimeGet(b *testing.B) {
 	ctx := context.Background()
 	wasm := wasiModule()
 	for _, name := range engineNames {
