@@ -32,6 +32,24 @@ func (a *activity) touch(id string) {
 	a.last[id] = time.Now()
 }
 
+// opened records a session that initialize has just made, unless a later
+// request of its own has already been recorded: the client can read the
+// initialize response and send its next request before the initialize
+// handler returns, and that later use must not be overwritten.
+func (a *activity) opened(id string) {
+	if id == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = map[string]time.Time{}
+	}
+	if _, ok := a.last[id]; !ok {
+		a.last[id] = time.Now()
+	}
+}
+
 // makeRoom closes sessions idle the longest until a new one fits.
 func (s *Server) makeRoom() {
 	live := map[string]bool{}
@@ -88,6 +106,6 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, initialize
 	}
 	s.stateful.ServeHTTP(w, r)
 	if id == "" {
-		s.activity.touch(w.Header().Get("Mcp-Session-Id"))
+		s.activity.opened(w.Header().Get("Mcp-Session-Id"))
 	}
 }
