@@ -288,9 +288,10 @@ func (d *evData) clearHot() {
 // whether it did, and full when it set a field clearHot does not clear.
 // It may leave d half set when it did not.
 func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool) {
-	// The members are walked here rather than by jsonwire.Object: a call
-	// through a closure per member was a third of this path's time, and
-	// it decodes every event of a long log the layouts do not take.
+	// The members are walked here rather than by jsonwire.Object, and the
+	// hot keys are read in the loop rather than by a function per member:
+	// a call per member was a good part of this path's time, and it
+	// decodes every event of a long log the layouts do not take.
 	i, empty, ok := jsonwire.Open(b, jsonwire.SkipSpace(b, 0), '{')
 	if !ok {
 		return false, false
@@ -300,7 +301,31 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool
 		if key, i, ok = jsonwire.Key(b, i); !ok {
 			return false, full
 		}
-		if i, ok = d.decodeHotMember(key, b, i, strs, &full); !ok {
+		switch string(key) { // compared without a copy
+		case "op":
+			i, ok = readU32(b, i, &d.Op)
+		case "attempt":
+			i, ok = readInt(b, i, &d.Attempt)
+		case "activation":
+			i, ok = readInt(b, i, &d.Activation)
+		case "name":
+			i, ok = readStr(b, i, &d.Name, strs)
+		case "kind":
+			i, ok = readStr(b, i, &d.Kind, strs)
+		case "input":
+			i, ok = readRaw(b, i, &d.Input)
+		case "result":
+			i, ok = readRaw(b, i, &d.Result)
+		case "askId":
+			i, ok = readStr(b, i, &d.AskID, nil)
+		case "request":
+			i, ok = readRaw(b, i, &d.Request)
+		case "answer":
+			i, ok = readAnswer(b, i, &d.Answer)
+		default:
+			i, ok = d.decodeCreated(key, b, i, strs, &full)
+		}
+		if !ok {
 			return false, full
 		}
 		if i, more, ok = jsonwire.Next(b, i, '}'); !ok {
@@ -310,10 +335,10 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool
 	return jsonwire.End(b, i), full
 }
 
-// decodeHotMember reads the value of key at b[i]; a key of the rarer
-// kinds sets *full.
-func (d *evData) decodeHotMember(key, b []byte, i int, strs map[string]string, full *bool) (int, bool) {
-	switch string(key) { // compared without a copy
+// decodeCreated reads the value of key at b[i], one of run_created's keys
+// (which clearHot clears too); any other key sets *full.
+func (d *evData) decodeCreated(key, b []byte, i int, strs map[string]string, full *bool) (int, bool) {
+	switch string(key) {
 	case "tool":
 		return readStr(b, i, &d.Tool, strs)
 	case "plugin":
@@ -322,8 +347,6 @@ func (d *evData) decodeHotMember(key, b []byte, i int, strs map[string]string, f
 		return readInt(b, i, &d.Version)
 	case "moduleHash":
 		return readStr(b, i, &d.ModuleHash, nil)
-	case "input":
-		return readRaw(b, i, &d.Input)
 	case "seed":
 		return readStr(b, i, &d.Seed, nil)
 	case "noAsk":
@@ -345,28 +368,9 @@ func (d *evData) decodeHotMember(key, b []byte, i int, strs map[string]string, f
 		return readStr(b, i, &d.URL, nil)
 	case "baseUrl":
 		return readStr(b, i, &d.BaseURL, nil)
-	case "activation":
-		return readInt(b, i, &d.Activation)
-	case "op":
-		return readU32(b, i, &d.Op)
-	case "kind":
-		return readStr(b, i, &d.Kind, strs)
-	case "name":
-		return readStr(b, i, &d.Name, strs)
-	case "attempt":
-		return readInt(b, i, &d.Attempt)
-	case "askId":
-		return readStr(b, i, &d.AskID, nil)
-	case "request":
-		return readRaw(b, i, &d.Request)
-	case "answer":
-		return readAnswer(b, i, &d.Answer)
-	case "result":
-		return readRaw(b, i, &d.Result)
 	}
 	*full = true
 	return d.decodeCold(key, b, i)
-
 }
 
 // decodeCold reads the value of one of the keys of the rarer kinds at

@@ -223,6 +223,16 @@ func End(b []byte, i int) bool { return SkipSpace(b, i) == len(b) }
 // SkipValue returns the index after the JSON value at b[i], checking it
 // as encoding/json's scanner does.
 func SkipValue(b []byte, i int) (int, bool) {
+	// A short integer, the most common value in a log, is taken here.
+	if i < len(b) && b[i]-'1' < 9 {
+		j := i + 1
+		for j < len(b) && b[j]-'0' <= 9 {
+			j++
+		}
+		if j == len(b) || !numberGoesOn(b[j]) {
+			return j, true
+		}
+	}
 	s := scanner{b: b, i: i}
 	if !s.value(0) {
 		return 0, false
@@ -247,19 +257,34 @@ func ReadRaw(b []byte, i int) ([]byte, int, bool) {
 // decoded and, as json.Unmarshal does, each byte of invalid UTF-8 and
 // each lone surrogate escape replaced by U+FFFD.
 func ReadString(b []byte, i int) ([]byte, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	// Most strings are printable ASCII without escapes: read those in a
-	// tight loop, the rest with the scanner.
-	for j := i + 1; j < len(b); j++ {
-		c := b[j]
-		if c == '"' {
+	// Most strings are printable ASCII without escapes: those are read
+	// here, in a loop small enough to be inlined into the codecs, the
+	// rest by readString.
+	if i < len(b) && b[i] == '"' {
+		j := i + 1
+		for j < len(b) && quick[b[j]] {
+			j++
+		}
+		if j < len(b) && b[j] == '"' {
 			return b[i+1 : j], j + 1, true
 		}
-		if c < 0x20 || c == '\\' || c >= 0x80 {
-			break
-		}
+	}
+	return readString(b, i)
+}
+
+// quick holds, for each byte, whether ReadString's loop passes over it in
+// a string: printable ASCII but " and \.
+var quick = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// readString is ReadString for the strings its loop does not take.
+func readString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
 	}
 	s := scanner{b: b, i: i}
 	flags, ok := s.strFlags()
@@ -343,6 +368,27 @@ func hex4(h []byte) rune {
 // sign, a fraction or an exponent, at most max. It returns the value and
 // the index after it.
 func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
+	// Short numbers without a leading zero are read here, in a loop small
+	// enough to be inlined; the rest by readUint.
+	if i < len(b) && b[i]-'1' < 9 {
+		n, j := uint64(b[i]-'0'), i+1
+		for j < len(b) && b[j]-'0' <= 9 && j-i < 19 { // 19 digits cannot overflow
+			n = n*10 + uint64(b[j]-'0')
+			j++
+		}
+		if n <= max && (j == len(b) || !numberGoesOn(b[j])) {
+			return n, j, true
+		}
+	}
+	return readUint(b, i, max)
+}
+
+// numberGoesOn reports whether c, after a number's digits, continues it
+// (another digit, a fraction or an exponent).
+func numberGoesOn(c byte) bool { return c-'0' <= 9 || c == '.' || c|0x20 == 'e' }
+
+// readUint is ReadUint for the numbers its loop does not take.
+func readUint(b []byte, i int, max uint64) (uint64, int, bool) {
 	j := i
 	var n uint64
 	for j < len(b) && j-i < 19 { // 19 digits cannot overflow
@@ -375,14 +421,19 @@ func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
 // the index after it.
 func ReadInt(b []byte, i int, min, max int64) (int64, int, bool) {
 	if i < len(b) && b[i] == '-' {
-		n, j, ok := ReadUint(b, i+1, uint64(-(min+1))+1)
-		if !ok {
-			return 0, 0, false
-		}
-		return -int64(n-1) - 1, j, true // -(n) without overflow at min
+		return readNegative(b, i, min)
 	}
 	n, j, ok := ReadUint(b, i, uint64(max))
 	return int64(n), j, ok
+}
+
+// readNegative is ReadInt for a number with a minus sign.
+func readNegative(b []byte, i int, min int64) (int64, int, bool) {
+	n, j, ok := ReadUint(b, i+1, uint64(-(min+1))+1)
+	if !ok {
+		return 0, 0, false
+	}
+	return -int64(n-1) - 1, j, true // -(n) without overflow at min
 }
 
 // ReadBool reads true or false at b[i].
@@ -416,12 +467,25 @@ func Open(b []byte, i int, c byte) (next int, empty, ok bool) {
 // Key reads an object member's key at b[i] (as ReadString does) and the
 // colon after it, returning the index of the member's value.
 func Key(b []byte, i int) (key []byte, next int, ok bool) {
+	// A plain key followed by a colon and no space, as the codecs write
+	// it, is read here, small enough to be inlined; the rest by key.
+	if i < len(b) && b[i] == '"' {
+		j := i + 1
+		for j < len(b) && quick[b[j]] {
+			j++
+		}
+		if j+2 < len(b) && b[j] == '"' && b[j+1] == ':' && !isSpace(b[j+2]) {
+			return b[i+1 : j], j + 2, true
+		}
+	}
+	return readKey(b, i)
+}
+
+// readKey is Key for the keys it does not take.
+func readKey(b []byte, i int) (key []byte, next int, ok bool) {
 	key, j, ok := ReadString(b, i)
 	if !ok {
 		return nil, 0, false
-	}
-	if j+1 < len(b) && b[j] == ':' && !isSpace(b[j+1]) { // compact, as the codecs write it
-		return key, j + 1, true
 	}
 	j = SkipSpace(b, j)
 	if j >= len(b) || b[j] != ':' {
@@ -438,6 +502,14 @@ func Next(b []byte, i int, closing byte) (next int, more, ok bool) {
 	if i+1 < len(b) && b[i] == ',' && !isSpace(b[i+1]) { // compact, as the codecs write it
 		return i + 1, true, true
 	}
+	if i < len(b) && b[i] == closing {
+		return i + 1, false, true
+	}
+	return readNext(b, i, closing)
+}
+
+// readNext is Next for what follows white space.
+func readNext(b []byte, i int, closing byte) (next int, more, ok bool) {
 	i = SkipSpace(b, i)
 	if i >= len(b) {
 		return 0, false, false
