@@ -86,6 +86,10 @@ type OpenAIConfig struct {
 	MaxRetries     int    `json:"maxRetries,omitempty"`
 }
 
+func (c *OpenAIConfig) endpoint() Endpoint {
+	return Endpoint{BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, MaxRetries: c.MaxRetries}
+}
+
 // FileAgent is one agent of an agents file. Kind picks its backend; the
 // other fields are those of that backend's agents.
 type FileAgent struct {
@@ -149,8 +153,7 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 			}
 			if oa == nil {
 				c := f.OpenAI
-				oa = &OpenAI{BaseURL: c.BaseURL, Model: c.Model, APIKeyEnv: c.APIKeyEnv,
-					Timeout: time.Duration(c.TimeoutSeconds) * time.Second, MaxRetries: c.MaxRetries}
+				oa = &OpenAI{Endpoint: c.endpoint(), Model: c.Model, Timeout: time.Duration(c.TimeoutSeconds) * time.Second}
 			}
 			oa.List = append(oa.List, OpenAIAgent{Name: a.Name, Description: a.Description, Instructions: a.Instructions, Model: a.Model})
 		default:

@@ -81,7 +81,7 @@ func openAI(t *testing.T, p *provider) *agents.OpenAI {
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	t.Setenv("SANDFLOW_TEST_KEY", "sk-test-123")
-	return &agents.OpenAI{BaseURL: srv.URL + "/v1", Model: "small-model", APIKeyEnv: "SANDFLOW_TEST_KEY", Timeout: 2 * time.Second,
+	return &agents.OpenAI{Endpoint: agents.Endpoint{BaseURL: srv.URL + "/v1", APIKeyEnv: "SANDFLOW_TEST_KEY"}, Model: "small-model", Timeout: 2 * time.Second,
 		List: []agents.OpenAIAgent{{Name: "reviewer", Description: "reviews", Instructions: "You review plans."}, {Name: "big", Model: "big-model"}}}
 }
 
