@@ -45,6 +45,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
+	"github.com/sandflow/sandflow/store/postgres"
 )
 
 // Limits bound what a run may use. Zero fields take the defaults.
@@ -313,6 +314,27 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 		return nil, err
 	}
 	return openOwned(ctx, dir, st, opts)
+}
+
+// OpenPostgres opens the PostgreSQL store that connString names (a
+// postgres:// URL) and a Host on it; Close closes both. Compiled modules
+// are cached under opts.CacheDir, or in memory when it is empty: each host
+// compiles from the module bytes in the database into a cache of its own.
+// A connection string that does not parse fails with an error matching
+// postgres.ErrBadConnString, a server that cannot be reached with one
+// matching postgres.ErrUnreachable; nothing is written then.
+func OpenPostgres(ctx context.Context, connString string, opts *Options) (*Host, error) {
+	st, err := postgres.Open(ctx, connString, nil)
+	if err != nil {
+		return nil, err
+	}
+	h, err := Open(ctx, st, opts)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	h.ownStore = true
+	return h, nil
 }
 
 // openOwned opens a Host on st, the store of data directory dir, that

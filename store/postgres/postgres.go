@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,21 @@ import (
 // lost while a transaction was committing: it may or may not have been
 // applied.
 var ErrOutcomeUnknown = errors.New("postgres: connection lost while committing, outcome unknown")
+
+// ErrBadConnString is returned by Open when the connection string is not
+// a postgres:// (or postgresql://) URL or key=value pairs libpq would
+// take; nothing is contacted.
+var ErrBadConnString = errors.New("postgres: bad connection string")
+
+// ErrUnreachable is returned by Open when no connection to the server
+// could be made (nothing listens there, the name does not resolve, the
+// server refused the login, or it did not answer within the connect
+// timeout); nothing was written.
+var ErrUnreachable = errors.New("postgres: server unreachable")
+
+// DefaultConnectTimeout bounds Open's first connection when the
+// connection string gives no connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
 
 // Options configures Open. nil or a zero field means the default.
 type Options struct {
@@ -92,9 +108,9 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if o.RetryFor == 0 {
 		o.RetryFor = 10 * time.Second
 	}
-	cfg, err := pgxpool.ParseConfig(connString)
+	cfg, err := parseConnString(connString)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connection string: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = o.MaxConns
 	// A commit is acknowledged only once it is durable, whatever the
@@ -107,7 +123,16 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	err = pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return migrate(ctx, c.Conn(), o.Schema) })
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("postgres: open: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	err = migrate(ctx, c.Conn(), o.Schema)
+	c.Release()
 	if err != nil {
 		pool.Close()
 		if errors.Is(err, ErrSchemaTooNew) {
@@ -116,6 +141,24 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	return &Store{pool: pool, threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+}
+
+// parseConnString parses a connection string as pgxpool does, refusing a
+// URL of another scheme, and bounds the first connection by
+// DefaultConnectTimeout unless it says otherwise.
+func parseConnString(connString string) (*pgxpool.Config, error) {
+	if strings.Contains(connString, "://") && !strings.HasPrefix(connString, "postgres://") && !strings.HasPrefix(connString, "postgresql://") {
+		scheme, _, _ := strings.Cut(connString, "://")
+		return nil, fmt.Errorf("%w: scheme %q, want postgres:// or postgresql://", ErrBadConnString, scheme)
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadConnString, err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
 }
 
 // Close waits for the calls in progress and closes the connections.
