@@ -135,6 +135,17 @@ type Options struct {
 	// DefaultMaxCompiles. One abandoned by its caller holds its place
 	// until the engine finishes it.
 	MaxCompiles int
+	// Lease is how long a host's lease on a run lasts unrenewed, on a
+	// store several hosts share (a store.Leaser: store/postgres); 0 means
+	// DefaultLease. A host that stops (a crash, a partition) leaves its
+	// runs to the others once their leases expire.
+	Lease time.Duration
+	// LeaseRenew is how often a held lease is renewed; 0 means
+	// DefaultLeaseRenew. It must be well under Lease.
+	LeaseRenew time.Duration
+	// LeaseWait is how long a call waits for a run another host is
+	// driving before it returns ErrLeaseHeld; 0 means twice Lease.
+	LeaseWait time.Duration
 }
 
 // Host is the kernel. Open one per store.
@@ -161,6 +172,10 @@ type Host struct {
 	snapWriters chan struct{}
 	// compiles holds a place per compilation running (compile.go).
 	compiles chan struct{}
+	// leaser is the store's leases, nil when it has none (lease.go);
+	// owner names this host in them.
+	leaser store.Leaser
+	owner  string
 
 	// mu guards the fields below it, up to the next group. No code takes
 	// a runHandle's mu while holding it.
@@ -243,6 +258,18 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	if o.MaxCompiles <= 0 {
 		o.MaxCompiles = DefaultMaxCompiles
 	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	if o.LeaseRenew <= 0 {
+		o.LeaseRenew = DefaultLeaseRenew
+	}
+	if o.LeaseRenew >= o.Lease {
+		return nil, fmt.Errorf("host: LeaseRenew %s must be under Lease %s", o.LeaseRenew, o.Lease)
+	}
+	if o.LeaseWait <= 0 {
+		o.LeaseWait = 2 * o.Lease
+	}
 	h := &Host{
 		store: st, opts: o, limits: o.Limits.WithDefaults(DefaultLimits),
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
@@ -250,6 +277,9 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		compiles: make(chan struct{}, o.MaxCompiles),
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
+	if l, ok := st.(store.Leaser); ok {
+		h.leaser, h.owner = l, newTimedID("host_", 10)
+	}
 	h.engines = map[string]Engine{}
 	for kind, e := range o.Engines {
 		h.engines[kind] = e
@@ -479,6 +509,10 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 	}
 	rh := h.handle(p.rec.ID)
 	defer h.release(rh)
+	if err := h.holdLease(ctx, rh); err != nil {
+		return RunInfo{}, err
+	}
+	defer h.dropLease(rh)
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if rh.rs != nil || rh.pending != nil {

@@ -72,6 +72,9 @@ type runHandle struct {
 	// recordInterrupted). Guarded by mu.
 	fresh map[uint32]int
 
+	// lease is this host's hold of the run's lease (lease.go).
+	lease runLease
+
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
 	// runs steps or waits on agent turns.
@@ -271,6 +274,10 @@ func (h *Host) withRun(ctx context.Context, id string, fn func(rh *runHandle) er
 	}
 	rh := h.handle(id)
 	defer h.release(rh)
+	if err := h.holdLease(ctx, rh); err != nil {
+		return RunInfo{}, err
+	}
+	defer h.dropLease(rh)
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if err := h.refresh(ctx, rh); err != nil {
@@ -395,6 +402,10 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = detailJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
+	if h.leaser != nil {
+		l := rh.lease.held
+		sb.Lease = &l
+	}
 	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&
 		(rs.imageSeq == 0 || rs.lastSeq >= rs.imageSeq+stateEvery) {
 		if data := rs.image(); data != nil {

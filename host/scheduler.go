@@ -88,7 +88,8 @@ func (h *Host) goDrive(ctx context.Context, id string, failed func(error)) error
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(h.life, cancel)()
-		if _, err := h.Drive(ctx, id); err != nil && ctx.Err() == nil {
+		// A run another host drives is that host's to finish.
+		if _, err := h.Drive(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseHeld) {
 			failed(err)
 		}
 	}()

@@ -64,8 +64,13 @@ type Options struct {
 	// by default). Several stores can share one database in schemas of
 	// their own.
 	Schema string
-	// MaxConns bounds the connections the store opens; 0 means 16.
+	// MaxConns bounds the connections the store opens for its calls; 0
+	// means 16.
 	MaxConns int32
+	// LeaseConns bounds the connections kept apart for leases (taking,
+	// renewing, releasing them), so that a renewal never waits behind a
+	// busy host's appends; 0 means 2.
+	LeaseConns int32
 	// CompressThreshold is the size from which event data, module bytes
 	// and session records are stored zstd-compressed; 0 means 1 KiB,
 	// negative disables it.
@@ -79,6 +84,7 @@ type Options struct {
 // Store is the PostgreSQL store.
 type Store struct {
 	pool      *pgxpool.Pool
+	leasePool *pgxpool.Pool
 	threshold int
 	retryFor  time.Duration
 
@@ -99,8 +105,11 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if o.MaxConns == 0 {
 		o.MaxConns = 16
 	}
-	if o.MaxConns < 0 {
-		return nil, fmt.Errorf("postgres: MaxConns %d", o.MaxConns)
+	if o.LeaseConns == 0 {
+		o.LeaseConns = 2
+	}
+	if o.MaxConns < 0 || o.LeaseConns < 0 {
+		return nil, fmt.Errorf("postgres: MaxConns %d, LeaseConns %d", o.MaxConns, o.LeaseConns)
 	}
 	if o.CompressThreshold == 0 {
 		o.CompressThreshold = 1024
@@ -140,7 +149,14 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		}
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	return &Store{pool: pool, threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+	lcfg := cfg.Copy()
+	lcfg.MaxConns = o.LeaseConns
+	leasePool, err := pgxpool.NewWithConfig(ctx, lcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return &Store{pool: pool, leasePool: leasePool, threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
 }
 
 // parseConnString parses a connection string as pgxpool does, refusing a
@@ -169,6 +185,7 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.pool.Close()
+		s.leasePool.Close()
 	}
 	return nil
 }
@@ -183,15 +200,7 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // read runs fn on a connection, again on another when the connection
 // failed. fn only reads.
 func (s *Store) read(ctx context.Context, fn func(c *pgx.Conn) error) error {
-	return s.retry(ctx, func() (bool, error) {
-		c, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return ctx.Err() == nil, err
-		}
-		defer c.Release()
-		err = fn(c.Conn())
-		return err != nil && lost(ctx, c), err
-	})
+	return s.retry(ctx, func() (bool, error) { return poolCall(ctx, s.pool, fn) })
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(tx pgx.Tx) error) (bool, error) {

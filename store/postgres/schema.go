@@ -119,10 +119,22 @@ CREATE TABLE states (
 	data   bytea NOT NULL
 );
 `,
+	// Leases (leases.go): who drives each run, under which epoch, until
+	// when (nanoseconds on the server's clock; 0 once released); and the
+	// epoch each event was written under.
+	2: `
+CREATE TABLE leases (
+	run_id     text COLLATE "C" PRIMARY KEY,
+	owner      bytea NOT NULL,
+	epoch      bigint NOT NULL,
+	expires_ns bigint NOT NULL
+);
+ALTER TABLE events ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrate creates schema (when not "") and brings the store's tables in
 // the schema on search_path up to SchemaVersion, or refuses a newer one.
