@@ -144,8 +144,13 @@ type Options struct {
 	// DefaultLeaseRenew. It must be well under Lease.
 	LeaseRenew time.Duration
 	// LeaseWait is how long a call waits for a run another host is
-	// driving before it returns ErrLeaseHeld; 0 means twice Lease.
+	// driving before it returns ErrLeaseHeld; 0 means twice Lease. Drive
+	// waits as long as its context lets it.
 	LeaseWait time.Duration
+	// ClaimEvery is how often the scheduler, on a store several hosts
+	// share, claims the runs that need a host (claims.go) when no notice
+	// wakes it first; 0 means DefaultClaimEvery.
+	ClaimEvery time.Duration
 }
 
 // Host is the kernel. Open one per store.
@@ -176,6 +181,8 @@ type Host struct {
 	// owner names this host in them.
 	leaser store.Leaser
 	owner  string
+	// claimed counts the claimed runs being driven (claims.go).
+	claimed atomic.Int64
 
 	// mu guards the fields below it, up to the next group. No code takes
 	// a runHandle's mu while holding it.
@@ -269,6 +276,9 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	}
 	if o.LeaseWait <= 0 {
 		o.LeaseWait = 2 * o.Lease
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = DefaultClaimEvery
 	}
 	h := &Host{
 		store: st, opts: o, limits: o.Limits.WithDefaults(DefaultLimits),
@@ -509,7 +519,7 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 	}
 	rh := h.handle(p.rec.ID)
 	defer h.release(rh)
-	if err := h.holdLease(ctx, rh); err != nil {
+	if err := h.holdLease(ctx, rh, h.opts.LeaseWait); err != nil {
 		return RunInfo{}, err
 	}
 	defer h.dropLease(rh)
@@ -683,8 +693,11 @@ func (h *Host) Events(ctx context.Context, id string) ([]store.Event, error) {
 
 // Drive continues a run that has work the host can do now (an activation
 // after a crash, a step left unfinished); a waiting run is left waiting.
+// On a store several hosts share, a run another host is driving is waited
+// for (until ctx is done) and then continued from where that host left
+// it.
 func (h *Host) Drive(ctx context.Context, id string) (RunInfo, error) {
-	return h.withRun(ctx, id, func(rh *runHandle) error { return h.drive(ctx, rh) })
+	return h.withRunWait(ctx, id, 0, func(rh *runHandle) error { return h.drive(ctx, rh) })
 }
 
 // Cancel ends a run as cancelled: open questions are withdrawn, hooks

@@ -42,8 +42,9 @@ type runLease struct {
 }
 
 // holdLease holds the run's lease for an operation on rh, taking it when
-// this host does not hold it yet. dropLease ends the hold.
-func (h *Host) holdLease(ctx context.Context, rh *runHandle) error {
+// this host does not hold it yet, waiting up to wait while another host
+// holds it (0: until ctx is done). dropLease ends the hold.
+func (h *Host) holdLease(ctx context.Context, rh *runHandle, wait time.Duration) error {
 	if h.leaser == nil {
 		return nil
 	}
@@ -54,28 +55,53 @@ func (h *Host) holdLease(ctx context.Context, rh *runHandle) error {
 		rl.n++
 		return nil
 	}
-	l, err := h.acquireLease(ctx, rh.id)
+	l, err := h.acquireLease(ctx, rh.id, wait)
 	if err != nil {
 		return err
 	}
-	rl.held, rl.n = l, 1
-	rl.stop, rl.done = make(chan struct{}), make(chan struct{})
-	go h.renewLease(rh.id, l, rl.stop, rl.done)
+	h.startHoldLocked(rh, l)
 	return nil
 }
 
+// adoptLease makes a lease a claim took rh's first hold, and reports
+// whether it did: when this host holds the run already (under an older
+// epoch whose renewals failed), the claim is given up instead, and the
+// older hold's next commit finds its lease lost.
+func (h *Host) adoptLease(rh *runHandle, l store.Lease) bool {
+	rl := &rh.lease
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.n > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), h.opts.Lease)
+		defer cancel()
+		_ = h.leaser.ReleaseLease(ctx, rh.id, l)
+		return false
+	}
+	h.startHoldLocked(rh, l)
+	return true
+}
+
+// startHoldLocked begins the first hold of rh's lease, l, and its
+// renewals; rh.lease.mu is held.
+func (h *Host) startHoldLocked(rh *runHandle, l store.Lease) {
+	rl := &rh.lease
+	rl.held, rl.n = l, 1
+	rl.stop, rl.done = make(chan struct{}), make(chan struct{})
+	go h.renewLease(rh.id, l, rl.stop, rl.done)
+}
+
 // acquireLease takes a run's lease, polling while another host holds it,
-// until LeaseWait has passed or ctx is done.
-func (h *Host) acquireLease(ctx context.Context, id string) (store.Lease, error) {
-	deadline := time.Now().Add(h.opts.LeaseWait)
+// until maxWait has passed (0: no bound) or ctx is done.
+func (h *Host) acquireLease(ctx context.Context, id string, maxWait time.Duration) (store.Lease, error) {
+	deadline := time.Now().Add(maxWait)
 	wait := 5 * time.Millisecond
 	for {
 		l, err := h.leaser.AcquireLease(ctx, id, h.owner, h.opts.Lease)
 		if !errors.Is(err, store.ErrLeaseHeld) {
 			return l, err
 		}
-		if time.Now().Add(wait).After(deadline) {
-			return store.Lease{}, fmt.Errorf("%w: run %s is being driven by another host (waited %s)", ErrLeaseHeld, id, h.opts.LeaseWait)
+		if maxWait > 0 && time.Now().Add(wait).After(deadline) {
+			return store.Lease{}, fmt.Errorf("%w: run %s is being driven by another host (waited %s)", ErrLeaseHeld, id, maxWait)
 		}
 		t := time.NewTimer(wait)
 		select {

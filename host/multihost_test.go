@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,18 +15,22 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
+	"github.com/sandflow/sandflow/store/postgres"
 )
 
 // cluster is several hosts on one PostgreSQL database, in one process,
-// each with a store (connections) of its own, and the kitchen guest's
-// capabilities shared: count tallies the side effects all hosts ran, and
-// a key the test blocks holds its steps until released.
+// each with a store (connections) of its own and its scheduler running,
+// and the kitchen guest's capabilities shared: count tallies the side
+// effects all hosts ran, and a key the test blocks holds its steps until
+// released.
 type cluster struct {
-	t     testing.TB
-	dsn   string
-	opts  host.Options
-	hosts []*host.Host
-	count *counter
+	t      testing.TB
+	dsn    string
+	opts   host.Options
+	hosts  []*host.Host
+	stores []*postgres.Store
+	stops  []func()
+	count  *counter
 
 	mu      sync.Mutex
 	blocked map[string]chan struct{} // key → closed to let its steps go on
@@ -55,7 +61,7 @@ func newCluster(t testing.TB, n int, opts *host.Options) *cluster {
 		}
 		return count(ctx, call)
 	}}
-	c.hosts = make([]*host.Host, n)
+	c.hosts, c.stores, c.stops = make([]*host.Host, n), make([]*postgres.Store, n), make([]func(), n)
 	for i := range n {
 		c.open(i)
 	}
@@ -70,21 +76,53 @@ func newCluster(t testing.TB, n int, opts *host.Options) *cluster {
 	return c
 }
 
-// open opens host i, as a process starting would.
+// open opens host i, with its scheduler, as a process starting would.
 func (c *cluster) open(i int) {
 	c.t.Helper()
-	h, err := host.OpenPostgres(context.Background(), c.dsn, &c.opts)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, c.dsn, &postgres.Options{MaxConns: 4})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.hosts[i] = h
+	h, err := host.Open(ctx, st, &c.opts)
+	if err != nil {
+		st.Close()
+		c.t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.RunScheduler(sctx, quietLogger)
+	}()
+	c.hosts[i], c.stores[i] = h, st
+	c.stops[i] = func() {
+		stop()
+		<-done
+	}
 }
 
-// close closes host i, releasing what it holds.
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// close stops host i as serve does on SIGTERM: its leases are released.
 func (c *cluster) close(i int) {
 	if c.hosts[i] != nil {
+		c.stops[i]()
 		c.hosts[i].Close(context.Background())
-		c.hosts[i] = nil
+		c.stores[i].Close()
+		c.hosts[i], c.stores[i] = nil, nil
+	}
+}
+
+// kill stops host i as a crash would, as far as the database can tell:
+// its connections go first, so that it neither renews nor releases its
+// leases, and what it was doing never commits.
+func (c *cluster) kill(i int) {
+	if c.hosts[i] != nil {
+		c.stores[i].Close()
+		c.stops[i]()
+		c.hosts[i].Close(context.Background())
+		c.hosts[i], c.stores[i] = nil, nil
 	}
 }
 
@@ -229,5 +267,96 @@ func settleOn(t testing.TB, h *host.Host, id string, limit time.Duration) host.R
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRun polls a run on h until cond holds, or fails after limit.
+func waitRun(t testing.TB, h *host.Host, id string, limit time.Duration, cond func(host.RunInfo) bool) host.RunInfo {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ri, err := h.Run(context.Background(), id)
+		if err == nil && cond(ri) {
+			return ri
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: not there after %s: %+v (%v)", id, limit, ri, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Three hosts: a call made on A waits on a question; answered on B, the
+// run completes on B within the answer's call, and A hears of it (its
+// watcher fires) without polling. A plugin uploaded on A is callable on
+// C, and a newer version uploaded later on A is what C's next call runs.
+func TestMultiHostAnswerOnAnotherHost(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	a, b, cc := c.hosts[0], c.hosts[1], c.hosts[2]
+	ctx := context.Background()
+	ri, err := a.Call(ctx, "kitchen", json.RawMessage(`{"mode":"ask-text"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri.Status != store.StatusWaiting || len(ri.Waiting) != 1 || ri.Waiting[0].AskID == "" {
+		t.Fatalf("call on A: %+v", ri)
+	}
+	watch, stop := a.Watch(ri.ID)
+	defer stop()
+	done, err := b.AnswerAsk(ctx, ri.Waiting[0].AskID, host.Answer{Text: "from B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := result[map[string]any](t, done); got["text"] != "from B" {
+		t.Fatalf("result %v", got)
+	}
+	select {
+	case <-watch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's watcher heard nothing of the run completed on B")
+	}
+	if onA, err := a.Run(ctx, ri.ID); err != nil || onA.Status != store.StatusCompleted {
+		t.Fatalf("A sees %+v, %v", onA, err)
+	}
+	if n := kinds(t, a, ri.ID); n[host.EvRunCompleted] != 1 || n[host.EvRunResumed] != 2 {
+		t.Errorf("log %v", n)
+	}
+	// The plugin A uploaded runs on C; a version uploaded after C loaded
+	// the first is the one C's next call runs.
+	first, err := cc.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"c1"}`), nil)
+	if err != nil || first.Status != store.StatusCompleted || first.Version != 1 {
+		t.Fatalf("call on C: %+v, %v", first, err)
+	}
+	if _, err := a.AddPlugin(ctx, guest(t, kitchenDir), manifest(t, kitchenDir)); err != nil {
+		t.Fatal(err)
+	}
+	second, err := cc.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"c2"}`), nil)
+	if err != nil || second.Status != store.StatusCompleted || second.Version != 2 {
+		t.Fatalf("call on C after a new version on A: %+v, %v", second, err)
+	}
+}
+
+// Three hosts: A is killed in the middle of a step (its connections go
+// first, so its lease is neither renewed nor released); once the lease
+// expires B or C claims the run, records the cut-off attempt, runs the
+// step again and completes the run.
+func TestMultiHostFailoverAfterKill(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx := context.Background()
+	release := c.block("failover")
+	defer release()
+	go c.hosts[0].Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"failover"}`), &host.CallOptions{RunID: "run-failover"})
+	<-c.entered
+	c.mu.Lock()
+	delete(c.blocked, "failover") // the next attempt goes through
+	c.mu.Unlock()
+	c.kill(0)
+	ri := waitRun(t, c.hosts[1], "run-failover", 30*time.Second, func(ri host.RunInfo) bool { return ri.Status.Terminal() })
+	if got := result[int](t, ri); got != 1 {
+		t.Errorf("result %d, want 1 (the killed host's attempt never finished)", got)
+	}
+	n := kinds(t, c.hosts[2], "run-failover")
+	if n[host.EvStepStarted] != 2 || n[host.EvStepFailed] != 1 || n[host.EvStepCompleted] != 1 || n[host.EvRunCompleted] != 1 {
+		t.Errorf("log %v: want the cut-off attempt recorded, a second completed, the run completed once", n)
 	}
 }

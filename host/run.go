@@ -267,14 +267,21 @@ func (h *Host) dropWarm(ctx context.Context, rh *runHandle) {
 }
 
 // withRun runs fn with the run's handle locked and its state fresh, and
-// returns the run's state after it.
+// returns the run's state after it. On a store several hosts share it
+// holds the run's lease, waiting up to LeaseWait for another host's.
 func (h *Host) withRun(ctx context.Context, id string, fn func(rh *runHandle) error) (RunInfo, error) {
+	return h.withRunWait(ctx, id, h.opts.LeaseWait, fn)
+}
+
+// withRunWait is withRun waiting up to wait for the run's lease (0: until
+// ctx is done).
+func (h *Host) withRunWait(ctx context.Context, id string, wait time.Duration, fn func(rh *runHandle) error) (RunInfo, error) {
 	if h.isClosed() {
 		return RunInfo{}, ErrClosed
 	}
 	rh := h.handle(id)
 	defer h.release(rh)
-	if err := h.holdLease(ctx, rh); err != nil {
+	if err := h.holdLease(ctx, rh, wait); err != nil {
 		return RunInfo{}, err
 	}
 	defer h.dropLease(rh)

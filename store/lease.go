@@ -40,7 +40,30 @@ type Leaser interface {
 	// RenewLease extends a held lease to ttl from now; it returns
 	// ErrLeaseLost when the lease was taken since.
 	RenewLease(ctx context.Context, runID string, l Lease, ttl time.Duration) error
-	// ReleaseLease gives a held lease up at once; a lease taken since is
+	// ReleaseLease gives a held lease up at once, and tells the hosts
+	// listening (Listen) that the run changed; a lease taken since is
 	// left alone.
 	ReleaseLease(ctx context.Context, runID string, l Lease) error
+	// ClaimRuns takes for owner, for ttl, the leases of up to limit runs
+	// that need a host and that no host holds: runs left running (a host
+	// stopped while it drove them, a run started and not yet driven, an
+	// agent turn out) and runs with a timer due (a durable sleep, a step
+	// retry). Runs another host is claiming at that moment are skipped,
+	// not waited for, so that hosts claiming at once share the work.
+	ClaimRuns(ctx context.Context, owner string, ttl time.Duration, limit int) ([]Claim, error)
+	// Listen calls fn with a run's id each time some host (this one
+	// included) creates the run or releases its lease (the end of a
+	// host's work on it: an answer recorded and driven, a step finished),
+	// until ctx is done. It reconnects by itself after a lost connection;
+	// notices sent meanwhile are lost, which the callers' polling covers.
+	Listen(ctx context.Context, fn func(runID string)) error
+	// DueTimersOf returns one run's timers with FireAt <= now, earliest
+	// first: a host that claimed the run fires them.
+	DueTimersOf(ctx context.Context, runID string, now time.Time) ([]Timer, error)
+}
+
+// Claim is a run ClaimRuns took, with the lease it holds on it.
+type Claim struct {
+	RunID string
+	Lease Lease
 }

@@ -250,3 +250,142 @@ func TestLeaseRaceNeverInterleaves(t *testing.T) {
 	}
 	t.Logf("%d commits, %d epochs", commits, epochs)
 }
+
+// Two hosts claiming at once take every run that needs a host (left
+// running, or with a timer due) once between them, and nothing else: not
+// a waiting run with no timer due, not a run whose lease is live. A run
+// whose lease expires is claimed again, under the next epoch.
+func TestClaimRunsSkipLocked(t *testing.T) {
+	schema := newSchema(t)
+	stores := []*Store{openSchema(t, schema, Options{}), openSchema(t, schema, Options{})}
+	s := stores[0]
+	want := map[string]bool{}
+	for i := range 40 {
+		id := fmt.Sprintf("run%02d", i)
+		rec := store.Run{ID: id, Status: store.StatusRunning, CreatedAt: time.Unix(1, 0), LastSeq: 0}
+		var b store.Batch
+		switch i % 4 {
+		case 0, 1: // left running: needs a host
+			want[id] = true
+		case 2: // a timer due
+			rec.Status = store.StatusWaiting
+			b.PutTimers = []store.Timer{{RunID: id, ID: "t", FireAt: time.Now().Add(-time.Second)}}
+			want[id] = true
+		case 3: // a timer not due
+			rec.Status = store.StatusWaiting
+			b.PutTimers = []store.Timer{{RunID: id, ID: "t", FireAt: time.Now().Add(time.Hour)}}
+		}
+		b.Run = &rec
+		if err := s.CreateRun(ctxBG, rec, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One running run a host is driving.
+	if _, err := s.AcquireLease(ctxBG, "run00", "busy", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "run00")
+	got := make([][]store.Claim, 2)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				cs, err := stores[i].ClaimRuns(ctxBG, names2[i], time.Hour, 4)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[i] = append(got[i], cs...)
+			}
+		}()
+	}
+	wg.Wait()
+	rest, err := s.ClaimRuns(ctxBG, "late", time.Hour, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := map[string]int{}
+	for _, cs := range append(got, rest) {
+		for _, c := range cs {
+			claimed[c.RunID]++
+		}
+	}
+	for id, n := range claimed {
+		if n != 1 || !want[id] {
+			t.Errorf("run %s claimed %d times (needs a host: %v)", id, n, want[id])
+		}
+	}
+	if len(claimed) != len(want) {
+		t.Errorf("%d runs claimed, %d need a host", len(claimed), len(want))
+	}
+	if again, err := s.ClaimRuns(ctxBG, "again", time.Hour, 100); err != nil || len(again) != 0 {
+		t.Fatalf("a second claim = %v, %v; want none", again, err)
+	}
+	// run01's host dies: once its lease expires, it is claimed again.
+	var l store.Lease
+	for _, cs := range append(got, rest) {
+		for _, c := range cs {
+			if c.RunID == "run01" {
+				l = c.Lease
+			}
+		}
+	}
+	expire(t, s, "run01", l)
+	again, err := stores[1].ClaimRuns(ctxBG, "B", time.Hour, 100)
+	if err != nil || len(again) != 1 || again[0].RunID != "run01" || again[0].Lease.Epoch != l.Epoch+1 {
+		t.Fatalf("claim after expiry = %v, %v; want run01 at epoch %d", again, err, l.Epoch+1)
+	}
+}
+
+var names2 = []string{"A", "B"}
+
+// A host listening hears of a run created, and of a lease released, on
+// another.
+func TestListenHearsOtherHosts(t *testing.T) {
+	schema := newSchema(t)
+	a, b := openSchema(t, schema, Options{}), openSchema(t, schema, Options{})
+	heard := make(chan string, 16)
+	ctx, cancel := context.WithCancel(ctxBG)
+	defer cancel()
+	listening := make(chan error, 1)
+	go func() { listening <- b.Listen(ctx, func(id string) { heard <- id }) }()
+	// LISTEN takes effect once its connection is up: retry the first
+	// notice until one arrives.
+	var l store.Lease
+	deadline := time.After(10 * time.Second)
+	mustCreate(t, a, "r")
+	for got := false; !got; {
+		var err error
+		if l, err = a.AcquireLease(ctxBG, "r", "A", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.ReleaseLease(ctxBG, "r", l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case id := <-heard:
+			if id != "r" {
+				t.Fatalf("heard %q, want r", id)
+			}
+			got = true
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no notice of a released lease")
+		}
+	}
+	mustCreate(t, a, "r2")
+	for r2 := false; !r2; {
+		select {
+		case id := <-heard:
+			r2 = id == "r2"
+		case <-deadline:
+			t.Fatal("no notice of a created run")
+		}
+	}
+	cancel()
+	if err := <-listening; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Listen returned %v", err)
+	}
+}

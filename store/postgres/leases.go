@@ -52,11 +52,96 @@ func (s *Store) RenewLease(ctx context.Context, runID string, l store.Lease, ttl
 	return err
 }
 
-// ReleaseLease implements store.Leaser.
+// ReleaseLease implements store.Leaser. The notice goes with the
+// release, in its transaction: a host that hears it finds the run as the
+// releasing host left it.
 func (s *Store) ReleaseLease(ctx context.Context, runID string, l store.Lease) error {
-	_, err := s.leaseExec(ctx, `UPDATE leases SET expires_ns = 0 WHERE run_id = $1 AND epoch = $2 AND owner = $3`,
-		runID, int64(l.Epoch), []byte(l.Owner))
+	_, err := s.leaseExec(ctx, `WITH r AS (UPDATE leases SET expires_ns = 0 WHERE run_id = $1 AND epoch = $2 AND owner = $3 RETURNING run_id)
+SELECT pg_notify($4, run_id) FROM r`, runID, int64(l.Epoch), []byte(l.Owner), s.channel)
 	return err
+}
+
+// ClaimRuns implements store.Leaser: one statement. The candidates'
+// rows are locked FOR UPDATE SKIP LOCKED, so that two hosts claiming at
+// once take different runs and neither waits (a run whose row an Append
+// holds is skipped too: its writer holds its lease); the lease is then
+// taken as AcquireLease takes it, and a run whose lease another host took
+// in the meantime is left out.
+func (s *Store) ClaimRuns(ctx context.Context, owner string, ttl time.Duration, limit int) ([]store.Claim, error) {
+	if limit <= 0 {
+		return nil, s.closedOr(nil)
+	}
+	var out []store.Claim
+	err := s.leaseCall(ctx, func(c *pgx.Conn) error {
+		out = out[:0]
+		rows, err := c.Query(ctx, `WITH now AS (SELECT `+nowNS+` AS ns),
+cand AS (
+	SELECT r.id FROM runs r, now
+	WHERE (r.status = 'running'::bytea OR r.id IN (SELECT t.run_id FROM timers t WHERE t.fire_ns <= now.ns))
+	AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.run_id = r.id AND l.expires_ns >= now.ns)
+	LIMIT $3
+	FOR UPDATE OF r SKIP LOCKED
+)
+INSERT INTO leases (run_id, owner, epoch, expires_ns) SELECT id, $1, 1, (SELECT ns FROM now) + $2 FROM cand
+ON CONFLICT (run_id) DO UPDATE SET owner = EXCLUDED.owner, epoch = leases.epoch + 1, expires_ns = EXCLUDED.expires_ns
+WHERE leases.expires_ns < (SELECT ns FROM now)
+RETURNING run_id, epoch`, []byte(owner), ttl.Nanoseconds(), int64(limit))
+		if err != nil {
+			return err
+		}
+		var id string
+		var epoch int64
+		_, err = pgx.ForEachRow(rows, []any{&id, &epoch}, func() error {
+			out = append(out, store.Claim{RunID: id, Lease: store.Lease{Owner: owner, Epoch: uint64(epoch)}})
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// Listen implements store.Leaser, on a connection of its own (not one of
+// the pool's, which LISTEN would tie to this session).
+func (s *Store) Listen(ctx context.Context, fn func(runID string)) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := s.listenOnce(ctx, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if s.closedOr(nil) != nil {
+			return store.ErrClosed
+		}
+		if err == nil {
+			wait = 50 * time.Millisecond
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, fn func(runID string)) error {
+	conn, err := pgx.ConnectConfig(ctx, s.listenCfg.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Payload)
+	}
 }
 
 func (s *Store) leaseExec(ctx context.Context, sql string, args ...any) (int64, error) {

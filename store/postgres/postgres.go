@@ -85,6 +85,10 @@ type Options struct {
 type Store struct {
 	pool      *pgxpool.Pool
 	leasePool *pgxpool.Pool
+	// listenCfg makes Listen's connection; channel is the LISTEN/NOTIFY
+	// channel of the store's schema (channels are the database's).
+	listenCfg *pgx.ConnConfig
+	channel   string
 	threshold int
 	retryFor  time.Duration
 
@@ -141,6 +145,10 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
 	err = migrate(ctx, c.Conn(), o.Schema)
+	var schema string
+	if err == nil {
+		err = c.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema)
+	}
 	c.Release()
 	if err != nil {
 		pool.Close()
@@ -156,7 +164,8 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{pool: pool, leasePool: leasePool, threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+	return &Store{pool: pool, leasePool: leasePool, listenCfg: cfg.ConnConfig, channel: "sandflow " + schema,
+		threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
 }
 
 // parseConnString parses a connection string as pgxpool does, refusing a

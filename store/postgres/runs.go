@@ -16,8 +16,9 @@ import (
 // batchRows is a batch checked and encoded, ready to be written: the
 // columns of its events, its run record, and its index changes.
 type batchRows struct {
-	runID string
-	lease *store.Lease
+	runID   string
+	channel string // the store's LISTEN/NOTIFY channel
+	lease   *store.Lease
 	// Event columns, one element per event.
 	seqs   []int64
 	times  []int64
@@ -46,7 +47,7 @@ type askRow struct {
 // rec the run record it leaves, in the order the embedded store checks
 // it, and encodes it. Every refusal is store.ErrBadBatch.
 func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Batch) (*batchRows, error) {
-	w := &batchRows{runID: runID, lease: b.Lease}
+	w := &batchRows{runID: runID, channel: s.channel, lease: b.Lease}
 	n := len(b.Events)
 	w.seqs, w.times, w.kinds, w.zstd, w.data = make([]int64, n), make([]int64, n), make([][]byte, n), make([]bool, n), make([][]byte, n)
 	for i, e := range b.Events {
@@ -225,6 +226,11 @@ created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXC
 			}
 			return nil
 		}, claimSQL, []byte(c.Token), []byte(c.RunID), int64(c.HookID))
+	}
+	if created {
+		// Hosts listening claim the new run if its creator does not drive
+		// it at once.
+		add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
 	}
 	br := tx.SendBatch(ctx, &q)
 	var err error

@@ -131,10 +131,17 @@ CREATE TABLE leases (
 );
 ALTER TABLE events ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
 `,
+	// Claims (ClaimRuns) look for runs left running without reading the
+	// others: the index holds only the running ones. A claimed run's due
+	// timers are read by run (DueTimersOf).
+	3: `
+CREATE INDEX runs_running ON runs (id) WHERE status = 'running'::bytea;
+CREATE INDEX timers_run ON timers (run_id, fire_ns);
+`,
 }
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrate creates schema (when not "") and brings the store's tables in
 // the schema on search_path up to SchemaVersion, or refuses a newer one.
