@@ -72,6 +72,9 @@ type runHandle struct {
 	// recordInterrupted). Guarded by mu.
 	fresh map[uint32]int
 
+	// lease is this host's hold of the run's lease (lease.go).
+	lease runLease
+
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
 	// runs steps or waits on agent turns.
@@ -264,13 +267,24 @@ func (h *Host) dropWarm(ctx context.Context, rh *runHandle) {
 }
 
 // withRun runs fn with the run's handle locked and its state fresh, and
-// returns the run's state after it.
+// returns the run's state after it. On a store several hosts share it
+// holds the run's lease, waiting up to LeaseWait for another host's.
 func (h *Host) withRun(ctx context.Context, id string, fn func(rh *runHandle) error) (RunInfo, error) {
+	return h.withRunWait(ctx, id, h.opts.LeaseWait, fn)
+}
+
+// withRunWait is withRun waiting up to wait for the run's lease (0: until
+// ctx is done).
+func (h *Host) withRunWait(ctx context.Context, id string, wait time.Duration, fn func(rh *runHandle) error) (RunInfo, error) {
 	if h.isClosed() {
 		return RunInfo{}, ErrClosed
 	}
 	rh := h.handle(id)
 	defer h.release(rh)
+	if err := h.holdLease(ctx, rh, wait); err != nil {
+		return RunInfo{}, err
+	}
+	defer h.dropLease(rh)
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if err := h.refresh(ctx, rh); err != nil {
@@ -395,6 +409,10 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = detailJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
+	if h.leaser != nil {
+		l := rh.lease.held
+		sb.Lease = &l
+	}
 	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&
 		(rs.imageSeq == 0 || rs.lastSeq >= rs.imageSeq+stateEvery) {
 		if data := rs.image(); data != nil {

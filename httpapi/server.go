@@ -357,6 +357,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, host.ErrAskClosed), errors.Is(err, host.ErrRunExists), errors.Is(err, host.ErrRunEnded),
 		errors.Is(err, host.ErrPluginInUse):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, host.ErrLeaseLost):
+		// This host stalled past the run's lease and another took the run
+		// over; nothing after the loss was committed.
+		writeError(w, http.StatusServiceUnavailable, "lease_lost", err.Error())
+	case errors.Is(err, host.ErrLeaseHeld):
+		writeError(w, http.StatusServiceUnavailable, "lease_held", err.Error())
 	case errors.Is(err, store.ErrCorrupt):
 		// Damage is reported, never passed off as a missing record or an
 		// answer; `sandflow doctor` says where.

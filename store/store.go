@@ -177,6 +177,11 @@ type Batch struct {
 	// PutState replaces the run's state image; its Seq must be the seq of
 	// the batch's last event (the run record's LastSeq).
 	PutState *State
+	// Lease, when set, is the lease the writer drives the run under: a
+	// store that implements Leaser refuses the batch with ErrLeaseLost
+	// unless it is still the run's lease, and records its epoch with the
+	// events. Stores without leases ignore it.
+	Lease *Lease
 }
 
 // State is the host's opaque image of a run's state (its model of the

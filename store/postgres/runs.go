@@ -16,7 +16,9 @@ import (
 // batchRows is a batch checked and encoded, ready to be written: the
 // columns of its events, its run record, and its index changes.
 type batchRows struct {
-	runID string
+	runID   string
+	channel string // the store's LISTEN/NOTIFY channel
+	lease   *store.Lease
 	// Event columns, one element per event.
 	seqs   []int64
 	times  []int64
@@ -45,7 +47,7 @@ type askRow struct {
 // rec the run record it leaves, in the order the embedded store checks
 // it, and encodes it. Every refusal is store.ErrBadBatch.
 func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Batch) (*batchRows, error) {
-	w := &batchRows{runID: runID}
+	w := &batchRows{runID: runID, channel: s.channel, lease: b.Lease}
 	n := len(b.Events)
 	w.seqs, w.times, w.kinds, w.zstd, w.data = make([]int64, n), make([]int64, n), make([][]byte, n), make([]bool, n), make([][]byte, n)
 	for i, e := range b.Events {
@@ -155,6 +157,18 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		q.Queue(sql, args...)
 		checks = append(checks, c)
 	}
+	if w.lease != nil {
+		// After the run's row lock (or, for a new run, before its row
+		// exists): a lease taken since cannot be taken again while this
+		// transaction holds the lease's row.
+		l := *w.lease
+		add(func(ct int64) error {
+			if ct == 0 {
+				return fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, w.runID, l.Epoch, l.Owner)
+			}
+			return nil
+		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3 FOR SHARE`, w.runID, int64(l.Epoch), []byte(l.Owner))
+	}
 	add(func(ct int64) error {
 		if ct == 0 && created {
 			return fmt.Errorf("%w: %s", store.ErrRunExists, w.runID)
@@ -162,9 +176,13 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		return nil
 	}, runSQL, w.runColumns()...)
 	if len(w.seqs) > 0 {
-		add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data)
-SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
-			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data)
+		var epoch int64
+		if w.lease != nil {
+			epoch = int64(w.lease.Epoch)
+		}
+		add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data, epoch)
+SELECT $1, *, $7 FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
+			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data, epoch)
 	}
 	if w.rec.Status.Terminal() {
 		if !created {
@@ -208,6 +226,11 @@ created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXC
 			}
 			return nil
 		}, claimSQL, []byte(c.Token), []byte(c.RunID), int64(c.HookID))
+	}
+	if created {
+		// Hosts listening claim the new run if its creator does not drive
+		// it at once.
+		add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
 	}
 	br := tx.SendBatch(ctx, &q)
 	var err error

@@ -267,6 +267,34 @@ func init() {
 			}
 			return map[string]any{"payloads": got}, nil
 
+		case "multihost":
+			// Every kind of wait a host may leave a run in: a step (with a
+			// side effect), a durable sleep, a question, a hook, a step.
+			a, err := count.Run(ctx, in.Token+"/1")
+			if err != nil {
+				return nil, err
+			}
+			if _, err := sandflow.Sleep(ctx, time.Duration(in.Ms)*time.Millisecond).Await(ctx); err != nil {
+				return nil, err
+			}
+			ans, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "go on?", Display: sandflow.DisplayText}).Await(ctx)
+			if err != nil {
+				return nil, err
+			}
+			h, err := sandflow.CreateHook[map[string]any](ctx, sandflow.HookOptions{Token: in.Token})
+			if err != nil {
+				return nil, err
+			}
+			p, err := h.Next(ctx).Await(ctx)
+			if err != nil {
+				return nil, err
+			}
+			b, err := count.Run(ctx, in.Token+"/2")
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"counts": []int{a, b}, "answer": ans.Text, "hook": p}, nil
+
 		case "hold-hook":
 			// Holds a hook and waits on a question, so its token stays taken.
 			if _, err := sandflow.CreateHook[any](ctx, sandflow.HookOptions{Token: in.Token}); err != nil {
