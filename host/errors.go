@@ -58,6 +58,9 @@ var (
 	// ErrGuest is matched by *GuestError: the guest trapped, exited, or
 	// broke the ABI.
 	ErrGuest = engine.ErrGuest
+	// ErrInstanceLost is returned by an engine's Call on an instance it
+	// no longer holds (engine.ErrInstanceLost); the host replays.
+	ErrInstanceLost = engine.ErrInstanceLost
 	// ErrBadHistory is returned when a history file cannot be read.
 	ErrBadHistory = errors.New("invalid history")
 	// ErrPluginInUse is returned when deleting a plugin version a run that

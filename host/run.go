@@ -633,6 +633,17 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if errors.Is(err, errBlockSuspend) && w.suspended {
 		err, res, dead = nil, abi.RunSuspended, true
 	}
+	if err != nil && w.warmed && errors.Is(err, ErrInstanceLost) && ctx.Err() == nil {
+		// The engine no longer holds the parked instance's state (a
+		// JavaScript worker evicted or dead): nothing of this activation
+		// is committed, and it runs again on an instance that replays.
+		w.close(ctx)
+		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return h.activate(ctx, rh)
+	}
+	w.warmed = false
 	if err != nil && w.restored && ctx.Err() == nil {
 		// Replay is the truth: before failing the run on a restored
 		// instance, the activation runs again on one that replays.
@@ -668,6 +679,7 @@ func (h *Host) activationInstance(ctx context.Context, rh *runHandle, lp *loaded
 		w = nil
 	}
 	if w != nil {
+		w.warmed = true
 		return w, false, nil
 	}
 	if w, err = h.restore(ctx, rs, lp); err != nil {

@@ -74,6 +74,7 @@ type wfInstance struct {
 	parkedBytes uint64 // its memory when it was parked (Host.warmBytes)
 	parkedSeq   uint64 // the run's last event when it was parked
 	restored    bool   // made from a snapshot
+	warmed      bool   // taken from the warm pool for this activation
 
 	buf  []byte
 	meta []byte

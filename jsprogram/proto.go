@@ -28,18 +28,25 @@ import (
 //	'P' part      u64 n | bytes: a piece of the next 'R' or 'F' frame, which is
 //	              too large for one frame (an await's answer to a fan-out); that
 //	              frame's body is the parts' bytes, then its own, n bytes in all
+//	'C' continue  empty: the parked program's run resumes; it asks the host
+//	              again for what it waits on
 //
 // Worker to parent:
 //
 //	'O' op        u32 kind | u32 name length | name | payload
 //	'W' write     u8 stream (1 stdout, 2 stderr) | bytes
 //	'D' done      JSON doneMsg
+//	'S' suspend   u64 bytes the worker holds: the program (its activation
+//	              said park) waits for calls still out and stays live; the
+//	              worker reads 'C' next (or is killed)
 const (
 	frameActivate   = 'A'
 	frameReply      = 'R'
 	frameReplyFresh = 'F'
 	frameAbort      = 'K'
 	framePart       = 'P'
+	frameContinue   = 'C'
+	frameSuspend    = 'S'
 	frameOp         = 'O'
 	frameWrite      = 'W'
 	frameDone       = 'D'
@@ -185,6 +192,9 @@ type activation struct {
 	// Now is the logical clock at the start, unix ns.
 	Now    int64  `json:"now"`
 	Limits Limits `json:"limits"`
+	// Park: a workflow program that waits for calls still out parks
+	// (sends 'S' and stays live) instead of ending the activation.
+	Park bool `json:"park,omitempty"`
 }
 
 // doneMsg ends an activation.

@@ -189,6 +189,11 @@ type session struct {
 	tool *goja.Object
 	futs []*fut
 
+	// total is the activation's time limit; a parked program's stops
+	// while it is parked and starts again when it resumes, at start.
+	total *time.Timer
+	start time.Time
+
 	mu      sync.Mutex
 	running bool
 	since   time.Time
@@ -197,9 +202,9 @@ type session struct {
 }
 
 func (s *session) run() (d doneMsg) {
-	start := time.Now()
-	total := time.AfterFunc(s.lim.TotalTime, func() { s.interrupt(CodeTotalTime) })
-	defer total.Stop()
+	s.start = time.Now()
+	s.total = time.AfterFunc(s.lim.TotalTime, func() { s.interrupt(CodeTotalTime) })
+	defer s.total.Stop()
 	s.resume()
 	defer s.pause()
 	defer func() {
@@ -247,7 +252,7 @@ func (s *session) run() (d doneMsg) {
 		if hit.code == CodeJSTime {
 			e.Message = fmt.Sprintf("the program ran JavaScript for more than %s in one %s", s.lim.JSTime, activationNoun(s.act.Kind))
 		} else {
-			e.Message = fmt.Sprintf("one %s took more than %s (it ran %s)", activationNoun(s.act.Kind), s.lim.TotalTime, time.Since(start).Round(time.Millisecond))
+			e.Message = fmt.Sprintf("one %s took more than %s (it ran %s)", activationNoun(s.act.Kind), s.lim.TotalTime, time.Since(s.start).Round(time.Millisecond))
 		}
 		return doneMsg{Status: "failed", Error: e}
 	}
@@ -789,7 +794,12 @@ func (s *session) settle(c *call, fulfilled bool, raw []byte) {
 	}
 }
 
-// awaitBatch waits, blocking, for every pending call that has not settled.
+// errSuspended: a non-blocking await found the run must wait.
+var errSuspended = errors.New("jsprogram worker: the run waits")
+
+// awaitBatch waits for every pending call that has not settled: blocking
+// (the host ends the activation if the run must wait), or, when the
+// activation parks, parked until the run resumes, then asking again.
 func (s *session) awaitBatch() error {
 	var positions []uint32
 	byPos := map[uint32]*call{}
@@ -799,18 +809,51 @@ func (s *session) awaitBatch() error {
 			byPos[c.pos] = c
 		}
 	}
-	return s.awaitFutures(abi.AwaitAll, positions, func(pos uint32, ok bool, raw []byte) {
-		if c := byPos[pos]; c != nil {
-			s.settle(c, ok, raw)
+	mode := abi.AwaitAll | abi.AwaitBlock
+	if s.act.Park {
+		mode = abi.AwaitAll
+	}
+	for {
+		err := s.awaitFutures(mode, positions, func(pos uint32, ok bool, raw []byte) {
+			if c := byPos[pos]; c != nil {
+				s.settle(c, ok, raw)
+			}
+		})
+		if !errors.Is(err, errSuspended) {
+			return err
 		}
-	})
+		if err := s.park(); err != nil {
+			return err
+		}
+	}
 }
 
-// awaitFutures waits, blocking, for the futures at positions (all of them,
-// or any), and calls settled for each one the host says has settled, with
-// its value or error object.
+// park keeps the program live while its run waits: it tells the parent,
+// with what the worker holds, and waits for the run to resume. Its clocks
+// do not run meanwhile.
+func (s *session) park() error {
+	s.pause()
+	s.total.Stop()
+	if err := writeFrame(s.w, frameSuspend, u64(heldBytes())); err != nil {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: parking: %w", err)
+	}
+	typ, _, err := readFrame(s.r)
+	if err != nil || typ != frameContinue {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: parked, then got frame %q: %v", typ, err)
+	}
+	s.start = time.Now()
+	s.total.Reset(s.lim.TotalTime)
+	s.resume()
+	return nil
+}
+
+// awaitFutures waits for the futures at positions (all of them, or any;
+// blocking when mode has AwaitBlock), and calls settled for each one the
+// host says has settled, with its value or error object.
 func (s *session) awaitFutures(mode abi.AwaitMode, positions []uint32, settled func(pos uint32, ok bool, raw []byte)) error {
-	payload := u32(uint32(mode | abi.AwaitBlock))
+	payload := u32(uint32(mode))
 	for _, p := range positions {
 		payload = binary.LittleEndian.AppendUint32(payload, p)
 	}
@@ -818,7 +861,9 @@ func (s *session) awaitFutures(mode abi.AwaitMode, positions []uint32, settled f
 	if err != nil {
 		return err
 	}
-	if st := status(body); st != abi.StatusOK {
+	if st := status(body); st == abi.StatusSuspend && mode&abi.AwaitBlock == 0 {
+		return errSuspended
+	} else if st != abi.StatusOK {
 		return fmt.Errorf("jsprogram worker: await answered %d: %s", st, refusal(body))
 	}
 	rest := body[abi.BodyHeaderSize:]
@@ -886,12 +931,18 @@ func capMemory(n int64) {
 	go watchMemory(uint64(n))
 }
 
-func watchMemory(n uint64) {
+// heldBytes is the memory the runtime holds from the system: all it
+// mapped, less what it gave back.
+func heldBytes() uint64 {
 	samples := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(samples)
+	return samples[0].Value.Uint64() - samples[1].Value.Uint64()
+}
+
+func watchMemory(n uint64) {
 	over := 0
 	for range time.Tick(10 * time.Millisecond) {
-		metrics.Read(samples)
-		held := samples[0].Value.Uint64() - samples[1].Value.Uint64()
+		held := heldBytes()
 		if held <= n {
 			over = 0
 			continue

@@ -113,6 +113,7 @@ type app struct {
 	agents     *agents.Backends
 	js         *jsprogram.Engine
 	jsWorkers  int // jsprogram.Options.MaxWorkers (serve --js-workers)
+	jsParked   int // jsprogram.Options.MaxParked (serve --js-parked)
 	asJSON     bool
 	out        io.Writer
 	errOut     io.Writer
@@ -150,7 +151,7 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 		if a.jsWorkers < 0 {
 			return nil, withCode(exitUsage, fmt.Errorf("--js-workers must be 0 (the default) or more, not %d", a.jsWorkers))
 		}
-		js, err := jsprogram.NewEngine(&jsprogram.Options{MaxWorkers: a.jsWorkers})
+		js, err := jsprogram.NewEngine(&jsprogram.Options{MaxWorkers: a.jsWorkers, MaxParked: a.jsParked})
 		if err != nil {
 			return nil, err
 		}

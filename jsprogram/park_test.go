@@ -1,0 +1,208 @@
+package jsprogram_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/testhost"
+	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/store"
+)
+
+// parkCases are programs whose resumes a parked program and a replayed one
+// must see alike: the clock, Math.random, the order promises settle in,
+// races, failures caught, console output. pure: the result does not depend
+// on the run's seed or time, so two runs return the same bytes.
+var parkCases = []struct {
+	name string
+	pure bool
+	js   string
+}{
+	{"date-and-random", false, `
+const a = [Math.random(), Date.now(), new Date().toISOString()];
+const r1 = await ctx.agent("echo", { message: JSON.stringify(a) });
+const b = [Math.random(), Date.now()];
+const r2 = await ctx.agent("echo", { message: JSON.stringify(b) });
+return { a, b, r1, r2, c: [Math.random(), Date.now(), new Date().getTimezoneOffset()] };`},
+	{"settlement-order", true, `
+const log = [];
+const ps = [1, 2, 3].map(i => ctx.agent("echo", { message: "m" + i }).then(r => { log.push(r); return r; }));
+Promise.resolve().then(() => log.push("micro"));
+const all = await Promise.all(ps);
+log.push("all");
+const s = await ctx.agent("echo", { message: log.join(",") });
+return { log, all, s };`},
+	{"race-then-all", true, `
+const p1 = ctx.agent("ticket-triage", { message: "a" }), p2 = ctx.agent("ticket-review", { message: "b" });
+const first = await Promise.race([p1, p2]);
+const both = await Promise.all([p1, p2]);
+const next = await ctx.agent("echo", { message: first });
+return { first, both, next };`},
+	{"failure-caught", true, `
+let caught = "";
+try { await ctx.agent("no-such-agent", { message: "x" }); } catch (e) { caught = e.code + "|" + (e instanceof Error); }
+const any = await Promise.any([ctx.agent("no-such-agent", { message: "y" }), ctx.agent("echo", { message: "z" })]).catch(e => "none:" + e.name);
+console.log("between", caught);
+const after = await ctx.agent("echo", { message: caught });
+return { caught, any, after };`},
+	{"sequential-ten", true, `
+let acc = "";
+for (let i = 0; i < 10; i++) acc = await ctx.agent("echo", { message: acc.length + ":" + i });
+return acc;`},
+}
+
+// The same programs, resumed parked (the default) and by replay (parking
+// off): each run's history replays on the other host to the same end,
+// with the same result, and a pure program's results are the same bytes.
+func TestParkedAndReplayedResumesAgree(t *testing.T) {
+	parked := openFixture(t, jsprogram.Options{}, nil, jsprogram.WorkflowTool{})
+	replayed := openFixture(t, jsprogram.Options{MaxParked: -1}, nil, jsprogram.WorkflowTool{})
+	for _, c := range parkCases {
+		t.Run(c.name, func(t *testing.T) {
+			before := parked.JS.Stats()
+			p := parked.run(c.js)
+			after := parked.JS.Stats()
+			r := replayed.run(c.js)
+			if p.Status != store.StatusCompleted || r.Status != store.StatusCompleted {
+				t.Fatalf("parked run %s (%+v), replayed run %s (%+v)", p.Status, p.Error, r.Status, r.Error)
+			}
+			if n := after.ParkedResumes - before.ParkedResumes; n == 0 || after.ParkedLost != before.ParkedLost {
+				t.Fatalf("parked host: %d resumes on parked programs, %d lost", n, after.ParkedLost-before.ParkedLost)
+			}
+			if st := replayed.JS.Stats(); st.ParkedResumes != 0 || st.Parked != 0 {
+				t.Fatalf("parking off, yet %d resumes ran parked", st.ParkedResumes)
+			}
+			if c.pure && !bytes.Equal(p.Result, r.Result) {
+				t.Fatalf("results differ:\nparked   %s\nreplayed %s", p.Result, r.Result)
+			}
+			crossCheck(t, parked, replayed, p.ID)
+			crossCheck(t, replayed, parked, r.ID)
+		})
+	}
+}
+
+// crossCheck replays a run of from's on to: it must end as recorded,
+// every op replayed, with the same outcome.
+func crossCheck(t *testing.T, from, to *fixture, runID string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := from.H.ExportHistory(context.Background(), runID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := host.ReadHistory(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := to.H.CheckReplay(context.Background(), hist, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.End != "completed" || rep.Ops != rep.RecordedOps || rep.Outcome != host.OutcomeSame {
+		t.Fatalf("replay of run %s: %+v", runID, rep)
+	}
+}
+
+const twoCalls = `const a = await ctx.agent("echo", { message: %q });
+const b = await ctx.agent("echo", { message: a });
+return b;`
+
+// startGated starts a program of two calls and drives it in the
+// background until its first call's turn has started (its program then
+// waits, parked); the returned channel gets the drive's end.
+func startGated(t *testing.T, f *fixture, msg string) (string, chan host.RunInfo) {
+	t.Helper()
+	base, _ := f.agents.turns()
+	id := f.start(fmt.Sprintf(twoCalls, msg))
+	done := make(chan host.RunInfo, 1)
+	go func() {
+		ri, err := f.H.Drive(context.Background(), id)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ri
+	}()
+	testhost.WaitUntil(t, "the first call's turn", func() bool { n, _ := f.agents.turns(); return n > base })
+	return id, done
+}
+
+func wantTwoCalls(t *testing.T, f *fixture, ri host.RunInfo, msg string) {
+	t.Helper()
+	if ri.Status != store.StatusCompleted {
+		ri, _ = f.H.Drive(context.Background(), ri.ID)
+	}
+	want, _ := json.Marshal("echo: echo: " + msg)
+	if got := result[json.RawMessage](t, ri); !bytes.Equal(got, want) {
+		t.Fatalf("result %s, want %s", got, want)
+	}
+}
+
+// With room for one parked program, a second run that parks evicts the
+// first mid-run: the first's resume replays, the second's runs parked,
+// and both end as they would have.
+func TestParkedEvictedMidRun(t *testing.T) {
+	a := newAgents(echo)
+	a.gate = make(chan struct{})
+	f := openFixture(t, jsprogram.Options{MaxParked: 1}, a, jsprogram.WorkflowTool{})
+	_, doneA := startGated(t, f, "first")
+	testhost.WaitUntil(t, "the first program to park", func() bool { return f.JS.Stats().Parked == 1 })
+	first := jsprogram.ParkedPIDs(f.JS)[0]
+	_, doneB := startGated(t, f, "second")
+	testhost.WaitUntil(t, "the second program to park in the first's place", func() bool {
+		pids := jsprogram.ParkedPIDs(f.JS)
+		return len(pids) == 1 && pids[0] != first
+	})
+	close(a.gate)
+	wantTwoCalls(t, f, <-doneA, "first")
+	wantTwoCalls(t, f, <-doneB, "second")
+	st := f.JS.Stats()
+	if st.ParkedLost < 1 || st.ParkedResumes < 1 {
+		t.Fatalf("%d resumes parked, %d lost; want at least one of each", st.ParkedResumes, st.ParkedLost)
+	}
+	if total, distinct := a.turns(); total != 4 || distinct != 4 {
+		t.Fatalf("turns sent %d times over %d ids, want 4 over 4", total, distinct)
+	}
+}
+
+// A parked program whose worker is killed: its resume finds it gone and
+// replays, and the run ends as it would have, each turn sent once.
+func TestParkedWorkerKilled(t *testing.T) {
+	a := newAgents(echo)
+	a.gate = make(chan struct{})
+	f := openFixture(t, jsprogram.Options{}, a, jsprogram.WorkflowTool{})
+	_, done := startGated(t, f, "killed")
+	testhost.WaitUntil(t, "the program to park", func() bool { return f.JS.Stats().Parked == 1 })
+	pids := jsprogram.ParkedPIDs(f.JS)
+	if len(pids) != 1 {
+		t.Fatalf("parked in %d workers", len(pids))
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	close(a.gate)
+	wantTwoCalls(t, f, <-done, "killed")
+	st := f.JS.Stats()
+	if st.ParkedLost != 1 {
+		t.Fatalf("%d resumes found their program gone, want 1", st.ParkedLost)
+	}
+	if total, distinct := a.turns(); total != 2 || distinct != 2 {
+		t.Fatalf("turns sent %d times over %d ids, want 2 over 2", total, distinct)
+	}
+}
+
+// A byte budget no worker fits: every program is evicted as it parks,
+// and every resume replays.
+func TestParkedOverByteBudget(t *testing.T) {
+	f := openFixture(t, jsprogram.Options{MaxParkedBytes: 1}, nil, jsprogram.WorkflowTool{})
+	ri := f.run(`let s = ""; for (let i = 0; i < 3; i++) s += await ctx.agent("echo", { message: "" + i }); return s;`)
+	if got := result[string](t, ri); got != "echo: 0echo: 1echo: 2" {
+		t.Fatalf("result %q", got)
+	}
+	if st := f.JS.Stats(); st.Parked != 0 || st.ParkedResumes != 0 || st.ParkedLost != 3 {
+		t.Fatalf("stats %+v: want nothing parked and 3 resumes lost", st)
+	}
+}
