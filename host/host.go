@@ -81,6 +81,9 @@ type Options struct {
 	// Agents runs agent turns (ctx.agent); nil means no agent is available
 	// and every turn fails.
 	Agents AgentBackend
+	// Observer is told what the kernel does, for metrics; nil: nothing
+	// is. SetObserver changes it later.
+	Observer Observer
 	// AgentTimeout bounds one agent turn; 0 means 10 minutes.
 	AgentTimeout time.Duration
 	// AbortGrace is how long an aborted run has to unwind (Abort); 0
@@ -236,6 +239,8 @@ type Host struct {
 	images     imageCounters
 	insts      instCounters
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
+	// obs is the Observer (observe.go), nil when none.
+	obs obsPointer
 }
 
 // Open makes a Host over a store. opts may be nil.
@@ -287,6 +292,7 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		compiles: make(chan struct{}, o.MaxCompiles),
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
+	h.SetObserver(o.Observer)
 	if l, ok := st.(store.Leaser); ok {
 		h.leaser, h.owner = l, newTimedID("host_", 10)
 	}

@@ -431,6 +431,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		sb.DeleteTimers = append(append([]store.Timer(nil), c.b.DeleteTimers...), sb.DeleteTimers...)
 	}
 	var err error
+	start := time.Now()
 	if p := rh.pending; p != nil {
 		sb.Events = append([]store.Event{p.created}, sb.Events...)
 		if err = h.store.CreateRun(ctx, rec, sb); err == nil {
@@ -438,6 +439,9 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		}
 	} else {
 		err = h.store.Append(ctx, rs.id, base, sb)
+	}
+	if o := h.observer(); o != nil && err == nil {
+		o.Commit(len(sb.Events), time.Since(start))
 	}
 	if err == nil {
 		rh.carry = nil
@@ -624,6 +628,9 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if fromPool {
 		defer h.refill(lp) // it took an instance from the pool
 	}
+	if o := h.observer(); o != nil {
+		defer observeActivation(o, rs, w, len(rs.ops), time.Now())
+	}
 	w.begin(b)
 	res, err := w.inst.Call(ctx, abi.RunExport)
 	if err == nil {
@@ -665,6 +672,26 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	}
 	return h.failActivation(ctx, rh, b, w, &GuestError{Message: fmt.Sprintf(
 		"ABI violation: %s returned %d, but the guest had %s", abi.RunExport, res, map[bool]string{true: "completed", false: "neither suspended nor completed"}[w.completed])})
+}
+
+// observeActivation tells o of an activation of w that began at start,
+// when the log held before ops: how w came by the run's state, and how
+// much of the log it replayed.
+func observeActivation(o Observer, rs *runState, w *wfInstance, before int, start time.Time) {
+	resume := ResumeReplay
+	switch {
+	case w.warmed:
+		resume = ResumeParked
+	case w.restored:
+		resume = ResumeSnapshot
+	case rs.acts() <= 1:
+		resume = ResumeFresh
+	}
+	replayed := before - int(w.startCursor)
+	if replayed < 0 || resume == ResumeParked {
+		replayed = 0
+	}
+	o.Activation(rs.rec.Tool, resume, replayed, time.Since(start))
 }
 
 // activationInstance is the instance an activation runs on: the run's
@@ -766,6 +793,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if err := h.reload(ctx, rh, store.Run{}); err != nil {
 		return errors.Join(cause, err)
 	}
+	h.observeLimit(cause)
 	var le *LimitError
 	var ge *GuestError
 	var pe *PluginError
@@ -949,7 +977,11 @@ func (r *workRound) startSteps(lp *loadedPlugin) {
 			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
 		run := func() {
 			sem <- struct{}{}
+			start := time.Now()
 			out := h.execStep(r.ctx, lp, a)
+			if o := h.observer(); o != nil {
+				o.Step(rs.rec.Tool, time.Since(start), out.err != nil)
+			}
 			<-sem
 			r.done <- workDone{p: p, a: a, out: out}
 		}

@@ -224,6 +224,7 @@ func (h *Host) execStep(ctx context.Context, lp *loadedPlugin, a *stepAttempt) s
 	out := stepOutcome{output: s.output}
 	switch {
 	case err != nil:
+		h.observeLimit(err)
 		out.err = errorObject(err)
 		if tail := stderrTail(s.output); tail != "" {
 			out.err.Message += "; stderr: " + tail

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/abi"
@@ -42,8 +43,11 @@ type wfInstance struct {
 
 	act    int    // the activation the guest is in (its view of the log)
 	cursor uint32 // recorded ops the guest has issued
-	clock  logicalClock
-	rng    *rand.ChaCha8
+	// startCursor is cursor when the activation began (begin): the ops
+	// replayed in it are those between it and the first live op.
+	startCursor uint32
+	clock       logicalClock
+	rng         *rand.ChaCha8
 
 	// checkOnly: a replay that must not do anything new (a history check,
 	// an upgrade check). The guest is stopped at the end of the history.
@@ -138,6 +142,7 @@ func checkVersion(ctx context.Context, inst Instance) error {
 // begin prepares the instance for an activation of its run.
 func (w *wfInstance) begin(b *batch) {
 	w.batch, w.suspended, w.completed, w.waiting, w.err = b, false, false, nil, nil
+	w.startCursor = w.cursor
 }
 
 func (w *wfInstance) close(ctx context.Context) {
@@ -326,7 +331,18 @@ func (w *wfInstance) future(o *opRec, p uint32) []byte {
 // refusal from the log, so a guest that carries on after a refusal replays.
 func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) ([]byte, error) {
 	rs, b := w.rs, w.batch
+	var start time.Time
+	var o Observer
+	if w.h != nil {
+		o = w.h.observer()
+	}
+	if o != nil {
+		start = time.Now()
+	}
 	ev, st, msg, err := w.perform(ctx, kind, name, payload, p)
+	if o != nil {
+		o.Op(kind, time.Since(start))
+	}
 	if err != nil {
 		return nil, err
 	}

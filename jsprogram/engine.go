@@ -326,7 +326,7 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 	defer lane.stop()
 	fail := func(pe *WorkflowProgramError) (int32, error) {
 		e.pool.put(w, false)
-		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object()}
+		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object(), Limit: pe.LimitHit()}
 	}
 	// inFlight is what this activation carried between the program and
 	// the host, op frames and their answers, with what the parked

@@ -1454,3 +1454,14 @@ func (w *wtx) hook(token string) (Hook, bool, error) {
 	h, err := decodeHook([]byte(token), sv)
 	return h, err == nil, err
 }
+
+// JournalBytes is the size of the journal now: the writes appended since
+// the last checkpoint folded them into the main file (0 when read-only).
+func (s *Bolt) JournalBytes() int64 {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.j == nil {
+		return 0
+	}
+	return s.j.size
+}

@@ -93,6 +93,9 @@ type GuestError struct {
 	// Object, when set, is the error object the run fails with (an engine
 	// that knows better than "trap", such as the JavaScript one, sets it).
 	Object *abi.ErrorObject
+	// Limit, when set, names the limit that stopped the guest, in the
+	// engine's own words ("js_time", say): the host's Observer counts it.
+	Limit string
 }
 
 func (e *GuestError) Error() string {
