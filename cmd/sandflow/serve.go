@@ -42,6 +42,7 @@ func serveCmd(a *app) *cobra.Command {
 	var readTimeout, writeTimeout, idleTimeout, compileTimeout time.Duration
 	var maxConns, maxCalls, maxClientCalls, maxCompiles int
 	var maxInflight, maxClientInflight int64
+	var mcpOpts mcp.Options
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and run the scheduler (timers, step retries, recovery) until interrupted",
@@ -138,7 +139,9 @@ at once.`,
 				}
 				// The MCP server at /mcp takes the API's tokens as bearer tokens,
 				// under the API's admission and body bounds.
-				if mcpSrv, err = mcp.New(h, &mcp.Options{Tokens: append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), Logger: logger}); err != nil {
+				mo := mcpOpts
+				mo.Tokens, mo.Logger = append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), logger
+				if mcpSrv, err = mcp.New(h, &mo); err != nil {
 					return err
 				}
 				defer mcpSrv.Close()
@@ -211,7 +214,17 @@ at once.`,
 	c.Flags().DurationVar(&compileTimeout, "compile-timeout", host.DefaultCompileTimeout, "how long a module may take to compile before the upload (or the first run) is refused")
 	c.Flags().IntVar(&maxCompiles, "max-compiles", host.DefaultMaxCompiles, "most modules compiling at once; more wait their turn within their timeout")
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
+	mcpFlags(c, &mcpOpts, "mcp-")
 	return c
+}
+
+// mcpFlags adds the MCP server's options to c, each flag named with
+// prefix ("mcp-" on serve, where the MCP server is one of several).
+func mcpFlags(c *cobra.Command, o *mcp.Options, prefix string) {
+	c.Flags().DurationVar(&o.CallWait, prefix+"call-wait", mcp.DefaultCallWait, "how long an MCP tool call waits in its request for the run to end or ask; past it, the call becomes a task (a client with tasks) or answers with what the run waits on")
+	c.Flags().DurationVar(&o.TaskTTL, prefix+"task-ttl", mcp.DefaultTaskTTL, "how long an ended MCP task's result is kept when the client asks for no ttl (the run and its history stay)")
+	c.Flags().DurationVar(&o.MaxTaskTTL, prefix+"max-task-ttl", mcp.DefaultMaxTaskTTL, "the longest task ttl a client may ask for")
+	c.Flags().IntVar(&o.MaxSessions, prefix+"max-sessions", mcp.DefaultMaxSessions, "most open MCP sessions (2025-11-25); past it, a new one closes the session idle the longest")
 }
 
 // defaultBaseURL is the base URL of a server listening on addr: http://ADDR,
