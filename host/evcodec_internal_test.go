@@ -124,7 +124,7 @@ func checkDecode(t *testing.T, kind string, data []byte) bool {
 		}
 	}
 	var into evData
-	_, err2 := decodeEvDataInto(store.Event{Kind: kind, Data: data}, &into, nil)
+	_, err2 := decodeEvDataInto(&store.Event{Kind: kind, Data: data}, &into, nil)
 	if (err2 == nil) != (err == nil) || err == nil && !reflect.DeepEqual(into, ref) {
 		t.Fatalf("%s %q: decodeEvDataInto %+v, %v; json.Unmarshal %+v, %v", kind, data, into, err2, ref, err)
 	}

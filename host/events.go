@@ -150,7 +150,7 @@ func mkEventJSON(kind string, t time.Time, d evData) store.Event {
 
 func decodeEvData(e store.Event) (*evData, error) {
 	d := new(evData)
-	if _, err := decodeEvDataInto(e, d, nil); err != nil {
+	if _, err := decodeEvDataInto(&e, d, nil); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -159,7 +159,7 @@ func decodeEvData(e store.Event) (*evData, error) {
 // decodeEvDataInto decodes an event's data into a zero evData (but for
 // what clearHot clears), interning names in strs (evcodec.go). hot says
 // only the fields clearHot clears may be set.
-func decodeEvDataInto(e store.Event, d *evData, strs map[string]string) (hot bool, err error) {
+func decodeEvDataInto(e *store.Event, d *evData, strs map[string]string) (hot bool, err error) {
 	if ok, full := decodeEvFast(e.Kind, e.Data, d, strs); ok {
 		return !full, nil
 	}

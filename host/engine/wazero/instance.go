@@ -35,17 +35,30 @@ type wzInstance struct {
 	wmem   wzMemory
 }
 
+// moduleConfig is every instance's: the guest's clocks, random bytes and
+// output are the WASI module's (defineWASI), which reads them from the
+// instance, so nothing in it differs between instances, and it is made
+// once. wazero's own random source is set, to one that is never read:
+// left unset, wazero seeds a math/rand source for every instance, which
+// was a sixth of instantiating a small guest.
+var moduleConfig = wazero.NewModuleConfig().
+	WithName("").
+	WithStartFunctions(). // _initialize runs in Instantiate, under the CPU limit
+	WithRandSource(unusedRandom{})
+
+// unusedRandom is wazero's random source, which no guest reaches: the
+// guest's random_get is internal/wasip1's.
+type unusedRandom struct{}
+
+func (unusedRandom) Read([]byte) (int, error) {
+	return 0, errors.New("wazero's random source is not the guest's: random_get is served by wasip1")
+}
+
 func (m *wzModule) Instantiate(ctx context.Context, cfg engine.InstanceConfig) (_ engine.Instance, err error) {
 	inst := &wzInstance{
 		ops: cfg.Ops, cpu: cfg.CPULimit, memMax: cfg.MemoryLimit, fns: map[string]api.Function{},
 		sys: wasip1.System{Clock: cfg.Clock, Random: cfg.Random, Stdout: cfg.Stdout, Stderr: cfg.Stderr},
 	}
-	// The guest's clocks, random bytes and output are the WASI module's
-	// (defineWASI), which reads them from the instance: wazero's own
-	// sources are left unset.
-	mc := wazero.NewModuleConfig().
-		WithName("").
-		WithStartFunctions() // _initialize runs below, under the CPU limit
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
 		inst.gmem = linmem.New(capBytes, min(maxBytes, inst.memMax), &inst.memHit)
 		return inst.gmem
@@ -63,7 +76,7 @@ func (m *wzModule) Instantiate(ctx context.Context, cfg engine.InstanceConfig) (
 			err = &engine.LimitError{Limit: "memory", Max: int64(inst.memMax), What: "instantiating guest"}
 		}
 	}()
-	mod, err := m.e.rt.InstantiateModule(ictx, m.cm, mc)
+	mod, err := m.e.rt.InstantiateModule(ictx, m.cm, moduleConfig)
 	if err != nil {
 		if inst.memHit.Load() {
 			return nil, &engine.LimitError{Limit: "memory", Max: int64(inst.memMax), What: "instantiating guest"}
