@@ -32,6 +32,8 @@ type cluster struct {
 	stops  []func()
 	count  *counter
 
+	hmu sync.Mutex // guards hosts, stores and stops while hosts come and go
+
 	mu      sync.Mutex
 	blocked map[string]chan struct{} // key → closed to let its steps go on
 	entered chan string              // a step with a blocked key began
@@ -95,22 +97,39 @@ func (c *cluster) open(i int) {
 		defer close(done)
 		h.RunScheduler(sctx, quietLogger)
 	}()
+	c.hmu.Lock()
 	c.hosts[i], c.stores[i] = h, st
 	c.stops[i] = func() {
 		stop()
 		<-done
 	}
+	c.hmu.Unlock()
+}
+
+// take empties slot i, returning what was in it.
+func (c *cluster) take(i int) (*host.Host, *postgres.Store, func()) {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	h, st, stop := c.hosts[i], c.stores[i], c.stops[i]
+	c.hosts[i], c.stores[i], c.stops[i] = nil, nil, nil
+	return h, st, stop
+}
+
+// host returns host i, nil while it is down.
+func (c *cluster) host(i int) *host.Host {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.hosts[i]
 }
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // close stops host i as serve does on SIGTERM: its leases are released.
 func (c *cluster) close(i int) {
-	if c.hosts[i] != nil {
-		c.stops[i]()
-		c.hosts[i].Close(context.Background())
-		c.stores[i].Close()
-		c.hosts[i], c.stores[i] = nil, nil
+	if h, st, stop := c.take(i); h != nil {
+		stop()
+		h.Close(context.Background())
+		st.Close()
 	}
 }
 
@@ -118,11 +137,10 @@ func (c *cluster) close(i int) {
 // its connections go first, so that it neither renews nor releases its
 // leases, and what it was doing never commits.
 func (c *cluster) kill(i int) {
-	if c.hosts[i] != nil {
-		c.stores[i].Close()
-		c.stops[i]()
-		c.hosts[i].Close(context.Background())
-		c.hosts[i], c.stores[i] = nil, nil
+	if h, st, stop := c.take(i); h != nil {
+		st.Close()
+		stop()
+		h.Close(context.Background())
 	}
 }
 

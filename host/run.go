@@ -111,6 +111,13 @@ func (h *Host) settleCarry(ctx context.Context, rh *runHandle) error {
 	if rh.carry == nil {
 		return nil
 	}
+	if rh.rs == nil {
+		// A commit failed and so did the reload after it (the store went
+		// away): what was carried is not stored, and the next call
+		// reloads the run.
+		rh.carry = nil
+		return fmt.Errorf("host: run %s: its state could not be read again after a failed commit; the events carried were not stored", rh.id)
+	}
 	err := h.commit(ctx, rh, newBatch(rh.rs), nil)
 	if err != nil && rh.carry != nil {
 		rh.carry = nil
@@ -559,6 +566,10 @@ const maxDriveRounds = 1 << 20
 func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 	for range maxDriveRounds {
 		rs := rh.rs
+		if rs == nil {
+			// A failed commit's reload failed too (the store went away).
+			return fmt.Errorf("host: run %s: its state could not be read again after a failed commit", rh.id)
+		}
 		if rs.status.Terminal() {
 			return nil
 		}

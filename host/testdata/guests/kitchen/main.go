@@ -114,6 +114,16 @@ var fetchStep = sandflow.DefineStep("fetch", func(sc *sandflow.StepContext, url 
 	return map[string]any{"status": resp.Status, "body": resp.Body}, nil
 }, sandflow.MaxAttempts(1))
 
+// fetchRetry is fetch with attempts to spare: an attempt cut off (its
+// host killed) is retried.
+var fetchRetry = sandflow.DefineStep("fetchRetry", func(sc *sandflow.StepContext, url string) (map[string]any, error) {
+	resp, err := sandflow.Fetch(sc, sandflow.FetchRequest{URL: url, Headers: map[string]string{"X-Step": sc.StepID()}})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"status": resp.Status, "body": resp.Body}, nil
+}, sandflow.MaxAttempts(3), sandflow.Backoff(50*time.Millisecond, time.Second, 2))
+
 var echo = sandflow.DefineStep("echo", func(sc *sandflow.StepContext, v int) (int, error) { return v, nil })
 
 var noCall = sandflow.DefineStep("notListed", func(sc *sandflow.StepContext, _ int) (int, error) {
@@ -456,6 +466,8 @@ func init() {
 
 		case "fetch":
 			return fetchStep.Run(ctx, in.Text)
+		case "fetch-retry":
+			return fetchRetry.Run(ctx, in.Text)
 
 		case "capability-not-listed":
 			_, err := noCall.Run(ctx, 1)
