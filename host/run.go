@@ -54,6 +54,11 @@ type runHandle struct {
 	// of mu. Guarded by mu.
 	carry *carried
 
+	// lostOnce: an activation on a fresh instance returned
+	// ErrInstanceLost and runs again; another such loss fails it. Guarded
+	// by mu.
+	lostOnce bool
+
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
 	cancelling atomic.Int32
@@ -651,10 +656,15 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if errors.Is(err, errBlockSuspend) && w.suspended {
 		err, res, dead = nil, abi.RunSuspended, true
 	}
-	if err != nil && w.warmed && errors.Is(err, ErrInstanceLost) && ctx.Err() == nil {
+	if err != nil && (w.warmed || !rh.lostOnce) && errors.Is(err, ErrInstanceLost) && ctx.Err() == nil {
 		// The engine no longer holds the parked instance's state (a
-		// JavaScript worker evicted or dead): nothing of this activation
-		// is committed, and it runs again on an instance that replays.
+		// JavaScript worker evicted or dead), or could not go on with a
+		// fresh one (once): nothing of this activation is committed, and
+		// it runs again on an instance that replays.
+		if !w.warmed {
+			rh.lostOnce = true
+			defer func() { rh.lostOnce = false }()
+		}
 		w.close(ctx)
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)

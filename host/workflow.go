@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/internal/schema"
 	"github.com/sandflow/sandflow/store"
 )
@@ -820,4 +821,29 @@ func parseAsk(payload []byte) (abi.AskRequest, string) {
 		return req, "a question with no options must allow a text answer"
 	}
 	return req, ""
+}
+
+// ReplayLog implements engine.Replayer: the log from the guest's position
+// on, for an engine that answers a replay near its guest and then passes
+// the ops here to check (see op).
+func (w *wfInstance) ReplayLog() *engine.ReplayLog {
+	rs := w.rs
+	if rs.expand() != nil || int(w.cursor) >= len(rs.ops) {
+		return nil
+	}
+	if w.meta == nil {
+		w.meta = mustJSON(metadata(rs, ""))
+	}
+	l := &engine.ReplayLog{Input: rs.created.Input, Metadata: w.meta, Activation: w.act, Cursor: w.cursor,
+		Markers: make([]engine.ReplayMarker, rs.acts()), Ops: make([]engine.ReplayOp, 0, len(rs.ops)-int(w.cursor))}
+	for i := range l.Markers {
+		m := rs.marker(i)
+		l.Markers[i] = engine.ReplayMarker{Seq: m.seq, Time: m.t.UnixNano()}
+	}
+	for _, o := range rs.ops[w.cursor:] {
+		l.Ops = append(l.Ops, engine.ReplayOp{Kind: o.kind, Name: o.name, Activation: o.act, Time: o.t.UnixNano(),
+			Refused: o.refused, Value: o.value, Settled: o.settled, State: o.state, ByGuest: o.byGuest,
+			SettleOp: o.settleOp, SettleSeq: o.settleSeq})
+	}
+	return l
 }

@@ -13,12 +13,14 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// parkModes are the two ways a program resumes: parked in its worker (the
-// default) and by replay from the top (parking off).
+// parkModes are the ways a program resumes: parked in its worker (the
+// default), by replay from the top answered from the log in the worker
+// (parking off), and by replay of round trips (parking and the log off).
 var parkModes = []struct {
 	name string
 	opts jsprogram.Options
-}{{"parked", jsprogram.Options{}}, {"replayed", jsprogram.Options{MaxParked: -1}}}
+}{{"parked", jsprogram.Options{}}, {"replayed", jsprogram.Options{MaxParked: -1}},
+	{"replayed-round-trips", jsprogram.Options{MaxParked: -1, RoundTripReplay: true}}}
 
 // A workflow program of 100 agent calls one after another, each with a
 // 1 MB message answered with a reply as large: the whole run, start to

@@ -22,10 +22,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -70,6 +72,10 @@ type Options struct {
 	// DefaultMaxParkedBytes (1 GiB) when 0, no bound but MaxParked when
 	// negative.
 	MaxParkedBytes int64
+	// RoundTripReplay replays every recorded op by a round trip to the
+	// host, as before the log was sent to workers: for comparison and
+	// tests; a replay answered from the log is the same to the program.
+	RoundTripReplay bool
 }
 
 // Engine implements host.Engine (and host.SourceEngine) for JavaScript
@@ -80,6 +86,11 @@ type Engine struct {
 	longAfter time.Duration
 	pool      *pool
 	lot       *lot
+	// slowReplay: a worker's replay once answered otherwise than the
+	// host; replays go by round trips from then on (replay.go).
+	slowReplay atomic.Bool
+	// logReplayed counts the ops workers answered from logs.
+	logReplayed atomic.Int64
 }
 
 var _ host.SourceEngine = (*Engine)(nil)
@@ -113,9 +124,11 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if o.KillGrace <= 0 {
 		o.KillGrace = time.Second
 	}
-	return &Engine{lim: o.Limits, grace: o.KillGrace, longAfter: o.LongAfter,
+	e := &Engine{lim: o.Limits, grace: o.KillGrace, longAfter: o.LongAfter,
 		pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.LongWorkers, o.IdleWorkers),
-		lot:  newLot(o.MaxParked, o.MaxParkedBytes)}, nil
+		lot:  newLot(o.MaxParked, o.MaxParkedBytes)}
+	e.slowReplay.Store(o.RoundTripReplay)
+	return e, nil
 }
 
 // DefaultMaxWorkers is Options.MaxWorkers when it is 0: max(4, 2 × the
@@ -126,6 +139,7 @@ func DefaultMaxWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 func (e *Engine) Stats() Stats {
 	st := e.pool.stats()
 	e.lot.stats(&st)
+	st.LogReplayedOps = e.logReplayed.Load()
 	return st
 }
 
@@ -215,6 +229,9 @@ type instance struct {
 	// between it and the host, as a replay through them would carry it
 	// (Limits.InFlightBytes counts that).
 	carried int64
+	// logActs is how many activations the log sent to the worker holds
+	// (0: none was sent).
+	logActs int
 }
 
 func (i *instance) Close(context.Context) error {
@@ -265,8 +282,13 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 		}
 	}
 	park := kind == kindProgram && e.lot.max > 0
-	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park})
-	if err := w.send(frameActivate, raw); err != nil {
+	log := i.replayLog(kind, lim)
+	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
+	err = w.send(frameActivate, raw)
+	if err == nil && log != nil {
+		err = w.send(frameLog, log)
+	}
+	if err != nil {
 		e.pool.put(w, false)
 		return 0, fmt.Errorf("jsprogram: starting an activation: %w", err)
 	}
@@ -336,6 +358,14 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 	if resumed {
 		inFlight = i.carried
 	}
+	overInFlight := func() *WorkflowProgramError {
+		return &WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
+			"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; a start or resume that replays carries every call so far); the limit is %.1f MiB",
+			activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))}
+	}
+	// renewals counts the worker's 'H' frames, at most one per recorded
+	// activation.
+	renewals := 0
 	for {
 		select {
 		case f, ok := <-w.frames:
@@ -358,9 +388,7 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 				}
 				last = int64(len(f.body) + len(body))
 				if inFlight += last; inFlight > lim.InFlightBytes {
-					return fail(&WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
-						"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; each start or resume replays every call so far); the limit is %.1f MiB",
-						activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))})
+					return fail(overInFlight())
 				}
 				typ := byte(frameReply)
 				if fresh {
@@ -375,6 +403,35 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 				js.left += opTransit
 				js.resume()
 				lane.resume()
+			case frameReplayed:
+				js.pause()
+				lane.pause()
+				var over *WorkflowProgramError
+				err := i.checkAnswered(ctx, f.body, &fresh, func(n int64) error {
+					if inFlight += n; inFlight > lim.InFlightBytes {
+						over = overInFlight()
+						return over
+					}
+					return nil
+				})
+				switch {
+				case over != nil:
+					return fail(over)
+				case errors.Is(err, errReplayDiffers):
+					e.pool.put(w, false)
+					return 0, i.replayDiffered(err)
+				case err != nil:
+					return i.abort(w, err)
+				}
+				js.resume()
+				lane.resume()
+			case frameRenew:
+				if renewals < i.logActs {
+					renewals++
+					js.pause()
+					js.left = lim.JSTime + e.grace
+					js.resume()
+				}
 			case frameSuspend:
 				// The program awaits calls still out, live in w.
 				if len(f.body) < 8 {

@@ -56,32 +56,48 @@ for (let i = 0; i < 10; i++) acc = await ctx.agent("echo", { message: acc.length
 return acc;`},
 }
 
-// The same programs, resumed parked (the default) and by replay (parking
-// off): each run's history replays on the other host to the same end,
-// with the same result, and a pure program's results are the same bytes.
+// The same programs resumed three ways: parked (the default), by a replay
+// answered from the log in the worker (parking off), and by a replay of
+// round trips (parking and the log off). Each run's history replays on the
+// other two hosts to the same end with the same result, and a pure
+// program's results are the same bytes.
 func TestParkedAndReplayedResumesAgree(t *testing.T) {
-	parked := openFixture(t, jsprogram.Options{}, nil, jsprogram.WorkflowTool{})
-	replayed := openFixture(t, jsprogram.Options{MaxParked: -1}, nil, jsprogram.WorkflowTool{})
+	hosts := []struct {
+		name string
+		f    *fixture
+	}{
+		{"parked", openFixture(t, jsprogram.Options{}, nil, jsprogram.WorkflowTool{})},
+		{"log-replay", openFixture(t, jsprogram.Options{MaxParked: -1}, nil, jsprogram.WorkflowTool{})},
+		{"round-trip-replay", openFixture(t, jsprogram.Options{MaxParked: -1, RoundTripReplay: true}, nil, jsprogram.WorkflowTool{})},
+	}
 	for _, c := range parkCases {
 		t.Run(c.name, func(t *testing.T) {
-			before := parked.JS.Stats()
-			p := parked.run(c.js)
-			after := parked.JS.Stats()
-			r := replayed.run(c.js)
-			if p.Status != store.StatusCompleted || r.Status != store.StatusCompleted {
-				t.Fatalf("parked run %s (%+v), replayed run %s (%+v)", p.Status, p.Error, r.Status, r.Error)
+			runs := make([]host.RunInfo, len(hosts))
+			for k, h := range hosts {
+				before := h.f.JS.Stats()
+				runs[k] = h.f.run(c.js)
+				after := h.f.JS.Stats()
+				if runs[k].Status != store.StatusCompleted {
+					t.Fatalf("%s: run %s: %+v", h.name, runs[k].Status, runs[k].Error)
+				}
+				parked, lost := after.ParkedResumes-before.ParkedResumes, after.ParkedLost-before.ParkedLost
+				fromLog := after.LogReplayedOps - before.LogReplayedOps
+				if ok := map[string]bool{"parked": parked > 0 && lost == 0 && fromLog == 0,
+					"log-replay":        parked == 0 && fromLog > 0,
+					"round-trip-replay": parked == 0 && fromLog == 0}[h.name]; !ok {
+					t.Fatalf("%s: %d resumes parked, %d lost, %d ops answered from the log", h.name, parked, lost, fromLog)
+				}
+				if c.pure && !bytes.Equal(runs[k].Result, runs[0].Result) {
+					t.Fatalf("results differ:\n%s %s\n%s %s", hosts[0].name, runs[0].Result, h.name, runs[k].Result)
+				}
 			}
-			if n := after.ParkedResumes - before.ParkedResumes; n == 0 || after.ParkedLost != before.ParkedLost {
-				t.Fatalf("parked host: %d resumes on parked programs, %d lost", n, after.ParkedLost-before.ParkedLost)
+			for k, from := range hosts {
+				for _, to := range hosts {
+					if to.f != from.f {
+						crossCheck(t, from.f, to.f, runs[k].ID)
+					}
+				}
 			}
-			if st := replayed.JS.Stats(); st.ParkedResumes != 0 || st.Parked != 0 {
-				t.Fatalf("parking off, yet %d resumes ran parked", st.ParkedResumes)
-			}
-			if c.pure && !bytes.Equal(p.Result, r.Result) {
-				t.Fatalf("results differ:\nparked   %s\nreplayed %s", p.Result, r.Result)
-			}
-			crossCheck(t, parked, replayed, p.ID)
-			crossCheck(t, replayed, parked, r.ID)
 		})
 	}
 }

@@ -324,6 +324,9 @@ type Stats struct {
 	// ParkedLost those that found it gone (evicted, or its worker dead)
 	// and replayed.
 	ParkedResumes, ParkedLost int64
+	// LogReplayedOps counts the replayed ops workers answered from the
+	// run's log (and the host then checked) instead of by a round trip.
+	LogReplayedOps int64
 }
 
 func (p *pool) stats() Stats {

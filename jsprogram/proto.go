@@ -30,6 +30,8 @@ import (
 //	              frame's body is the parts' bytes, then its own, n bytes in all
 //	'C' continue  empty: the parked program's run resumes; it asks the host
 //	              again for what it waits on
+//	'L' log       the run's log, right after an activation that says so (in
+//	              parts when large; see replay.go)
 //
 // Worker to parent:
 //
@@ -39,6 +41,9 @@ import (
 //	'S' suspend   u64 bytes the worker holds: the program (its activation
 //	              said park) waits for calls still out and stays live; the
 //	              worker reads 'C' next (or is killed)
+//	'Y' replayed  the ops the worker answered from the log, to check
+//	              (replay.go); sent before its next op and before 'D'
+//	'H' renew     empty: the worker's replay passed a recorded activation
 const (
 	frameActivate   = 'A'
 	frameReply      = 'R'
@@ -47,6 +52,9 @@ const (
 	framePart       = 'P'
 	frameContinue   = 'C'
 	frameSuspend    = 'S'
+	frameLog        = 'L'
+	frameReplayed   = 'Y'
+	frameRenew      = 'H'
 	frameOp         = 'O'
 	frameWrite      = 'W'
 	frameDone       = 'D'
@@ -195,6 +203,8 @@ type activation struct {
 	// Park: a workflow program that waits for calls still out parks
 	// (sends 'S' and stays live) instead of ending the activation.
 	Park bool `json:"park,omitempty"`
+	// Log: the run's log follows in an 'L' frame, to replay from.
+	Log bool `json:"log,omitempty"`
 }
 
 // doneMsg ends an activation.

@@ -80,8 +80,19 @@ func workerMain(in io.Reader, out io.Writer) int {
 			return exitProtocol
 		}
 		s := &session{r: r, w: w, act: a, lim: a.Limits.withDefaults(), cache: cache, now: a.Now}
+		if a.Log {
+			l, err := readLog(r, s.lim)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "jsprogram worker: reading the log: %v\n", err)
+				return exitProtocol
+			}
+			s.rp = newReplayer(l, a.Now)
+		}
 		d := s.run()
 		raw, _ := json.Marshal(d)
+		if err := s.sendAnswered(); err != nil {
+			return exitProtocol
+		}
 		if err := writeFrame(w, frameDone, raw); err != nil {
 			return exitProtocol
 		}
@@ -183,6 +194,10 @@ type session struct {
 	// yet, each with its rank in the order they were rejected.
 	unhandled map[*goja.Promise]int
 	rejected  int
+
+	// rp answers replayed ops from the run's log, until the first it
+	// cannot (see replay.go); nil then, or when no log came.
+	rp *replayer
 
 	// An authored tool's prelude, and the futures of its ops not yet
 	// delivered.
@@ -325,8 +340,38 @@ func (s *session) interrupt(code string) {
 	}
 }
 
-// op sends an op to the host and waits for its answer.
+// op sends an op to the host and waits for its answer, or answers it from
+// the log while the program replays.
 func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, error) {
+	if s.rp != nil {
+		body, fresh, ok := s.rp.answer(kind, name, payload)
+		if ok {
+			s.rp.record(kind, name, payload, body, fresh)
+			s.now = s.rp.clock
+			if fresh {
+				// A recorded activation's budget starts afresh, as the
+				// host's 'F' reply starts it.
+				s.pause()
+				s.mu.Lock()
+				s.used = 0
+				s.mu.Unlock()
+				s.resume()
+				if err := writeFrame(s.w, frameRenew); err != nil {
+					s.broken = true
+					return nil, fmt.Errorf("jsprogram worker: sending renew: %w", err)
+				}
+			}
+			if len(s.rp.answered) >= maxFrame/2 {
+				if err := s.flushAnswered(); err != nil {
+					return nil, err
+				}
+			}
+			return body, nil
+		}
+		if err := s.sendAnswered(); err != nil {
+			return nil, err
+		}
+	}
 	s.pause()
 	defer s.resume()
 	if err := writeFrame(s.w, frameOp, u32(uint32(kind)), u32(uint32(len(name))), []byte(name), payload); err != nil {
