@@ -379,3 +379,27 @@ func TestLoopResumesAfterRestart(t *testing.T) {
 		t.Errorf("%d runs of the JavaScript tool, want 1", len(runs))
 	}
 }
+
+// A workflow program fans out to three loop agents at once; each calls
+// the JavaScript tool with its own message and answers with the result.
+func TestLoopFanOutFromAWorkflowProgram(t *testing.T) {
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		user, _ := req.Messages[1].Content.(string)
+		if r, ok := req.toolResults()["u"]; ok {
+			return 200, reply(req.Messages[0].Content.(string) + " " + r)
+		}
+		return 200, reply("", call{"u", "upper", fmt.Sprintf(`{"text":%q}`, user)})
+	}}
+	var list []agents.LoopAgent
+	for _, name := range []string{"a1", "a2", "a3"} {
+		list = append(list, agents.LoopAgent{Name: name, Instructions: name, Tools: []agents.LoopTool{{Tool: "upper"}}})
+	}
+	lh := newLoopHost(t, m, list...)
+	ri := lh.Program(`return await Promise.all(["a1", "a2", "a3"].map((a) => ctx.agent(a, { message: "to " + a })));`)
+	if ri.Status != store.StatusCompleted || string(ri.Result) != `["a1 \"TO A1\"","a2 \"TO A2\"","a3 \"TO A3\""]` {
+		t.Fatalf("run %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+	if m.count() != 6 {
+		t.Errorf("%d model calls, want 6", m.count())
+	}
+}

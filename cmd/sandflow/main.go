@@ -144,6 +144,9 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 		a.js = js
 	}
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
+	if a.agents != nil && a.agents.Loop != nil {
+		o.Engines[agents.LoopEngineName] = a.agents.Loop.Engine()
+	}
 	var h *host.Host
 	var err error
 	if readOnly {
@@ -156,6 +159,14 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 	}
 	if errors.Is(err, host.ErrUnknownEngine) {
 		return nil, withCode(exitUsage, err)
+	}
+	if err == nil && !readOnly && a.agents != nil && a.agents.Loop != nil {
+		// The loop agents' tools, registered again only when an agent's
+		// settings changed.
+		if err = a.agents.Loop.Attach(ctx, h); err != nil {
+			h.Close(context.Background())
+			return nil, withCode(exitInvalid, fmt.Errorf("--agents: %w", err))
+		}
 	}
 	return h, err
 }
