@@ -301,6 +301,8 @@ func TestAgentsFile(t *testing.T) {
 		{`{"agents": [{"name": "a", "tools": [{"tool": "t"}]}]}`, "are for loop agents, not scripted ones"},
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "agent": "b"}]}]}`, "tool 1 names neither or both of tool and agent"},
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t"}, {"agent": "t"}]}]}`, `two tools are called "t"`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approval": "sometimes"}]}]}`, `approval "sometimes" is not never, always or once`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approvalRules": [{"field": "x", "match": "(", "approval": "always"}]}]}]}`, "approval rule 1: error parsing regexp"},
 	} {
 		if _, err := agents.Parse(ctx, []byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.file, err, tc.want)

@@ -40,6 +40,13 @@ type Loop struct {
 	// tools (LoopTool.Agent); nil means only tools.
 	Delegates host.AgentBackend
 
+	// ApprovalSecret signs the approvals turns report (see Approval);
+	// empty means SANDFLOW_APPROVAL_SECRET, else the secret in
+	// SecretFile (made there on first use), else one made for this
+	// process.
+	ApprovalSecret []byte
+	SecretFile     string
+
 	mu       sync.Mutex
 	h        *host.Host
 	attached chan struct{} // closed, and replaced, by each Attach
@@ -90,6 +97,13 @@ type LoopTool struct {
 	Name string `json:"name,omitempty"`
 	// Description replaces the tool's own for the model.
 	Description string `json:"description,omitempty"`
+	// Approval is the call's approval policy: never (the default),
+	// always or once. A call that needs approval waits as a question
+	// showing its input; approved, it runs; denied, the model is told so
+	// instead of a result.
+	Approval string `json:"approval,omitempty"`
+	// ApprovalRules decide the policy from the call's input.
+	ApprovalRules []ApprovalRule `json:"approvalRules,omitempty"`
 }
 
 // LoopStep is what StopWhen sees of a finished step.
@@ -138,6 +152,9 @@ func (a *LoopAgent) check() error {
 		}
 		if seen[n] {
 			return fmt.Errorf("agent %s: two tools are called %q", a.Name, n)
+		}
+		if err := t.checkApproval(); err != nil {
+			return fmt.Errorf("agent %s: %w", a.Name, err)
 		}
 		seen[n] = true
 	}
@@ -281,9 +298,17 @@ func (l *Loop) Agents(context.Context) ([]host.AgentInfo, error) {
 
 // loopInput is the input of a turn's run.
 type loopInput struct {
-	Message      string               `json:"message"`
-	OutputSchema json.RawMessage      `json:"outputSchema,omitempty"`
-	History      []host.AgentExchange `json:"history,omitempty"`
+	Message      string          `json:"message"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	History      []exchange      `json:"history,omitempty"`
+}
+
+// exchange is an earlier turn of the session: what was sent, the reply,
+// and the approvals given during it, signed.
+type exchange struct {
+	Messages  []string   `json:"messages,omitempty"`
+	Reply     string     `json:"reply,omitempty"`
+	Approvals []Approval `json:"approvals,omitempty"`
 }
 
 // loopResult is the result of a turn's run.
@@ -295,6 +320,9 @@ type loopResult struct {
 	// Stop says why the loop ended: "answered", "step_limit",
 	// "tool_called" or "stop_when".
 	Stop string `json:"stop"`
+	// Approvals are the calls a person approved, signed, for a later
+	// turn's history.
+	Approvals []Approval `json:"approvals,omitempty"`
 }
 
 // Usage is the tokens a turn's model calls used, summed.
@@ -346,7 +374,15 @@ func (l *Loop) Turn(ctx context.Context, t host.AgentTurn) (abi.AgentResult, err
 	for _, m := range t.More {
 		msg += "\n\n" + m.Message
 	}
-	in, err := json.Marshal(loopInput{Message: msg, OutputSchema: t.OutputSchema, History: t.History})
+	li := loopInput{Message: msg, OutputSchema: t.OutputSchema}
+	for _, x := range t.History {
+		e := exchange{Reply: x.Reply}
+		for _, m := range x.Messages {
+			e.Messages = append(e.Messages, m.Message)
+		}
+		li.History = append(li.History, e)
+	}
+	in, err := json.Marshal(li)
 	if err != nil {
 		return abi.AgentResult{}, err
 	}

@@ -21,6 +21,10 @@ const (
 	stepModel = "model"
 	// A tool call's step is "tool:" and the name the model called.
 	stepToolPrefix = "tool:"
+	// The signatures of approvals: checking a history's, making a
+	// turn's.
+	stepVerifyApprovals = "approvals:verify"
+	stepSignApprovals   = "approvals:sign"
 )
 
 // message is a chat message as the run records it.
@@ -79,11 +83,31 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	if a.Instructions != "" {
 		msgs = append(msgs, message{Role: "system", Content: a.Instructions})
 	}
+	st := &loopState{approvedOnce: map[string]bool{}}
+	var carried []Approval
 	for _, x := range in.History {
 		for _, m := range x.Messages {
-			msgs = append(msgs, message{Role: "user", Content: m.Message})
+			msgs = append(msgs, message{Role: "user", Content: m})
 		}
 		msgs = append(msgs, message{Role: "assistant", Content: x.Reply})
+		carried = append(carried, x.Approvals...)
+	}
+	if len(carried) > 0 {
+		f := g.step(stepVerifyApprovals, carried, &abi.RetryPolicy{MaxAttempts: 3})
+		g.await(f)
+		if f.err != nil {
+			return nil, f.err
+		}
+		var v verdict
+		if err := json.Unmarshal(f.val, &v); err != nil {
+			return nil, fatal("checking the approvals: %v", err)
+		}
+		if v.Bad != "" {
+			return nil, &abi.ErrorObject{Type: ApprovalSignatureError, Message: v.Bad}
+		}
+		for _, ap := range carried {
+			st.approvedOnce[ap.Tool] = true
+		}
 	}
 	msgs = append(msgs, message{Role: "user", Content: in.Message})
 	var stopWhen func(LoopStep) bool
@@ -117,7 +141,7 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 		if len(m.ToolCalls) == 0 {
 			break
 		}
-		msgs = append(msgs, runToolCalls(g, a, m.ToolCalls)...)
+		msgs = append(msgs, runToolCalls(g, a, st, m.ToolCalls)...)
 		step := LoopStep{Number: res.Steps, Text: m.Content}
 		for _, c := range m.ToolCalls {
 			step.ToolCalls = append(step.ToolCalls, c.Name)
@@ -136,6 +160,16 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 			break
 		}
 	}
+	if len(st.approved) > 0 {
+		f := g.step(stepSignApprovals, st.approved, &abi.RetryPolicy{MaxAttempts: 3})
+		g.await(f)
+		if f.err != nil {
+			return nil, f.err
+		}
+		if err := json.Unmarshal(f.val, &res.Approvals); err != nil {
+			return nil, fatal("the signed approvals: %v", err)
+		}
+	}
 	if len(in.OutputSchema) > 0 {
 		text := strings.TrimSpace(res.Reply)
 		if !json.Valid([]byte(text)) {
@@ -150,9 +184,18 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	return b, nil
 }
 
+// loopState is what a turn's body keeps across its steps besides the
+// conversation.
+type loopState struct {
+	approvedOnce map[string]bool // tools with policy once approved this session
+	approved     []Approval      // the calls a person approved this turn
+}
+
 // runToolCalls runs a step's tool calls, at most ToolCallConcurrency at a
-// time, and returns the tool messages in the order of the calls.
-func runToolCalls(g *guest, a *LoopAgent, calls []toolCall) []message {
+// time, and returns the tool messages in the order of the calls. A call
+// that needs approval is asked about first; a denied one gets the
+// refusal as its result.
+func runToolCalls(g *guest, a *LoopAgent, st *loopState, calls []toolCall) []message {
 	out := make([]message, len(calls))
 	batch := a.ToolCallConcurrency
 	if batch <= 0 {
@@ -161,14 +204,31 @@ func runToolCalls(g *guest, a *LoopAgent, calls []toolCall) []message {
 	for start := 0; start < len(calls); start += batch {
 		group := calls[start:min(start+batch, len(calls))]
 		fs := make([]*future, len(group))
+		refused := make([]string, len(group))
 		for i, c := range group {
-			if _, ok := a.tool(c.Name); !ok {
+			t, ok := a.tool(c.Name)
+			if !ok {
 				continue // answered below without a step
+			}
+			if p := t.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
+				ok, why := askApproval(g, a.Name, c)
+				if !ok {
+					refused[i] = why
+					continue
+				}
+				if p == ApprovalOnce {
+					st.approvedOnce[c.Name] = true
+				}
+				st.approved = append(st.approved, Approval{Tool: c.Name, CallID: c.ID, Arguments: c.Arguments})
 			}
 			fs[i] = g.step(stepToolPrefix+c.Name, toolInput{CallID: c.ID, Arguments: c.Arguments}, &abi.RetryPolicy{MaxAttempts: 3})
 		}
 		for i, c := range group {
-			out[start+i] = message{Role: "tool", ToolCallID: c.ID, Content: toolContent(g, fs[i], c)}
+			content := "refused: " + refused[i]
+			if refused[i] == "" {
+				content = toolContent(g, fs[i], c)
+			}
+			out[start+i] = message{Role: "tool", ToolCallID: c.ID, Content: content}
 		}
 	}
 	return out
@@ -207,6 +267,10 @@ func (l *Loop) attempt(ctx context.Context, a *LoopAgent, in abi.StepInput) (jso
 		out, eo = l.modelStep(ctx, h, a, in)
 	case strings.HasPrefix(in.Name, stepToolPrefix):
 		out, eo = l.toolStep(ctx, h, a, in)
+	case in.Name == stepVerifyApprovals:
+		out, eo = l.verifyStep(a, in)
+	case in.Name == stepSignApprovals:
+		out, eo = l.signStep(a, in)
 	default:
 		return nil, fatal("a loop agent has no step %q", in.Name)
 	}

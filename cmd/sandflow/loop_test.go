@@ -181,3 +181,84 @@ func TestCLILoopAgentResumesAfterKill(t *testing.T) {
 		}
 	}
 }
+
+// A loop agent's tool call that needs approval waits as a question in a
+// real `sandflow serve`; an answer without the API token is refused, and
+// one from this process (not the server's) with the token approves the
+// call, which then runs.
+func TestCLILoopApprovalFromAnotherProcess(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Role    string `json:"role"`
+				Content any    `json:"content"`
+			} `json:"messages"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		msg := map[string]any{"role": "assistant", "content": nil,
+			"tool_calls": []any{map[string]any{"id": "c1", "type": "function", "function": map[string]any{"name": "upper", "arguments": `{"text":"ship it"}`}}}}
+		finish := "tool_calls"
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+			msg = map[string]any{"role": "assistant", "content": "tool said " + last.Content.(string)}
+			finish = "stop"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"id": "x", "object": "chat.completion", "model": "m",
+			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}}})
+	}))
+	defer srv.Close()
+	c := newCLI(t)
+	js := filepath.Join(t.TempDir(), "upper.js")
+	os.WriteFile(js, []byte(`defineWorkflowTool({ description: "upper-cases text",
+  inputSchema: { type: "object", properties: { text: { type: "string" } }, required: ["text"] },
+  async execute({ text }) { "use workflow"; return text.toUpperCase(); } });`), 0o600)
+	c.ok("plugin", "add", js, "--name", "upper")
+	agentsFile := filepath.Join(t.TempDir(), "agents.json")
+	os.WriteFile(agentsFile, fmt.Appendf(nil, `{"openai": {"baseURL": %q, "model": "m", "apiKeyEnv": "SANDFLOW_TEST_NO_KEY"},
+	  "agents": [{"name": "helper", "kind": "loop", "tools": [{"tool": "upper", "approval": "always"}]}]}`, srv.URL+"/v1"), 0o600)
+	serve, addr := startServe(t, c, "--agents", agentsFile)
+	base := "http://" + addr
+	if code, body := apiDo(t, "POST", base+"/v1/tools/agent-helper/calls?runId=turn1&wait=5s", `{"message":"go"}`); code != http.StatusOK {
+		t.Fatalf("call: %d %s", code, body)
+	}
+	var asks struct{ Asks []host.Question }
+	_, body := apiDo(t, "GET", base+"/v1/asks", "")
+	if err := json.Unmarshal(body, &asks); err != nil || len(asks.Asks) != 1 || !strings.Contains(asks.Asks[0].Request.Prompt, `"text": "ship it"`) {
+		t.Fatalf("asks: %s", body)
+	}
+	id := asks.Asks[0].ID
+	req, _ := http.NewRequest("POST", base+"/v1/asks/"+id+"/answer", strings.NewReader(`{"optionId":"approve"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an answer without the token: %d", resp.StatusCode)
+	}
+	if code, body := apiDo(t, "POST", base+"/v1/asks/"+id+"/answer?wait=10s", `{"optionId":"approve"}`); code != http.StatusOK {
+		t.Fatalf("answer: %d %s", code, body)
+	}
+	var ri host.RunInfo
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !ri.Status.Terminal(); time.Sleep(50 * time.Millisecond) {
+		_, body := apiDo(t, "GET", base+"/v1/runs/turn1", "")
+		var got struct{ Run host.RunInfo }
+		json.Unmarshal(body, &got)
+		ri = got.Run
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+	var compact bytes.Buffer
+	json.Compact(&compact, ri.Result)
+	if ri.Status != store.StatusCompleted || !strings.Contains(compact.String(), `"reply":"tool said \"SHIP IT\""`) || !strings.Contains(compact.String(), `"signature":"`) {
+		t.Fatalf("turn run %s %s %+v", ri.Status, compact.String(), ri.Error)
+	}
+	if st, err := os.Stat(filepath.Join(c.data, "approval-secret")); err != nil || st.Mode().Perm() != 0o600 || st.Size() != 32 {
+		t.Errorf("the approval secret file: %v %v", st, err)
+	}
+}

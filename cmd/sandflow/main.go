@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -146,6 +147,11 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
 	if a.agents != nil && a.agents.Loop != nil {
 		o.Engines[agents.LoopEngineName] = a.agents.Loop.Engine()
+		if a.agents.Loop.SecretFile == "" {
+			// Approvals are signed with SANDFLOW_APPROVAL_SECRET, else
+			// with a secret made once and kept in the data directory.
+			a.agents.Loop.SecretFile = filepath.Join(a.dataDir, "approval-secret")
+		}
 	}
 	var h *host.Host
 	var err error
