@@ -257,6 +257,30 @@ func (l *Loop) hostOtherThan(ctx context.Context, stale *host.Host) (*host.Host,
 	}
 }
 
+// call runs a tool's run under id on the attached host, as host.Call
+// does (a run that ends in its first activation is one commit), until it
+// ends or waits; a run that exists already (an attempt after a restart)
+// is found, not started again. It returns the host and the run as far as
+// it got.
+func (l *Loop) call(ctx context.Context, tool string, input json.RawMessage, id string) (*host.Host, host.RunInfo, error) {
+	var stale *host.Host
+	for {
+		h, err := l.hostOtherThan(ctx, stale)
+		if err != nil {
+			return nil, host.RunInfo{}, err
+		}
+		ri, err := h.Call(ctx, tool, input, &host.CallOptions{RunID: id})
+		switch {
+		case errors.Is(err, host.ErrClosed):
+			stale = h
+			continue
+		case errors.Is(err, host.ErrRunExists):
+			ri, err = h.Run(ctx, id)
+		}
+		return h, ri, err
+	}
+}
+
 // start starts a run of tool under id on the attached host, and returns
 // the host; a run that exists already is not an error.
 func (l *Loop) start(ctx context.Context, tool string, input json.RawMessage, id string) (*host.Host, error) {

@@ -433,7 +433,7 @@ func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.
 	if t.Agent != "" {
 		return l.agentTool(ctx, t, in.RunID, childID, args)
 	}
-	h, err := l.start(ctx, t.Tool, args, childID)
+	h, ri, err := l.call(ctx, t.Tool, args, childID)
 	var ie *host.InputError
 	switch {
 	case err == nil:
@@ -446,9 +446,10 @@ func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.
 	default:
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
 	}
-	ri, err := waitRun(ctx, h, childID)
-	if err != nil {
-		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+	if !ri.Status.Terminal() {
+		if ri, err = waitRun(ctx, h, childID); err != nil {
+			return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+		}
 	}
 	switch ri.Status {
 	case store.StatusCompleted:
