@@ -158,6 +158,14 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 		a.js = js
 	}
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
+	if a.agents != nil && a.agents.Loop != nil {
+		o.Engines[agents.LoopEngineName] = a.agents.Loop.Engine()
+		if a.agents.Loop.SecretFile == "" {
+			// Approvals are signed with SANDFLOW_APPROVAL_SECRET, else
+			// with a secret made once and kept in the data directory.
+			a.agents.Loop.SecretFile = filepath.Join(a.dataDir, "approval-secret")
+		}
+	}
 	var h *host.Host
 	var err error
 	if a.storeURL != "" {
@@ -175,6 +183,14 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 	}
 	if errors.Is(err, host.ErrUnknownEngine) {
 		return nil, withCode(exitUsage, err)
+	}
+	if err == nil && !readOnly && a.agents != nil && a.agents.Loop != nil {
+		// The loop agents' tools, registered again only when an agent's
+		// settings changed.
+		if err = a.agents.Loop.Attach(ctx, h); err != nil {
+			h.Close(context.Background())
+			return nil, withCode(exitInvalid, fmt.Errorf("--agents: %w", err))
+		}
 	}
 	return h, err
 }
