@@ -106,6 +106,11 @@ type Bolt struct {
 	syncing bool   // a sync is running
 	syncErr error
 	synCond *sync.Cond
+
+	// idx is the runs' index (runindex.go); idxBuild serializes its
+	// build.
+	idx      runIndex
+	idxBuild sync.Mutex
 }
 
 var _ Store = (*Bolt)(nil)
@@ -510,6 +515,7 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 		r := w.seal(s.j.next)
 		s.recCap = min(len(r), maxRecCap)
 		if err = s.j.append(r); err == nil {
+			s.idx.put(w.runs)
 			end := s.j.written.Load()
 			s.pending = append(s.pending, r)
 			s.jbytes += len(r)
@@ -789,6 +795,7 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 	if err := w.put(bRuns, []byte(runID), rv); err != nil {
 		return err
 	}
+	w.runs = append(w.runs, indexEntry{created: r.CreatedAt, id: r.ID, status: r.Status, tool: r.Tool})
 	if r.Status.Terminal() {
 		for _, bk := range []bucketID{bSnapshots, bStates} {
 			if w.read(bk).Get([]byte(runID)) != nil {
@@ -905,29 +912,68 @@ func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
 
 // Runs implements Store.
 func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
-	var out []Run
+	if err := s.indexRuns(); err != nil {
+		return nil, err
+	}
+	ids := s.idx.match(f)
+	out := make([]Run, 0, len(ids))
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, sv []byte) error {
+		runs := tx.Bucket(bucketRuns)
+		for _, id := range ids {
 			var r Run
-			if err := decodeRunValue(k, sv, &r); err != nil {
+			k := []byte(id)
+			v := runs.Get(k)
+			if v == nil {
+				return corruptf(bucketRuns, k, "the run is indexed and has no record")
+			}
+			if err := decodeRunValue(k, v, &r); err != nil {
 				return err
 			}
-			if (f.Status == "" || r.Status == f.Status) && (f.Tool == "" || r.Tool == f.Tool) {
+			// The index was read before the records: a run whose status
+			// changed between the two reads is left out.
+			if f.Matches(r) {
 				out = append(out, r)
 			}
-			return nil
-		})
-	})
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.After(out[j].CreatedAt)
 		}
-		return out[i].ID > out[j].ID
+		return nil
 	})
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
 	return out, err
+}
+
+// indexRuns builds the runs' index, once. On a writable store it reads the
+// records with the write lock held, so that every write after the read
+// updates the index (apply1) and none falls between.
+func (s *Bolt) indexRuns() error {
+	s.idx.mu.RLock()
+	built := s.idx.built
+	s.idx.mu.RUnlock()
+	if built {
+		return nil
+	}
+	s.idxBuild.Lock()
+	defer s.idxBuild.Unlock()
+	s.idx.mu.RLock()
+	built = s.idx.built
+	s.idx.mu.RUnlock()
+	if built {
+		return nil
+	}
+	if s.readOnly {
+		return s.view(s.idx.build)
+	}
+	return guard("read", s.markBroken, func() error {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.closed {
+			return ErrClosed
+		}
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if s.tx != nil {
+			return s.idx.build(s.tx)
+		}
+		return s.db.View(s.idx.build)
+	})
 }
 
 // Events implements Store.

@@ -374,9 +374,25 @@ func (s *Store) Runs(ctx context.Context, f store.RunFilter) ([]store.Run, error
 		if f.Limit > 0 {
 			limit = int64(f.Limit)
 		}
+		// Each bound is a row comparison on (created_s, created_n, id),
+		// which the runs_created index serves in order.
+		var fromS, fromN, toS, toN, curS, curN, curID any
+		if !f.From.IsZero() {
+			fromS, fromN = secNanos(f.From)
+		}
+		if !f.To.IsZero() {
+			toS, toN = secNanos(f.To)
+		}
+		if f.Before != nil {
+			curS, curN = secNanos(f.Before.CreatedAt)
+			curID = f.Before.ID
+		}
 		rows, err := c.Query(ctx, `SELECT record FROM runs
 WHERE ($1::bytea IS NULL OR status = $1) AND ($2::bytea IS NULL OR tool = $2)
-ORDER BY created_s DESC, created_n DESC, id DESC LIMIT $3`, status, tool, limit)
+AND ($4::bigint IS NULL OR (created_s, created_n) >= ($4, $5::integer))
+AND ($6::bigint IS NULL OR (created_s, created_n) < ($6, $7::integer))
+AND ($8::bigint IS NULL OR (created_s, created_n, id) < ($8, $9::integer, $10::text))
+ORDER BY created_s DESC, created_n DESC, id DESC LIMIT $3`, status, tool, limit, fromS, fromN, toS, toN, curS, curN, curID)
 		if err != nil {
 			return err
 		}
