@@ -177,10 +177,25 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no if-recorded flag: it is not recorded", kind)), nil
 	}
 	if andWait {
-		return w.opAndWait(ctx, kind, probe, name, payload)
+		if !kind.MakesFuture() {
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no await flag: it makes no future", kind)), nil
+		}
+		k := kind
+		if probe {
+			k |= abi.OpFlagIfRecorded
+		}
+		return w.waitIfPending(w.Op(ctx, k, name, payload))
 	}
-	if body, err := w.unfit(kind, name); body != nil || err != nil {
-		return body, err
+	// unfit's checks but the name's concern few ops: the others have only
+	// the name checked, here, without a call on the replay path.
+	if !kind.InWorkflow() || w.suspended || w.completed || kind == abi.OpReceive || kind == abi.OpReply {
+		if body, err := w.unfit(kind, name); body != nil || err != nil {
+			return body, err
+		}
+	} else if kind.Recorded() {
+		if msg := checkName(kind, name); msg != "" {
+			return w.refuse(abi.StatusBadRequest, kind.String()+": "+msg), nil
+		}
 	}
 	switch kind {
 	case abi.OpInput:
@@ -215,17 +230,10 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 	return w.answer(o, p), nil
 }
 
-// opAndWait answers an op sent with the await flag: the op, then, if its
-// future is pending, a wait for it alone.
-func (w *wfInstance) opAndWait(ctx context.Context, kind abi.OpKind, probe bool, name, payload []byte) ([]byte, error) {
-	if !kind.MakesFuture() {
-		return w.refuse(abi.StatusBadRequest, fmt.Sprintf("op %s takes no await flag: it makes no future", kind)), nil
-	}
-	k := kind
-	if probe {
-		k |= abi.OpFlagIfRecorded
-	}
-	body, err := w.Op(ctx, k, name, payload)
+// waitIfPending completes an op sent with the await flag, whose answer
+// without the flag is body: if the op's future is pending, a wait for it
+// alone.
+func (w *wfInstance) waitIfPending(body []byte, err error) ([]byte, error) {
 	if err != nil || len(body) < abi.BodyHeaderSize || abi.Status(binary.LittleEndian.Uint32(body)) != abi.StatusPending {
 		return body, err
 	}

@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
-	"time"
 )
 
 // FuzzSchema: Compile never panics and refuses with ErrCompile; for a
@@ -86,55 +85,52 @@ func fuzzScribble(v any) {
 	}
 }
 
-// within runs fn and reports whether it returned within d. When it does
-// not, fn is left running in the background.
-func within(d time.Duration, fn func()) bool {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
 // ApplyDefaults is bounded in work, not only in depth: a schema with a
 // "$ref" to a definition whose "allOf" lists k "$ref"s back to it compiles
 // (ParseManifest accepts it), and applying its defaults ends at once
 // instead of making k^16 calls at depth 32 (with k = 4, about an hour of
 // one tool call's goroutine, outside any guest CPU limit).
 func TestRegressionApplyDefaultsRefFanOut(t *testing.T) {
-	refs := strings.TrimSuffix(strings.Repeat(`{"$ref":"#/$defs/a"},`, 4), ",")
-	raw := `{"type":"object","$defs":{"a":{"allOf":[` + refs + `]}},"allOf":[{"$ref":"#/$defs/a"}]}`
-	s, err := Compile([]byte(raw))
-	if err != nil {
-		t.Fatalf("the schema does not compile, so the fan-out goes unchecked: %v", err)
-	}
-	v, err := Decode([]byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !within(2*time.Second, func() { s.ApplyDefaults(v) }) {
-		t.Fatalf("ApplyDefaults of {} under a %d-byte schema did not finish in 2s", len(raw))
+	// k = 2 makes about 2^17 visits without the bound, which this test
+	// counts at once; k = 4, the case that was found, about 4^17.
+	for _, k := range []int{2, 4} {
+		refs := strings.TrimSuffix(strings.Repeat(`{"$ref":"#/$defs/a"},`, k), ",")
+		// A default, for ApplyDefaults does nothing under a schema without.
+		raw := `{"type":"object","$defs":{"a":{"properties":{"x":{"default":1}},"allOf":[` + refs + `]}},"allOf":[{"$ref":"#/$defs/a"}]}`
+		s, err := Compile([]byte(raw))
+		if err != nil {
+			t.Fatalf("the schema does not compile, so the fan-out goes unchecked: %v", err)
+		}
+		v, err := Decode([]byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Past the budget, each call still open tries its remaining
+		// subschemas once: at most 33 levels of k each.
+		if n, max := s.applyCounted(v), applyBudget+33*k; n > max {
+			t.Fatalf("k=%d: ApplyDefaults of {} visited %d schema nodes, over its bound of %d", k, n, max)
+		}
+		if x, _ := v.(map[string]any)["x"].(json.Number); x != "1" {
+			t.Fatalf("k=%d: ApplyDefaults of {} gives %v, want the default x 1", k, v)
+		}
 	}
 }
 
-// An uploaded schema nested deep (1600 levels, 60 KB) is compiled or
-// refused (with ErrCompile) at once, not in time that grows faster than
-// the square of the depth: the schema is compiled at upload (ParseManifest,
-// AddPlugin) and again at every plugin load.
+// An uploaded schema nested deep (1600 levels, 60 KB) is refused (with
+// ErrCompile) by its depth, before it is compiled in time that grows
+// faster than the square of the depth: the schema is compiled at upload
+// (ParseManifest, AddPlugin) and again at every plugin load. One nested
+// as deep as MaxSchemaDepth allows compiles.
 func TestRegressionCompileDeepNesting(t *testing.T) {
-	const depth = 1600
-	raw := strings.Repeat(`{"type":"object","properties":{"a":`, depth) + `{}` + strings.Repeat(`}}`, depth)
-	var err error
-	if !within(2*time.Second, func() { _, err = Compile([]byte(raw)) }) {
-		t.Fatalf("Compile of a %d-byte schema nested %d deep did not finish (compile or refuse) in 2s", len(raw), depth)
+	nested := func(levels int) []byte { // levels objects in properties: depth 2*levels
+		return []byte(strings.Repeat(`{"type":"object","properties":{"a":`, levels) + `{}` + strings.Repeat(`}}`, levels))
 	}
-	if err != nil && !errors.Is(err, ErrCompile) {
-		t.Fatalf("Compile error %v does not wrap ErrCompile", err)
+	if _, err := Compile(nested(MaxSchemaDepth / 2)); err != nil {
+		t.Fatalf("a schema %d deep: %v", MaxSchemaDepth, err)
+	}
+	for _, levels := range []int{MaxSchemaDepth/2 + 1, 1600} {
+		if _, err := Compile(nested(levels)); !errors.Is(err, ErrCompile) || !strings.Contains(err.Error(), "nested deeper") {
+			t.Fatalf("a schema %d deep: %v, want ErrCompile for its depth", 2*levels, err)
+		}
 	}
 }

@@ -161,12 +161,17 @@ const applyBudget = 10_000
 // "$ref"s to "#/$defs/..." and "#/definitions/...", and "allOf". It changes
 // v in place, and gives up past a fixed amount of work (defaults are a
 // convenience; validation still runs on the result).
-func (s *Schema) ApplyDefaults(v any) {
+func (s *Schema) ApplyDefaults(v any) { s.applyCounted(v) }
+
+// applyCounted is ApplyDefaults, returning how many schema nodes it
+// visited: what its budget bounds.
+func (s *Schema) applyCounted(v any) int {
 	if !s.defaults {
-		return
+		return 0
 	}
 	budget := applyBudget
 	applyDefaults(s.doc, s.doc, v, 0, &budget)
+	return applyBudget - budget
 }
 
 // hasKey reports whether an object anywhere in the decoded JSON v has the
