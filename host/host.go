@@ -184,6 +184,7 @@ type Host struct {
 	// owner names this host in them.
 	leaser store.Leaser
 	owner  string
+	leases leaseSet // the leases held, renewed together (lease.go)
 	// claimed counts the claimed runs being driven (claims.go).
 	claimed atomic.Int64
 
@@ -295,6 +296,7 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	h.SetObserver(o.Observer)
 	if l, ok := st.(store.Leaser); ok {
 		h.leaser, h.owner = l, newTimedID("host_", 10)
+		h.leases = leaseSet{held: map[string]store.Lease{}, stop: make(chan struct{}), done: make(chan struct{})}
 	}
 	h.engines = map[string]Engine{}
 	for kind, e := range o.Engines {
@@ -313,6 +315,9 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 			return nil, err
 		}
 		h.engine = e
+	}
+	if h.leaser != nil {
+		go h.renewLeases()
 	}
 	return h, nil
 }
@@ -453,6 +458,11 @@ func (h *Host) Close(ctx context.Context) error {
 	h.mu.Unlock()
 	for _, e := range h.owned {
 		errs = append(errs, e.Close(ctx))
+	}
+	if h.leaser != nil {
+		// Last: the drivers held leases until they stopped.
+		close(h.leases.stop)
+		<-h.leases.done
 	}
 	if h.ownStore {
 		errs = append(errs, h.store.Close())

@@ -14,8 +14,8 @@ import (
 // a run only while it holds the run's lease. Every operation that may
 // write a run (withRun, Call) holds it: the first to need it on this host
 // takes it, waiting while another host holds it (up to LeaseWait), the
-// others join, and the last to finish releases it. While held, a
-// goroutine renews it every LeaseRenew. Each commit carries it
+// others join, and the last to finish releases it. While held, it is
+// renewed every LeaseRenew, with the host's other leases, in one call. Each commit carries it
 // (store.Batch.Lease), and the store refuses a commit whose lease another
 // host has taken since (ErrLeaseLost): a host that stalled past its lease
 // stops at its next commit, and nothing it did after losing the lease is
@@ -37,8 +37,17 @@ type runLease struct {
 	mu   sync.Mutex
 	n    int // operations holding it
 	held store.Lease
-	stop chan struct{} // closed to stop the renewer
-	done chan struct{} // closed when it has stopped
+}
+
+// leaseSet is the leases a host holds, which one goroutine renews
+// together (renewLeases): one statement per LeaseRenew however many runs
+// the host drives, so that a host driving many runs on a loaded machine
+// does not fall behind on renewals and lose them.
+type leaseSet struct {
+	mu   sync.Mutex
+	held map[string]store.Lease // by run id
+	stop chan struct{}          // closed by Close, last
+	done chan struct{}          // closed when the renewer has stopped
 }
 
 // holdLease holds the run's lease for an operation on rh, taking it when
@@ -86,8 +95,9 @@ func (h *Host) adoptLease(rh *runHandle, l store.Lease) bool {
 func (h *Host) startHoldLocked(rh *runHandle, l store.Lease) {
 	rl := &rh.lease
 	rl.held, rl.n = l, 1
-	rl.stop, rl.done = make(chan struct{}), make(chan struct{})
-	go h.renewLease(rh.id, l, rl.stop, rl.done)
+	h.leases.mu.Lock()
+	h.leases.held[rh.id] = l
+	h.leases.mu.Unlock()
 }
 
 // acquireLease takes a run's lease, polling while another host holds it,
@@ -114,24 +124,46 @@ func (h *Host) acquireLease(ctx context.Context, id string, maxWait time.Duratio
 	}
 }
 
-// renewLease renews a held lease every LeaseRenew until stop is closed
-// or the lease is lost (the next commit then fails).
-func (h *Host) renewLease(id string, l store.Lease, stop, done chan struct{}) {
-	defer close(done)
+// renewLeases renews every lease the host holds each LeaseRenew, until
+// Close stops it. A lease found lost is dropped from the set: its
+// holder's next commit fails.
+func (h *Host) renewLeases() {
+	ls := &h.leases
+	defer close(ls.done)
 	t := time.NewTicker(h.opts.LeaseRenew)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ls.stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.opts.Lease)
-		err := h.leaser.RenewLease(ctx, id, l, h.opts.Lease)
-		cancel()
-		if errors.Is(err, store.ErrLeaseLost) {
-			return
+		ls.mu.Lock()
+		held := make([]store.Claim, 0, len(ls.held))
+		for id, l := range ls.held {
+			held = append(held, store.Claim{RunID: id, Lease: l})
 		}
+		ls.mu.Unlock()
+		if len(held) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.opts.Lease)
+		lost, err := h.leaser.RenewLeases(ctx, h.owner, held, h.opts.Lease)
+		cancel()
+		if err != nil || len(lost) == 0 {
+			continue // a failed renewal is tried again at the next tick
+		}
+		byID := map[string]store.Lease{}
+		for _, c := range held {
+			byID[c.RunID] = c.Lease
+		}
+		ls.mu.Lock()
+		for _, id := range lost {
+			if ls.held[id] == byID[id] {
+				delete(ls.held, id)
+			}
+		}
+		ls.mu.Unlock()
 	}
 }
 
@@ -147,8 +179,11 @@ func (h *Host) dropLease(rh *runHandle) {
 	if rl.n > 0 {
 		return
 	}
-	close(rl.stop)
-	<-rl.done
+	h.leases.mu.Lock()
+	if h.leases.held[rh.id] == rl.held {
+		delete(h.leases.held, rh.id)
+	}
+	h.leases.mu.Unlock()
 	// A release that fails leaves the lease to expire.
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.Lease)
 	defer cancel()

@@ -31,6 +31,9 @@ type cluster struct {
 	stores []*postgres.Store
 	stops  []func()
 	count  *counter
+	// storeOpts are each host's store options; newCluster gives each 4
+	// connections, a benchmark the defaults.
+	storeOpts postgres.Options
 
 	hmu sync.Mutex // guards hosts, stores and stops while hosts come and go
 
@@ -41,7 +44,11 @@ type cluster struct {
 
 func newCluster(t testing.TB, n int, opts *host.Options) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dsn: pgtest.Schema(t), count: &counter{n: map[string]int{}}, blocked: map[string]chan struct{}{}, entered: make(chan string, 64)}
+	c := &cluster{t: t, dsn: pgtest.Schema(t), count: &counter{n: map[string]int{}}, blocked: map[string]chan struct{}{}, entered: make(chan string, 64),
+		storeOpts: postgres.Options{MaxConns: 4}}
+	if _, ok := t.(*testing.B); ok {
+		c.storeOpts = postgres.Options{}
+	}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -82,7 +89,8 @@ func newCluster(t testing.TB, n int, opts *host.Options) *cluster {
 func (c *cluster) open(i int) {
 	c.t.Helper()
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, c.dsn, &postgres.Options{MaxConns: 4})
+	so := c.storeOpts
+	st, err := postgres.Open(ctx, c.dsn, &so)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -40,6 +40,11 @@ type Leaser interface {
 	// RenewLease extends a held lease to ttl from now; it returns
 	// ErrLeaseLost when the lease was taken since.
 	RenewLease(ctx context.Context, runID string, l Lease, ttl time.Duration) error
+	// RenewLeases renews a host's leases in one call, each to ttl from
+	// now, and returns the ids of those it lost (taken since): a host
+	// renews all it holds at once, so that the renewals cost one
+	// statement per LeaseRenew however many runs it drives.
+	RenewLeases(ctx context.Context, owner string, held []Claim, ttl time.Duration) (lost []string, err error)
 	// ReleaseLease gives a held lease up at once, and tells the hosts
 	// listening (Listen) that the run changed; a lease taken since is
 	// left alone.

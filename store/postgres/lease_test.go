@@ -389,3 +389,30 @@ func TestListenHearsOtherHosts(t *testing.T) {
 		t.Fatalf("Listen returned %v", err)
 	}
 }
+
+// RenewLeases renews a host's leases together and names those another
+// host has taken.
+func TestRenewLeasesNamesTheLost(t *testing.T) {
+	schema := newSchema(t)
+	s := openSchema(t, schema, Options{})
+	var held []store.Claim
+	for _, id := range []string{"a", "b", "c"} {
+		l, err := s.AcquireLease(ctxBG, id, "A", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, store.Claim{RunID: id, Lease: l})
+	}
+	expire(t, s, "b", held[1].Lease)
+	if _, err := s.AcquireLease(ctxBG, "b", "B", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	expire(t, s, "c", held[2].Lease) // expired, not taken: renewed
+	lost, err := s.RenewLeases(ctxBG, "A", held, time.Hour)
+	if err != nil || fmt.Sprint(lost) != "[b]" {
+		t.Fatalf("RenewLeases = %v, %v; want [b]", lost, err)
+	}
+	if _, err := s.AcquireLease(ctxBG, "c", "B", time.Hour); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("c was not renewed: AcquireLease = %v", err)
+	}
+}

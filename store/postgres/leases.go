@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +20,7 @@ var _ store.Leaser = (*Store)(nil)
 // leases on it, whatever its own clock says.
 const nowNS = `(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint`
 
-// AcquireLease implements store.Leaser. It is one statement on the lease
-// connections: a lease free, released or expired is taken with the next
+// AcquireLease implements store.Leaser. It is one statement: a lease free, released or expired is taken with the next
 // epoch. Taken again by the same owner (a retry after a lost connection
 // that had in fact committed) it is taken anew, with the next epoch.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
@@ -27,7 +28,7 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 		return store.Lease{}, s.closedOr(err)
 	}
 	var epoch int64
-	err := s.leaseCall(ctx, func(c *pgx.Conn) error {
+	err := s.read(ctx, func(c *pgx.Conn) error {
 		return c.QueryRow(ctx, `INSERT INTO leases (run_id, owner, epoch, expires_ns) VALUES ($1, $2, 1, `+nowNS+` + $3)
 ON CONFLICT (run_id) DO UPDATE SET owner = EXCLUDED.owner, epoch = leases.epoch + 1, expires_ns = EXCLUDED.expires_ns
 WHERE leases.expires_ns < `+nowNS+` OR leases.owner = EXCLUDED.owner
@@ -44,7 +45,7 @@ RETURNING epoch`, runID, []byte(owner), ttl.Nanoseconds()).Scan(&epoch)
 
 // RenewLease implements store.Leaser.
 func (s *Store) RenewLease(ctx context.Context, runID string, l store.Lease, ttl time.Duration) error {
-	n, err := s.leaseExec(ctx, `UPDATE leases SET expires_ns = `+nowNS+` + $4 WHERE run_id = $1 AND epoch = $2 AND owner = $3`,
+	n, err := s.leaseExec(ctx, s.leasePool, `UPDATE leases SET expires_ns = `+nowNS+` + $4 WHERE run_id = $1 AND epoch = $2 AND owner = $3`,
 		runID, int64(l.Epoch), []byte(l.Owner), ttl.Nanoseconds())
 	if err == nil && n == 0 {
 		err = fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, runID, l.Epoch, l.Owner)
@@ -52,11 +53,52 @@ func (s *Store) RenewLease(ctx context.Context, runID string, l store.Lease, ttl
 	return err
 }
 
+// RenewLeases implements store.Leaser: one statement, the rows updated
+// in run id order (as ClaimRuns takes them), so that a renewal and a
+// claim that meet on rows wait for each other rather than deadlock.
+func (s *Store) RenewLeases(ctx context.Context, owner string, held []store.Claim, ttl time.Duration) ([]string, error) {
+	held = slices.Clone(held)
+	slices.SortFunc(held, func(a, b store.Claim) int { return strings.Compare(a.RunID, b.RunID) })
+	ids, epochs := make([]string, 0, len(held)), make([]int64, 0, len(held))
+	for _, c := range held {
+		if runExists(c.RunID) == nil {
+			ids, epochs = append(ids, c.RunID), append(epochs, int64(c.Lease.Epoch))
+		}
+	}
+	renewed := map[string]bool{}
+	err := s.leaseCall(ctx, func(c *pgx.Conn) error {
+		clear(renewed)
+		rows, err := c.Query(ctx, `UPDATE leases l SET expires_ns = `+nowNS+` + $3
+FROM unnest($1::text[], $2::bigint[]) AS u (id, epoch)
+WHERE l.run_id = u.id COLLATE "C" AND l.epoch = u.epoch AND l.owner = $4
+RETURNING l.run_id`, ids, epochs, ttl.Nanoseconds(), []byte(owner))
+		if err != nil {
+			return err
+		}
+		var id string
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			renewed[id] = true
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var lost []string
+	for _, c := range held {
+		if !renewed[c.RunID] {
+			lost = append(lost, c.RunID)
+		}
+	}
+	return lost, nil
+}
+
 // ReleaseLease implements store.Leaser. The notice goes with the
 // release, in its transaction: a host that hears it finds the run as the
 // releasing host left it.
 func (s *Store) ReleaseLease(ctx context.Context, runID string, l store.Lease) error {
-	_, err := s.leaseExec(ctx, `WITH r AS (UPDATE leases SET expires_ns = 0 WHERE run_id = $1 AND epoch = $2 AND owner = $3 RETURNING run_id)
+	_, err := s.leaseExec(ctx, s.pool, `WITH r AS (UPDATE leases SET expires_ns = 0 WHERE run_id = $1 AND epoch = $2 AND owner = $3 RETURNING run_id)
 SELECT pg_notify($4, run_id) FROM r`, runID, int64(l.Epoch), []byte(l.Owner), s.channel)
 	return err
 }
@@ -72,13 +114,14 @@ func (s *Store) ClaimRuns(ctx context.Context, owner string, ttl time.Duration, 
 		return nil, s.closedOr(nil)
 	}
 	var out []store.Claim
-	err := s.leaseCall(ctx, func(c *pgx.Conn) error {
+	err := s.read(ctx, func(c *pgx.Conn) error {
 		out = out[:0]
 		rows, err := c.Query(ctx, `WITH now AS (SELECT `+nowNS+` AS ns),
 cand AS (
 	SELECT r.id FROM runs r, now
 	WHERE (r.status = 'running'::bytea OR r.id IN (SELECT t.run_id FROM timers t WHERE t.fire_ns <= now.ns))
 	AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.run_id = r.id AND l.expires_ns >= now.ns)
+	ORDER BY r.id
 	LIMIT $3
 	FOR UPDATE OF r SKIP LOCKED
 )
@@ -144,22 +187,26 @@ func (s *Store) listenOnce(ctx context.Context, fn func(runID string)) error {
 	}
 }
 
-func (s *Store) leaseExec(ctx context.Context, sql string, args ...any) (int64, error) {
+// leaseExec runs one statement on a connection of p.
+func (s *Store) leaseExec(ctx context.Context, p *pgxpool.Pool, sql string, args ...any) (int64, error) {
 	var n int64
 	if err := runExists(args[0].(string)); err != nil {
 		return 0, s.closedOr(err)
 	}
-	err := s.leaseCall(ctx, func(c *pgx.Conn) error {
-		ct, err := c.Exec(ctx, sql, args...)
-		n = ct.RowsAffected()
-		return err
+	err := s.retry(ctx, func() (bool, error) {
+		return poolCall(ctx, p, func(c *pgx.Conn) error {
+			ct, err := c.Exec(ctx, sql, args...)
+			n = ct.RowsAffected()
+			return err
+		})
 	})
 	return n, err
 }
 
-// leaseCall runs fn on one of the lease connections, a pool of their own
-// (Options.LeaseConns), so that renewals do not queue behind the appends
-// of a busy host; again on another connection when it lost its own.
+// leaseCall runs fn on one of the renewal connections, a pool of their
+// own (Options.LeaseConns), so that renewals never queue behind the
+// calls of a busy host; again on another connection when it lost its
+// own.
 func (s *Store) leaseCall(ctx context.Context, fn func(c *pgx.Conn) error) error {
 	return s.retry(ctx, func() (bool, error) { return poolCall(ctx, s.leasePool, fn) })
 }

@@ -67,9 +67,9 @@ type Options struct {
 	// MaxConns bounds the connections the store opens for its calls; 0
 	// means 16.
 	MaxConns int32
-	// LeaseConns bounds the connections kept apart for leases (taking,
-	// renewing, releasing them), so that a renewal never waits behind a
-	// busy host's appends; 0 means 2.
+	// LeaseConns bounds the connections kept apart for renewing leases,
+	// so that a renewal never waits behind a busy host's other calls; 0
+	// means 2.
 	LeaseConns int32
 	// CompressThreshold is the size from which event data, module bytes
 	// and session records are stored zstd-compressed; 0 means 1 KiB,

@@ -159,15 +159,18 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 	}
 	if w.lease != nil {
 		// After the run's row lock (or, for a new run, before its row
-		// exists): a lease taken since cannot be taken again while this
-		// transaction holds the lease's row.
+		// exists): a lease taken before this statement is seen, and the
+		// host that took it appends only after this transaction (the row
+		// lock) and from where it left the log (the seq check). The lease
+		// row is read, not locked: a lock would make the holder's renewals
+		// wait behind its own appends.
 		l := *w.lease
 		add(func(ct int64) error {
 			if ct == 0 {
 				return fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, w.runID, l.Epoch, l.Owner)
 			}
 			return nil
-		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3 FOR SHARE`, w.runID, int64(l.Epoch), []byte(l.Owner))
+		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3`, w.runID, int64(l.Epoch), []byte(l.Owner))
 	}
 	add(func(ct int64) error {
 		if ct == 0 && created {
