@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
@@ -162,10 +163,12 @@ type replayer struct {
 	completed bool
 	// answered is the 'Y' frame being built.
 	answered []byte
+	// renewed is when the worker last sent 'H'.
+	renewed time.Time
 }
 
 func newReplayer(l *engine.ReplayLog, now int64) *replayer {
-	return &replayer{l: l, act: l.Activation, cursor: l.Cursor, clock: now}
+	return &replayer{l: l, act: l.Activation, cursor: l.Cursor, clock: now, renewed: time.Now()}
 }
 
 // op is the recorded op at position p, or nil.
@@ -424,4 +427,26 @@ func (s *session) sendAnswered() error {
 	err := s.flushAnswered()
 	s.rp = nil
 	return err
+}
+
+// renewEvery is how much of its replay the worker computes at most
+// between two 'H' frames, at the recorded activations' ends: the parent's
+// backstop then runs out no sooner than without the log (each recorded
+// activation is within its own budget, and renewEvery is far under the
+// kill grace), and the pipe carries a frame per 10 ms, not one per
+// activation.
+const renewEvery = 10 * time.Millisecond
+
+// renew tells the parent, at a recorded activation's end, that its
+// backstop may start afresh, at most every renewEvery.
+func (s *session) renew() error {
+	if time.Since(s.rp.renewed) < renewEvery {
+		return nil
+	}
+	s.rp.renewed = time.Now()
+	if err := writeFrame(s.w, frameRenew); err != nil {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: sending renew: %w", err)
+	}
+	return nil
 }
