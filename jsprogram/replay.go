@@ -99,7 +99,8 @@ func appendBytes(b, p []byte) []byte {
 }
 
 // reader decodes what encodeLog and the answered ops append; a short
-// input sets bad and reads zeros.
+// input sets bad and reads zeros (up to 8 of them: never what a length
+// read from the input asks for).
 type reader struct {
 	b   []byte
 	bad bool
@@ -108,7 +109,7 @@ type reader struct {
 func (r *reader) take(n int) []byte {
 	if n < 0 || n > len(r.b) {
 		r.bad, r.b = true, nil
-		return make([]byte, max(n, 0))
+		return make([]byte, 8)[:min(max(n, 0), 8)]
 	}
 	p := r.b[:n:n]
 	r.b = r.b[n:]
@@ -144,6 +145,7 @@ func decodeLog(b []byte) (*engine.ReplayLog, error) {
 		o.Time, o.Refused = int64(r.u64()), abi.Status(r.u32())
 		flags := r.u8()
 		o.Settled, o.ByGuest = flags&1 != 0, flags&2 != 0
+		r.bad = r.bad || flags > 3
 		o.State, o.SettleOp, o.SettleSeq, o.Value = abi.FutureState(r.u32()), r.u32(), r.u64(), r.bytes()
 	}
 	if r.bad || len(r.b) != 0 || len(l.Markers) == 0 || l.Activation >= len(l.Markers) {
