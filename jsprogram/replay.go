@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
@@ -98,7 +99,8 @@ func appendBytes(b, p []byte) []byte {
 }
 
 // reader decodes what encodeLog and the answered ops append; a short
-// input sets bad and reads zeros.
+// input sets bad and reads zeros (up to 8 of them: never what a length
+// read from the input asks for).
 type reader struct {
 	b   []byte
 	bad bool
@@ -107,7 +109,7 @@ type reader struct {
 func (r *reader) take(n int) []byte {
 	if n < 0 || n > len(r.b) {
 		r.bad, r.b = true, nil
-		return make([]byte, max(n, 0))
+		return make([]byte, 8)[:min(max(n, 0), 8)]
 	}
 	p := r.b[:n:n]
 	r.b = r.b[n:]
@@ -143,6 +145,7 @@ func decodeLog(b []byte) (*engine.ReplayLog, error) {
 		o.Time, o.Refused = int64(r.u64()), abi.Status(r.u32())
 		flags := r.u8()
 		o.Settled, o.ByGuest = flags&1 != 0, flags&2 != 0
+		r.bad = r.bad || flags > 3
 		o.State, o.SettleOp, o.SettleSeq, o.Value = abi.FutureState(r.u32()), r.u32(), r.u64(), r.bytes()
 	}
 	if r.bad || len(r.b) != 0 || len(l.Markers) == 0 || l.Activation >= len(l.Markers) {
@@ -162,10 +165,12 @@ type replayer struct {
 	completed bool
 	// answered is the 'Y' frame being built.
 	answered []byte
+	// renewed is when the worker last sent 'H'.
+	renewed time.Time
 }
 
 func newReplayer(l *engine.ReplayLog, now int64) *replayer {
-	return &replayer{l: l, act: l.Activation, cursor: l.Cursor, clock: now}
+	return &replayer{l: l, act: l.Activation, cursor: l.Cursor, clock: now, renewed: time.Now()}
 }
 
 // op is the recorded op at position p, or nil.
@@ -424,4 +429,26 @@ func (s *session) sendAnswered() error {
 	err := s.flushAnswered()
 	s.rp = nil
 	return err
+}
+
+// renewEvery is how much of its replay the worker computes at most
+// between two 'H' frames, at the recorded activations' ends: the parent's
+// backstop then runs out no sooner than without the log (each recorded
+// activation is within its own budget, and renewEvery is far under the
+// kill grace), and the pipe carries a frame per 10 ms, not one per
+// activation.
+const renewEvery = 10 * time.Millisecond
+
+// renew tells the parent, at a recorded activation's end, that its
+// backstop may start afresh, at most every renewEvery.
+func (s *session) renew() error {
+	if time.Since(s.rp.renewed) < renewEvery {
+		return nil
+	}
+	s.rp.renewed = time.Now()
+	if err := writeFrame(s.w, frameRenew); err != nil {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: sending renew: %w", err)
+	}
+	return nil
 }

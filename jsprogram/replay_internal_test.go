@@ -108,3 +108,27 @@ func TestReplayerAnswersAsTheHandler(t *testing.T) {
 		t.Fatalf("a handler that restarts no budget: %v", err)
 	}
 }
+
+// Logs decode as they were encoded, and no input makes decodeLog or the
+// parent's check of a worker's list panic or allocate what a length in it
+// claims.
+func FuzzReplayFrames(f *testing.F) {
+	f.Add(encodeLog(&engine.ReplayLog{Input: []byte(`{}`), Markers: []engine.ReplayMarker{{Seq: 1, Time: 2}},
+		Ops: []engine.ReplayOp{{Kind: abi.OpStep, Name: "s", Value: []byte("1"), Settled: true}}}))
+	r := newReplayer(&engine.ReplayLog{Markers: []engine.ReplayMarker{{}}}, 0)
+	r.record(abi.OpAwait, "", u32(0), []byte("answer"), true)
+	f.Add(r.answered)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if l, err := decodeLog(b); err == nil && !bytes.Equal(encodeLog(l), b) {
+			t.Fatalf("decoded and encoded again: %x, was %x", encodeLog(l), b)
+		}
+		h := &scripted{}
+		for range len(b) {
+			h.bodies, h.clocks, h.restart = append(h.bodies, []byte("answer")), append(h.clocks, 0), append(h.restart, false)
+		}
+		i := &instance{c: &compiled{e: &Engine{}}, cfg: host.InstanceConfig{Ops: h, Clock: h}}
+		fresh := false
+		_ = i.checkAnswered(context.Background(), b, &fresh, func(int64) error { return nil })
+	})
+}

@@ -356,9 +356,8 @@ func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, erro
 				s.used = 0
 				s.mu.Unlock()
 				s.resume()
-				if err := writeFrame(s.w, frameRenew); err != nil {
-					s.broken = true
-					return nil, fmt.Errorf("jsprogram worker: sending renew: %w", err)
+				if err := s.renew(); err != nil {
+					return nil, err
 				}
 			}
 			if len(s.rp.answered) >= maxFrame/2 {
