@@ -403,3 +403,36 @@ func TestLoopFanOutFromAWorkflowProgram(t *testing.T) {
 		t.Errorf("%d model calls, want 6", m.count())
 	}
 }
+
+// A turn with an output schema sends it as the response format on every
+// model call; a JSON answer that fits is the turn's data, one that is not
+// JSON or does not fit fails the turn with bad_structured_output.
+func TestLoopStructuredOutput(t *testing.T) {
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		switch user, _ := req.Messages[len(req.Messages)-1].Content.(string); user {
+		case "fits":
+			return 200, reply(`{"approved": true}`)
+		case "prose":
+			return 200, reply(`Sure! {"approved": true}`)
+		}
+		return 200, reply(`{"verdict": "yes"}`)
+	}}
+	lh := newLoopHost(t, m, agents.LoopAgent{Name: "helper"})
+	const js = `try { return { ok: await ctx.agent("helper", { message: %q, outputSchema: { type: "object", required: ["approved"] } }) }; } catch (e) { return { code: e.code }; }`
+	for _, tc := range []struct{ msg, want string }{
+		{"fits", `{"ok":{"approved":true}}`},
+		{"prose", `{"code":"bad_structured_output"}`},
+		{"misfit", `{"code":"bad_structured_output"}`},
+	} {
+		ri := lh.Program(fmt.Sprintf(js, tc.msg))
+		var v any
+		_ = json.Unmarshal(ri.Result, &v)
+		got, _ := json.Marshal(v)
+		if ri.Status != store.StatusCompleted || string(got) != tc.want {
+			t.Errorf("%s: run %s %s %+v", tc.msg, ri.Status, got, ri.Error)
+		}
+	}
+	if rf := m.request(0).ResponseFormat; rf["type"] != "json_schema" {
+		t.Errorf("response_format %v", rf)
+	}
+}
