@@ -64,11 +64,11 @@ func benchModel(steps int) http.HandlerFunc {
 }
 
 type benchHost struct {
-	h     *host.Host
-	st    *countingStore
-	loop  *Loop
-	srv   *httptest.Server
-	dir   string
+	h      *host.Host
+	st     *countingStore
+	loop   *Loop
+	srv    *httptest.Server
+	dir    string
 	agent  LoopAgent
 	b      *testing.B
 	noSync bool
