@@ -436,3 +436,74 @@ func TestLoopStructuredOutput(t *testing.T) {
 		t.Errorf("response_format %v", rf)
 	}
 }
+
+// The model-facing options of a loop tool: a deferred tool is out of the
+// list until search_tools finds it; modelOutput gives the model a part of
+// the result; a tool hidden from delegates is left out of a turn another
+// loop agent sent; a label is what a call is shown as; and endsTurn ends
+// the turn after the step that called it.
+func TestLoopModelFacingOptions(t *testing.T) {
+	names := func(req chatReq) string {
+		var out []string
+		for _, tl := range req.Tools {
+			out = append(out, tl.Function.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		if req.Messages[0].Content == "worker" {
+			return 200, reply("worker saw tools [" + names(req) + "]")
+		}
+		res := req.toolResults()
+		switch {
+		case res["s"] == "":
+			return 200, reply("", call{"s", "search_tools", `{"query":"address"}`})
+		case res["i"] == "":
+			return 200, reply("", call{"i", "info", `{}`})
+		case res["w"] == "":
+			return 200, reply("", call{"w", "worker", `{"message":"help"}`})
+		}
+		return 200, reply("ending: "+res["i"]+" "+res["w"], call{"u", "upper", `{"text":"last"}`})
+	}}
+	boss := agents.LoopAgent{Name: "boss", Instructions: "boss", Tools: []agents.LoopTool{
+		{Tool: "info", Deferred: true, Description: "gives an address", ModelOutput: "/url"},
+		{Agent: "worker"},
+		{Tool: "upper", EndsTurn: true, Label: "upper-case {text}"}}}
+	worker := agents.LoopAgent{Name: "worker", Instructions: "worker", Tools: []agents.LoopTool{{Tool: "upper", HiddenFromDelegates: true}}}
+	lh := newLoopHost(t, m, boss, worker)
+	lh.AddJS("info", `defineWorkflowTool({ description: "info", inputSchema: { type: "object" },
+  async execute() { "use workflow"; return { url: "https://example.test/x", size: 3 }; } });`)
+	ri := lh.Call(agents.LoopToolName("boss"), `{"message":"go"}`)
+	if ri.Status != store.StatusCompleted || !strings.Contains(string(ri.Result), `"reply":"ending: \"https://example.test/x\" \"worker saw tools []\""`) ||
+		!strings.Contains(string(ri.Result), `"stop":"tool_called"`) {
+		t.Fatalf("run %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+	var boss1, boss2 chatReq
+	for i := range m.count() {
+		if r := m.request(i); r.Messages[0].Content == "boss" && boss1.Messages == nil {
+			boss1 = r
+		} else if r.Messages[0].Content == "boss" && boss2.Messages == nil {
+			boss2 = r
+		}
+	}
+	if got := names(boss1); got != "worker,upper,search_tools" {
+		t.Errorf("first tools %s", got)
+	}
+	if got := names(boss2); got != "info,worker,upper" {
+		t.Errorf("tools after the search %s", got)
+	}
+	evs, err := lh.H.Events(context.Background(), ri.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := false
+	for _, e := range evs {
+		labelled = labelled || strings.Contains(string(e.Data), `upper-case last`)
+	}
+	if !labelled {
+		t.Error("no progress shows the call's label")
+	}
+	if runs, _ := lh.H.Runs(context.Background(), store.RunFilter{Tool: "upper"}); len(runs) != 1 {
+		t.Errorf("%d runs of upper, want 1 (the call that ended the turn)", len(runs))
+	}
+}
