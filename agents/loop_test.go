@@ -507,3 +507,33 @@ func TestLoopModelFacingOptions(t *testing.T) {
 		t.Errorf("%d runs of upper, want 1 (the call that ended the turn)", len(runs))
 	}
 }
+
+// A model call that does not answer within modelTimeoutSeconds is a
+// failed step, retried: the second attempt's answer is used.
+func TestLoopModelTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		if n == 1 {
+			<-release // never answers within the timeout
+		}
+		return 200, reply("second attempt")
+	}}
+	a := agents.LoopAgent{Name: "helper", ModelTimeoutSeconds: 1, ModelRetry: &abiRetryFast}
+	lh := newLoopHost(t, m, a)
+	ri := lh.Call(agents.LoopToolName("helper"), `{"message":"go"}`)
+	if ri.Status == store.StatusWaiting {
+		ri = lh.waitEnd(ri.ID)
+	}
+	if ri.Status != store.StatusCompleted || !strings.Contains(string(ri.Result), `"reply":"second attempt"`) || m.count() != 2 {
+		t.Fatalf("run %s %s %+v after %d calls", ri.Status, ri.Result, ri.Error, m.count())
+	}
+	evs, _ := lh.H.Events(context.Background(), ri.ID)
+	timedOut := false
+	for _, e := range evs {
+		timedOut = timedOut || e.Kind == host.EvStepFailed && strings.Contains(string(e.Data), "did not answer within 1s")
+	}
+	if !timedOut {
+		t.Error("no failed attempt says the model timed out")
+	}
+}
