@@ -302,6 +302,8 @@ func TestAgentsFile(t *testing.T) {
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "agent": "b"}]}]}`, "tool 1 names neither or both of tool and agent"},
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t"}, {"agent": "t"}]}]}`, `two tools are called "t"`},
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approval": "sometimes"}]}]}`, `approval "sometimes" is not never, always or once`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "modelOutput": "url"}]}]}`, `modelOutput "url" is not a JSON pointer`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "search_tools"}]}]}`, "the built-in tool that finds deferred tools"},
 		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approvalRules": [{"field": "x", "match": "(", "approval": "always"}]}]}]}`, "approval rule 1: error parsing regexp"},
 	} {
 		if _, err := agents.Parse(ctx, []byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -210,7 +210,7 @@ type verdict struct {
 
 // askApproval asks a person whether a call may run; it returns whether
 // it was approved and, if not, what the model is told.
-func askApproval(g *guest, agent string, c toolCall) (bool, string) {
+func askApproval(g *guest, agent, shown string, c toolCall) (bool, string) {
 	args := c.Arguments
 	var v any
 	if json.Unmarshal([]byte(args), &v) == nil {

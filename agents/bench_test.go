@@ -64,22 +64,23 @@ func benchModel(steps int) http.HandlerFunc {
 }
 
 type benchHost struct {
-	h     *host.Host
-	st    *countingStore
-	loop  *Loop
-	srv   *httptest.Server
-	dir   string
-	agent LoopAgent
-	b     *testing.B
+	h      *host.Host
+	st     *countingStore
+	loop   *Loop
+	srv    *httptest.Server
+	dir    string
+	agent  LoopAgent
+	b      *testing.B
+	noSync bool
 }
 
 // newBenchHost opens a host on a bbolt store with fsync (the default), a
 // loop agent whose model is benchModel(steps) and whose one tool, noop,
 // is the kitchen WebAssembly guest doing nothing.
-func newBenchHost(b *testing.B, steps int, approval string) *benchHost {
+func newBenchHost(b *testing.B, steps int, approval string, noSync bool) *benchHost {
 	srv := httptest.NewServer(benchModel(steps))
 	b.Cleanup(srv.Close)
-	bh := &benchHost{srv: srv, dir: b.TempDir(), b: b,
+	bh := &benchHost{srv: srv, dir: b.TempDir(), b: b, noSync: noSync,
 		agent: LoopAgent{Name: "bench", Tools: []LoopTool{{Tool: "kitchen", Name: "noop", Approval: approval}}, MaxSteps: steps + 1}}
 	bh.loop = &Loop{Endpoint: Endpoint{BaseURL: srv.URL + "/v1", APIKeyEnv: "SANDFLOW_TEST_NO_KEY"}, Model: "m", List: []LoopAgent{bh.agent},
 		ApprovalSecret: []byte("0123456789abcdef0123456789abcdef")}
@@ -91,7 +92,7 @@ func newBenchHost(b *testing.B, steps int, approval string) *benchHost {
 }
 
 func (bh *benchHost) open() {
-	st, err := store.Open(filepath.Join(bh.dir, "store.db"), nil)
+	st, err := store.Open(filepath.Join(bh.dir, "store.db"), &store.Options{NoSync: bh.noSync})
 	if err != nil {
 		bh.b.Fatal(err)
 	}
@@ -120,9 +121,15 @@ func (bh *benchHost) close() {
 // step. BenchmarkLoopModelCall and BenchmarkLoopToolCall time the model
 // call and the tool call alone, on the same server and guest: the
 // step's overhead is the difference.
-func BenchmarkLoopStep(b *testing.B) {
+func BenchmarkLoopStep(b *testing.B) { benchStep(b, false) }
+
+// BenchmarkLoopStepNoSync is BenchmarkLoopStep on a store without fsync:
+// the loop's own work, without the disk's.
+func BenchmarkLoopStepNoSync(b *testing.B) { benchStep(b, true) }
+
+func benchStep(b *testing.B, noSync bool) {
 	const steps = 10
-	bh := newBenchHost(b, steps, "")
+	bh := newBenchHost(b, steps, "", noSync)
 	defer bh.close()
 	ctx := context.Background()
 	tool := LoopToolName("bench")
@@ -157,8 +164,13 @@ func BenchmarkLoopModelCall(b *testing.B) {
 
 // BenchmarkLoopToolCall times a call of the benchmark's tool on its own,
 // a run that commits once.
-func BenchmarkLoopToolCall(b *testing.B) {
-	bh := newBenchHost(b, 10, "")
+func BenchmarkLoopToolCall(b *testing.B) { benchToolCall(b, false) }
+
+// BenchmarkLoopToolCallNoSync is BenchmarkLoopToolCall without fsync.
+func BenchmarkLoopToolCallNoSync(b *testing.B) { benchToolCall(b, true) }
+
+func benchToolCall(b *testing.B, noSync bool) {
+	bh := newBenchHost(b, 10, "", noSync)
 	defer bh.close()
 	ctx := context.Background()
 	b.ResetTimer()
@@ -182,7 +194,7 @@ func BenchmarkLoopResumeAtStep20Parked(b *testing.B) { benchResume(b, false) }
 
 func benchResume(b *testing.B, restart bool) {
 	const steps = 22 // 20 steps, the 21st's call waits for approval, the 22nd answers
-	bh := newBenchHost(b, steps, "")
+	bh := newBenchHost(b, steps, "", false)
 	defer func() { bh.close() }()
 	ctx := context.Background()
 	tool := LoopToolName("bench")

@@ -104,6 +104,22 @@ type LoopTool struct {
 	Approval string `json:"approval,omitempty"`
 	// ApprovalRules decide the policy from the call's input.
 	ApprovalRules []ApprovalRule `json:"approvalRules,omitempty"`
+	// Label is what a call is shown as (its approval question's title,
+	// and the progress value {"toolCall": label} when it starts): {name}
+	// is the tool's name and {ARG} a top-level argument's value.
+	Label string `json:"label,omitempty"`
+	// ModelOutput, a JSON pointer (RFC 6901) such as /url, gives the
+	// model that part of the tool's result instead of all of it; the
+	// tool's run keeps the whole result.
+	ModelOutput string `json:"modelOutput,omitempty"`
+	// EndsTurn ends the turn after a step that called the tool.
+	EndsTurn bool `json:"endsTurn,omitempty"`
+	// Deferred keeps the tool out of the model's list until the model
+	// finds it with the built-in search_tools (by name or description).
+	Deferred bool `json:"deferred,omitempty"`
+	// HiddenFromDelegates leaves the tool out of a turn that another loop
+	// agent delegated (a call of this agent as its tool).
+	HiddenFromDelegates bool `json:"hiddenFromDelegates,omitempty"`
 }
 
 // LoopStep is what StopWhen sees of a finished step.
@@ -155,6 +171,12 @@ func (a *LoopAgent) check() error {
 		}
 		if err := t.checkApproval(); err != nil {
 			return fmt.Errorf("agent %s: %w", a.Name, err)
+		}
+		if n == searchToolsName {
+			return fmt.Errorf("agent %s: %s is the name of the built-in tool that finds deferred tools", a.Name, searchToolsName)
+		}
+		if t.ModelOutput != "" && !strings.HasPrefix(t.ModelOutput, "/") {
+			return fmt.Errorf("agent %s: tool %s: modelOutput %q is not a JSON pointer such as /url", a.Name, n, t.ModelOutput)
 		}
 		seen[n] = true
 	}
@@ -325,6 +347,8 @@ type loopInput struct {
 	Message      string          `json:"message"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	History      []exchange      `json:"history,omitempty"`
+	// Delegated marks a turn another loop agent sent (its tool call).
+	Delegated bool `json:"delegated,omitempty"`
 }
 
 // exchange is an earlier turn of the session: what was sent, the reply,
@@ -364,7 +388,14 @@ func (u *Usage) add(v Usage) {
 
 // turnRunID is the run id of a turn: stable across a retried delivery of
 // the turn, so a turn sent again after a restart finds its run.
-func turnRunID(turnID string) string { return runIDFrom("agent.", turnID) }
+func turnRunID(turnID string) string { return runIDFrom(turnRunPrefix, turnID) }
+
+// turnRunPrefix begins the id of every turn's run; delegatedTurnPrefix
+// the turn id of a turn a loop agent sends another as its tool call.
+const (
+	turnRunPrefix       = "agent."
+	delegatedTurnPrefix = "delegated."
+)
 
 // runIDFrom makes a run id of prefix and key: the key's characters that a
 // run id may not hold become '_', and a key too long is hashed.
@@ -398,7 +429,7 @@ func (l *Loop) Turn(ctx context.Context, t host.AgentTurn) (abi.AgentResult, err
 	for _, m := range t.More {
 		msg += "\n\n" + m.Message
 	}
-	li := loopInput{Message: msg, OutputSchema: t.OutputSchema}
+	li := loopInput{Message: msg, OutputSchema: t.OutputSchema, Delegated: strings.HasPrefix(t.TurnID, delegatedTurnPrefix)}
 	for _, x := range t.History {
 		e := exchange{Reply: x.Reply}
 		for _, m := range x.Messages {

@@ -403,3 +403,137 @@ func TestLoopFanOutFromAWorkflowProgram(t *testing.T) {
 		t.Errorf("%d model calls, want 6", m.count())
 	}
 }
+
+// A turn with an output schema sends it as the response format on every
+// model call; a JSON answer that fits is the turn's data, one that is not
+// JSON or does not fit fails the turn with bad_structured_output.
+func TestLoopStructuredOutput(t *testing.T) {
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		switch user, _ := req.Messages[len(req.Messages)-1].Content.(string); user {
+		case "fits":
+			return 200, reply(`{"approved": true}`)
+		case "prose":
+			return 200, reply(`Sure! {"approved": true}`)
+		}
+		return 200, reply(`{"verdict": "yes"}`)
+	}}
+	lh := newLoopHost(t, m, agents.LoopAgent{Name: "helper"})
+	const js = `try { return { ok: await ctx.agent("helper", { message: %q, outputSchema: { type: "object", required: ["approved"] } }) }; } catch (e) { return { code: e.code }; }`
+	for _, tc := range []struct{ msg, want string }{
+		{"fits", `{"ok":{"approved":true}}`},
+		{"prose", `{"code":"bad_structured_output"}`},
+		{"misfit", `{"code":"bad_structured_output"}`},
+	} {
+		ri := lh.Program(fmt.Sprintf(js, tc.msg))
+		var v any
+		_ = json.Unmarshal(ri.Result, &v)
+		got, _ := json.Marshal(v)
+		if ri.Status != store.StatusCompleted || string(got) != tc.want {
+			t.Errorf("%s: run %s %s %+v", tc.msg, ri.Status, got, ri.Error)
+		}
+	}
+	if rf := m.request(0).ResponseFormat; rf["type"] != "json_schema" {
+		t.Errorf("response_format %v", rf)
+	}
+}
+
+// The model-facing options of a loop tool: a deferred tool is out of the
+// list until search_tools finds it; modelOutput gives the model a part of
+// the result; a tool hidden from delegates is left out of a turn another
+// loop agent sent; a label is what a call is shown as; and endsTurn ends
+// the turn after the step that called it.
+func TestLoopModelFacingOptions(t *testing.T) {
+	names := func(req chatReq) string {
+		var out []string
+		for _, tl := range req.Tools {
+			out = append(out, tl.Function.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		if req.Messages[0].Content == "worker" {
+			return 200, reply("worker saw tools [" + names(req) + "]")
+		}
+		res := req.toolResults()
+		switch {
+		case res["s"] == "":
+			return 200, reply("", call{"s", "search_tools", `{"query":"address"}`})
+		case res["i"] == "":
+			return 200, reply("", call{"i", "info", `{}`})
+		case res["w"] == "":
+			return 200, reply("", call{"w", "worker", `{"message":"help"}`})
+		}
+		return 200, reply("ending: "+res["i"]+" "+res["w"], call{"u", "upper", `{"text":"last"}`})
+	}}
+	boss := agents.LoopAgent{Name: "boss", Instructions: "boss", Tools: []agents.LoopTool{
+		{Tool: "info", Deferred: true, Description: "gives an address", ModelOutput: "/url"},
+		{Agent: "worker"},
+		{Tool: "upper", EndsTurn: true, Label: "upper-case {text}"}}}
+	worker := agents.LoopAgent{Name: "worker", Instructions: "worker", Tools: []agents.LoopTool{{Tool: "upper", HiddenFromDelegates: true}}}
+	lh := newLoopHost(t, m, boss, worker)
+	lh.AddJS("info", `defineWorkflowTool({ description: "info", inputSchema: { type: "object" },
+  async execute() { "use workflow"; return { url: "https://example.test/x", size: 3 }; } });`)
+	ri := lh.Call(agents.LoopToolName("boss"), `{"message":"go"}`)
+	if ri.Status != store.StatusCompleted || !strings.Contains(string(ri.Result), `"reply":"ending: \"https://example.test/x\" \"worker saw tools []\""`) ||
+		!strings.Contains(string(ri.Result), `"stop":"tool_called"`) {
+		t.Fatalf("run %s %s %+v", ri.Status, ri.Result, ri.Error)
+	}
+	var boss1, boss2 chatReq
+	for i := range m.count() {
+		if r := m.request(i); r.Messages[0].Content == "boss" && boss1.Messages == nil {
+			boss1 = r
+		} else if r.Messages[0].Content == "boss" && boss2.Messages == nil {
+			boss2 = r
+		}
+	}
+	if got := names(boss1); got != "worker,upper,search_tools" {
+		t.Errorf("first tools %s", got)
+	}
+	if got := names(boss2); got != "info,worker,upper" {
+		t.Errorf("tools after the search %s", got)
+	}
+	evs, err := lh.H.Events(context.Background(), ri.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := false
+	for _, e := range evs {
+		labelled = labelled || strings.Contains(string(e.Data), `upper-case last`)
+	}
+	if !labelled {
+		t.Error("no progress shows the call's label")
+	}
+	if runs, _ := lh.H.Runs(context.Background(), store.RunFilter{Tool: "upper"}); len(runs) != 1 {
+		t.Errorf("%d runs of upper, want 1 (the call that ended the turn)", len(runs))
+	}
+}
+
+// A model call that does not answer within modelTimeoutSeconds is a
+// failed step, retried: the second attempt's answer is used.
+func TestLoopModelTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	m := &fakeModel{reply: func(n int, req chatReq) (int, string) {
+		if n == 1 {
+			<-release // never answers within the timeout
+		}
+		return 200, reply("second attempt")
+	}}
+	a := agents.LoopAgent{Name: "helper", ModelTimeoutSeconds: 1, ModelRetry: &abiRetryFast}
+	lh := newLoopHost(t, m, a)
+	ri := lh.Call(agents.LoopToolName("helper"), `{"message":"go"}`)
+	if ri.Status == store.StatusWaiting {
+		ri = lh.waitEnd(ri.ID)
+	}
+	if ri.Status != store.StatusCompleted || !strings.Contains(string(ri.Result), `"reply":"second attempt"`) || m.count() != 2 {
+		t.Fatalf("run %s %s %+v after %d calls", ri.Status, ri.Result, ri.Error, m.count())
+	}
+	evs, _ := lh.H.Events(context.Background(), ri.ID)
+	timedOut := false
+	for _, e := range evs {
+		timedOut = timedOut || e.Kind == host.EvStepFailed && strings.Contains(string(e.Data), "did not answer within 1s")
+	}
+	if !timedOut {
+		t.Error("no failed attempt says the model timed out")
+	}
+}

@@ -42,10 +42,108 @@ type toolCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// modelInput is a model step's input: the conversation so far.
+// modelInput is a model step's input: the conversation so far, and
+// which tools the model is offered.
 type modelInput struct {
 	Messages     []message       `json:"messages"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// Tools are the names of the tools offered (search_tools among them
+	// while some are deferred).
+	Tools []string `json:"tools,omitempty"`
+}
+
+// searchToolsName is the built-in tool that finds deferred tools.
+const searchToolsName = "search_tools"
+
+// offered is the tools the model sees now: those not hidden from this
+// turn, and of the deferred ones those found; search_tools while some
+// are still to find.
+func offered(a *LoopAgent, st *loopState, delegated bool) []string {
+	var out []string
+	left := false
+	for _, t := range a.Tools {
+		switch n := t.name(); {
+		case delegated && t.HiddenFromDelegates:
+		case t.Deferred && !st.found[n]:
+			left = true
+		default:
+			out = append(out, n)
+		}
+	}
+	if left {
+		out = append(out, searchToolsName)
+	}
+	return out
+}
+
+// searchTools answers a search_tools call: the deferred tools whose name
+// or description holds the query, which the model is offered from now on.
+func searchTools(a *LoopAgent, st *loopState, delegated bool, args string) string {
+	var in struct {
+		Query string `json:"query"`
+	}
+	_ = json.Unmarshal([]byte(args), &in)
+	q := strings.ToLower(strings.TrimSpace(in.Query))
+	var found []map[string]string
+	for _, t := range a.Tools {
+		if !t.Deferred || delegated && t.HiddenFromDelegates || q == "" ||
+			!strings.Contains(strings.ToLower(t.name()), q) && !strings.Contains(strings.ToLower(t.Description), q) {
+			continue
+		}
+		st.found[t.name()] = true
+		found = append(found, map[string]string{"name": t.name(), "description": t.Description})
+	}
+	b, _ := json.Marshal(map[string]any{"found": found})
+	return string(b)
+}
+
+// label is what a call is shown as.
+func label(t LoopTool, c toolCall) string {
+	if t.Label == "" {
+		return c.Name
+	}
+	var in map[string]any
+	_ = json.Unmarshal([]byte(c.Arguments), &in)
+	out := strings.ReplaceAll(t.Label, "{name}", c.Name)
+	for k, v := range in {
+		s, ok := v.(string)
+		if !ok {
+			b, _ := json.Marshal(v)
+			s = string(b)
+		}
+		out = strings.ReplaceAll(out, "{"+k+"}", s)
+	}
+	return out
+}
+
+// modelOutput is the part of a tool's output the model is given.
+func modelOutputOf(t LoopTool, out json.RawMessage) string {
+	if t.ModelOutput == "" {
+		return string(out)
+	}
+	var v any
+	if json.Unmarshal(out, &v) != nil {
+		return string(out)
+	}
+	for _, tok := range strings.Split(t.ModelOutput[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[tok]
+		case []any:
+			i := -1
+			fmt.Sscanf(tok, "%d", &i)
+			if i < 0 || i >= len(x) {
+				v = nil
+			} else {
+				v = x[i]
+			}
+		default:
+			v = nil
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // modelOutput is a model step's result.
@@ -83,7 +181,7 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	if a.Instructions != "" {
 		msgs = append(msgs, message{Role: "system", Content: a.Instructions})
 	}
-	st := &loopState{approvedOnce: map[string]bool{}}
+	st := &loopState{approvedOnce: map[string]bool{}, found: map[string]bool{}}
 	var carried []Approval
 	for _, x := range in.History {
 		for _, m := range x.Messages {
@@ -117,7 +215,7 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	res := loopResult{Stop: "answered"}
 	for {
 		res.Steps++
-		f := g.step(stepModel, modelInput{Messages: msgs, OutputSchema: in.OutputSchema}, a.ModelRetry)
+		f := g.step(stepModel, modelInput{Messages: msgs, OutputSchema: in.OutputSchema, Tools: offered(a, st, in.Delegated)}, a.ModelRetry)
 		g.await(f)
 		if f.err != nil {
 			return nil, f.err
@@ -141,12 +239,15 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 		if len(m.ToolCalls) == 0 {
 			break
 		}
-		msgs = append(msgs, runToolCalls(g, a, st, m.ToolCalls)...)
+		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls)...)
 		step := LoopStep{Number: res.Steps, Text: m.Content}
 		for _, c := range m.ToolCalls {
 			step.ToolCalls = append(step.ToolCalls, c.Name)
 		}
-		if slices.ContainsFunc(step.ToolCalls, func(n string) bool { return slices.Contains(a.StopWhenToolCalled, n) }) {
+		if slices.ContainsFunc(step.ToolCalls, func(n string) bool {
+			t, ok := a.tool(n)
+			return slices.Contains(a.StopWhenToolCalled, n) || ok && t.EndsTurn
+		}) {
 			res.Stop = "tool_called"
 			break
 		}
@@ -189,13 +290,14 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 type loopState struct {
 	approvedOnce map[string]bool // tools with policy once approved this session
 	approved     []Approval      // the calls a person approved this turn
+	found        map[string]bool // deferred tools search_tools found
 }
 
 // runToolCalls runs a step's tool calls, at most ToolCallConcurrency at a
 // time, and returns the tool messages in the order of the calls. A call
 // that needs approval is asked about first; a denied one gets the
 // refusal as its result.
-func runToolCalls(g *guest, a *LoopAgent, st *loopState, calls []toolCall) []message {
+func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls []toolCall) []message {
 	out := make([]message, len(calls))
 	batch := a.ToolCallConcurrency
 	if batch <= 0 {
@@ -205,13 +307,19 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, calls []toolCall) []mes
 		group := calls[start:min(start+batch, len(calls))]
 		fs := make([]*future, len(group))
 		refused := make([]string, len(group))
+		offer := offered(a, st, delegated)
 		for i, c := range group {
 			t, ok := a.tool(c.Name)
-			if !ok {
+			if c.Name == searchToolsName && slices.Contains(offer, c.Name) {
+				refused[i] = "-" + searchTools(a, st, delegated, c.Arguments)
+				continue
+			}
+			if !ok || !slices.Contains(offer, c.Name) {
 				continue // answered below without a step
 			}
+			g.progress(map[string]string{"toolCall": label(t, c)})
 			if p := t.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
-				ok, why := askApproval(g, a.Name, c)
+				ok, why := askApproval(g, a.Name, label(t, c), c)
 				if !ok {
 					refused[i] = why
 					continue
@@ -225,8 +333,12 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, calls []toolCall) []mes
 		}
 		for i, c := range group {
 			content := "refused: " + refused[i]
-			if refused[i] == "" {
-				content = toolContent(g, fs[i], c)
+			switch {
+			case strings.HasPrefix(refused[i], "-"): // search_tools' answer
+				content = refused[i][1:]
+			case refused[i] == "":
+				t, _ := a.tool(c.Name)
+				content = toolContent(g, fs[i], t, c)
 			}
 			out[start+i] = message{Role: "tool", ToolCallID: c.ID, Content: content}
 		}
@@ -236,7 +348,7 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, calls []toolCall) []mes
 
 // toolContent waits for a tool call's step and says what the model is
 // told of it.
-func toolContent(g *guest, f *future, c toolCall) string {
+func toolContent(g *guest, f *future, t LoopTool, c toolCall) string {
 	if f == nil {
 		return fmt.Sprintf("error: there is no tool called %q", c.Name)
 	}
@@ -251,7 +363,7 @@ func toolContent(g *guest, f *future, c toolCall) string {
 	if o.Error != "" {
 		return "error: " + o.Error
 	}
-	return string(o.Output)
+	return modelOutputOf(t, o.Output)
 }
 
 // attempt runs one step attempt of a turn's run.
@@ -301,7 +413,7 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	for _, m := range mi.Messages {
 		params.Messages = append(params.Messages, m.param())
 	}
-	tools, err := l.toolParams(ctx, h, a)
+	tools, err := l.toolParams(ctx, h, a, mi.Tools)
 	if err != nil {
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
 	}
@@ -370,8 +482,8 @@ func (m message) param() openai.ChatCompletionMessageParamUnion {
 var agentToolSchema = map[string]any{"type": "object", "properties": map[string]any{"message": map[string]any{"type": "string", "description": "what to ask the agent"}}, "required": []string{"message"}}
 
 // toolParams are the agent's tools as the model sees them.
-func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent) ([]openai.ChatCompletionToolUnionParam, error) {
-	if len(a.Tools) == 0 {
+func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names []string) ([]openai.ChatCompletionToolUnionParam, error) {
+	if len(names) == 0 {
 		return nil, nil
 	}
 	list, err := h.Tools(ctx)
@@ -380,6 +492,9 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent) ([]op
 	}
 	var out []openai.ChatCompletionToolUnionParam
 	for _, t := range a.Tools {
+		if !slices.Contains(names, t.name()) {
+			continue
+		}
 		fd := shared.FunctionDefinitionParam{Name: t.name()}
 		desc := t.Description
 		if t.Agent != "" {
@@ -406,6 +521,11 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent) ([]op
 		}
 		out = append(out, openai.ChatCompletionFunctionTool(fd))
 	}
+	if slices.Contains(names, searchToolsName) {
+		out = append(out, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: searchToolsName,
+			Description: openai.String("Find more tools by what they do; the tools found can be called from then on."),
+			Parameters:  map[string]any{"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string"}}, "required": []string{"query"}}}))
+	}
 	return out, nil
 }
 
@@ -431,7 +551,7 @@ func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.
 	}
 	childID := runIDFrom("", in.RunID+"."+in.StepID)
 	if t.Agent != "" {
-		return l.agentTool(ctx, t, in.RunID, childID, args)
+		return l.agentTool(ctx, t, in.RunID, delegatedTurnPrefix+childID, args)
 	}
 	h, ri, err := l.call(ctx, t.Tool, args, childID)
 	var ie *host.InputError

@@ -211,7 +211,7 @@ func TestDemoOutput(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"[1/3] building deploy ...", "[3/3] building approve-deadline ...", "Deploy api?"} {
+	for _, want := range []string{"[1/3] building deploy ...", "[3/3] building approve-deadline ...", "Deploy api?", `Done, the reminder came back: {\"reminder\":\"stretch your legs\"}`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
