@@ -6,8 +6,9 @@
 // ops. A program that suspends stays live in its worker (parked, within a
 // budget: see Options.MaxParked), so its resume runs only what is new; a
 // start, or a resume whose program is no longer parked, runs it again from
-// the top against the run's log (replay, which stays the truth). What the program can observe comes from the host and is the
-// same on replay: Math.random is seeded per run, Date reads the run's
+// the top against the run's log (replay, which stays the truth; the worker
+// answers it from the log, sent once: see replay.go). What the program can
+// observe comes from the host and is the same on replay: Math.random is seeded per run, Date reads the run's
 // logical clock in UTC, and values reach it as JSON parsed inside the VM.
 // It has no timers, no imports, no eval, and no console but the run's log.
 //
@@ -297,8 +298,9 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 
 // resume runs the next activation of a parked program: it is told to go
 // on, and asks the host again for what it waits on. A program no longer
-// parked (evicted), or whose worker died before it had carried anything
-// of this activation to the host, is lost: the host replays it.
+// parked (evicted), or whose worker dies during the activation, is lost:
+// the host runs the activation again on an instance that replays, since
+// nothing of it was committed.
 func (i *instance) resume(ctx context.Context) (int32, error) {
 	e := i.c.e
 	w := e.lot.take(i)
@@ -404,6 +406,9 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 				js.resume()
 				lane.resume()
 			case frameReplayed:
+				if i.logActs == 0 || resumed {
+					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker sent replayed ops without a log"})
+				}
 				js.pause()
 				lane.pause()
 				var over *WorkflowProgramError
@@ -434,8 +439,8 @@ func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits
 				}
 			case frameSuspend:
 				// The program awaits calls still out, live in w.
-				if len(f.body) < 8 {
-					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker sent a short suspend frame"})
+				if len(f.body) < 8 || kind != kindProgram || e.lot.max == 0 {
+					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker parked a program it was not told to park"})
 				}
 				// The await that suspended is asked again on resume; a
 				// replay asks it once.

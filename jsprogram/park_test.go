@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -52,7 +53,11 @@ const after = await ctx.agent("echo", { message: caught });
 return { caught, any, after };`},
 	{"sequential-ten", true, `
 let acc = "";
-for (let i = 0; i < 10; i++) acc = await ctx.agent("echo", { message: acc.length + ":" + i });
+for (let i = 0; i < 10; i++) {
+  console.log("call", i, acc.length);
+  if (i % 3 == 0) console.error("third", i);
+  acc = await ctx.agent("echo", { message: acc.length + ":" + i });
+}
 return acc;`},
 }
 
@@ -90,6 +95,13 @@ func TestParkedAndReplayedResumesAgree(t *testing.T) {
 				if c.pure && !bytes.Equal(runs[k].Result, runs[0].Result) {
 					t.Fatalf("results differ:\n%s %s\n%s %s", hosts[0].name, runs[0].Result, h.name, runs[k].Result)
 				}
+				out, first := outputOf(t, h.f, runs[k].ID), outputOf(t, hosts[0].f, runs[0].ID)
+				if strings.Contains(c.js, "console.") && !strings.Contains(out, "stdout: ") {
+					t.Fatalf("%s: the program logged, yet the run recorded %q", h.name, out)
+				}
+				if c.pure && out != first {
+					t.Fatalf("recorded output differs:\n%s %q\n%s %q", hosts[0].name, first, h.name, out)
+				}
 			}
 			for k, from := range hosts {
 				for _, to := range hosts {
@@ -100,6 +112,28 @@ func TestParkedAndReplayedResumesAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outputOf is a run's recorded console output, each event as
+// stream: data.
+func outputOf(t *testing.T, f *fixture, runID string) string {
+	t.Helper()
+	evs, err := f.H.Events(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, e := range evs {
+		if e.Kind != host.EvOutput {
+			continue
+		}
+		var d struct{ Stream, Data string }
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&out, "%s: %s", d.Stream, d.Data)
+	}
+	return out.String()
 }
 
 // crossCheck replays a run of from's on to: it must end as recorded,
