@@ -60,7 +60,7 @@ const (
 	// init runs with the runtime's init-time thread lock held, and a
 	// coroutine made there could only be switched to under that lock.
 	PrepareExport = "sandflow_prepare"
-	// DescribeExport is optional: () -> i32, returning 0. The host calls it
+	// DescribeExport is optional: () -> i32 (the result is not read). The host calls it
 	// once at upload, on an initialised instance, and the guest issues one
 	// OpDescribe in it saying which tool it is. A module that describes
 	// itself as another tool than its manifest names is refused

@@ -248,7 +248,10 @@ func (w *wfInstance) waitIfPending(body []byte, err error) ([]byte, error) {
 // nothing but the op and the plugin, so a replay gets them again.
 func (w *wfInstance) unfit(kind abi.OpKind, name []byte) ([]byte, error) {
 	if !kind.InWorkflow() {
-		if kind.Valid() {
+		switch {
+		case kind == abi.OpDescribe:
+			return w.refuse(abi.StatusNotAllowed, "op describe is allowed only in sandflow_describe, at upload"), nil
+		case kind.Valid():
 			return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a step", kind)), nil
 		}
 		return w.refuse(abi.StatusUnknownOp, fmt.Sprintf("unknown op kind %d", uint32(kind))), nil

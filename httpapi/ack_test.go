@@ -181,7 +181,7 @@ func TestShowAskAndRunHistory(t *testing.T) {
 	var shown struct {
 		Ask host.Question `json:"ask"`
 	}
-	e.get("/v1/asks/" + askID).json(t, &shown)
+	e.get("/v1/asks/"+askID).json(t, &shown)
 	if shown.Ask.ID != askID || shown.Ask.RunID != runID || !shown.Ask.Open || len(shown.Ask.Request.Options) == 0 {
 		t.Errorf("GET /v1/asks/%s: %+v", askID, shown.Ask)
 	}
@@ -191,7 +191,7 @@ func TestShowAskAndRunHistory(t *testing.T) {
 	if r := e.post("/v1/asks/"+askID+"/answer?wait=30s", `{"optionId":"approve"}`); r.status != http.StatusOK {
 		t.Fatalf("answer: %d %s", r.status, r.body)
 	}
-	e.get("/v1/asks/" + askID).json(t, &shown)
+	e.get("/v1/asks/"+askID).json(t, &shown)
 	if shown.Ask.Open {
 		t.Errorf("an answered question is shown open: %+v", shown.Ask)
 	}

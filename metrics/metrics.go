@@ -39,7 +39,8 @@ type Metrics struct {
 }
 
 // New makes the metrics of h, and installs their observer in h
-// (host.SetObserver), which counts and times the kernel's activations,
+// (host.SetObserver, replacing any observer h had), which counts and
+// times the kernel's activations,
 // live ops, step attempts, limit hits and store commits from then on.
 // logger receives one line per request (nil: no request log).
 func New(h *host.Host, logger *slog.Logger) *Metrics {

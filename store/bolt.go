@@ -915,29 +915,41 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 	if err := s.indexRuns(); err != nil {
 		return nil, err
 	}
-	ids := s.idx.match(f)
-	out := make([]Run, 0, len(ids))
-	err := s.view(func(tx *bolt.Tx) error {
-		runs := tx.Bucket(bucketRuns)
-		for _, id := range ids {
-			var r Run
-			k := []byte(id)
-			v := runs.Get(k)
-			if v == nil {
-				return corruptf(bucketRuns, k, "the run is indexed and has no record")
+	var out []Run
+	g := f
+	for {
+		es := s.idx.match(g)
+		err := s.view(func(tx *bolt.Tx) error {
+			runs := tx.Bucket(bucketRuns)
+			for _, e := range es {
+				var r Run
+				k := []byte(e.id)
+				v := runs.Get(k)
+				if v == nil {
+					return corruptf(bucketRuns, k, "the run is indexed and has no record")
+				}
+				if err := decodeRunValue(k, v, &r); err != nil {
+					return err
+				}
+				// The index was read before the records: a run whose
+				// status changed between the two reads is left out.
+				if f.Matches(r) {
+					out = append(out, r)
+				}
 			}
-			if err := decodeRunValue(k, v, &r); err != nil {
-				return err
-			}
-			// The index was read before the records: a run whose status
-			// changed between the two reads is left out.
-			if f.Matches(r) {
-				out = append(out, r)
-			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
-	return out, err
+		// A run left out makes the page short: the index goes on after
+		// the last run it gave.
+		if f.Limit <= 0 || len(out) >= f.Limit || len(es) < g.Limit {
+			return out, nil
+		}
+		last := es[len(es)-1]
+		g.Before, g.Limit = &RunCursor{CreatedAt: last.created, ID: last.id}, f.Limit-len(out)
+	}
 }
 
 // indexRuns builds the runs' index, once. On a writable store it reads the

@@ -57,9 +57,16 @@ func (x *runIndex) put(rs []indexEntry) {
 
 func (x *runIndex) putLocked(r indexEntry) {
 	if e := x.byID[r.id]; e != nil {
-		// A run's creation time never changes; its status does.
-		e.status, e.tool = r.status, r.tool
-		return
+		if e.created.Equal(r.created) {
+			e.status, e.tool = r.status, r.tool
+			return
+		}
+		// A record written with another creation time (the host never
+		// writes one) moves in the order.
+		if j := slices.Index(x.sorted, e); j >= 0 {
+			x.sorted = slices.Delete(x.sorted, j, j+1)
+		}
+		delete(x.byID, r.id)
 	}
 	e := &r
 	x.byID[r.id] = e
@@ -98,10 +105,10 @@ func (x *runIndex) build(tx *bolt.Tx) error {
 	return nil
 }
 
-// match returns the ids of the runs f selects, newest first, at most
+// match returns the entries of the runs f selects, newest first, at most
 // f.Limit (0: all). A cursor and a To bound are found by binary search;
 // the walk stops at From.
-func (x *runIndex) match(f RunFilter) []string {
+func (x *runIndex) match(f RunFilter) []indexEntry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	end := len(x.sorted) // entries before end are candidates
@@ -118,7 +125,7 @@ func (x *runIndex) match(f RunFilter) []string {
 			return 1
 		})
 	}
-	var ids []string
+	var ids []indexEntry
 	for i := end - 1; i >= 0; i-- {
 		e := x.sorted[i]
 		if !f.From.IsZero() && e.created.Before(f.From) {
@@ -127,7 +134,7 @@ func (x *runIndex) match(f RunFilter) []string {
 		if (f.Status != "" && e.status != f.Status) || (f.Tool != "" && e.tool != f.Tool) {
 			continue
 		}
-		ids = append(ids, e.id)
+		ids = append(ids, *e)
 		if f.Limit > 0 && len(ids) == f.Limit {
 			break
 		}

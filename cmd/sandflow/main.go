@@ -160,6 +160,11 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
 	if a.agents != nil && a.agents.Loop != nil {
 		o.Engines[agents.LoopEngineName] = a.agents.Loop.Engine()
+		if a.storeURL != "" && os.Getenv("SANDFLOW_APPROVAL_SECRET") == "" {
+			// A secret in this host's data directory would not verify
+			// the approvals another host signed.
+			return nil, withCode(exitUsage, errors.New("loop agents on a shared store (--store) need SANDFLOW_APPROVAL_SECRET, the same on every host: each host would sign approvals with a secret of its own, and refuse the others'"))
+		}
 		if a.agents.Loop.SecretFile == "" {
 			// Approvals are signed with SANDFLOW_APPROVAL_SECRET, else
 			// with a secret made once and kept in the data directory.

@@ -34,6 +34,10 @@ type remote struct {
 // added to it.
 const remoteTimeout = 30 * time.Second
 
+// maxRemoteAnswer bounds what the CLI reads of one answer: a history file
+// of the largest run the host allows (zstd-compressed) fits.
+const maxRemoteAnswer = 600 << 20
+
 // server finds the running sandflow serve of the data directory and the
 // token to use with it: SANDFLOW_API_TOKEN (SANDFLOW_ADMIN_TOKEN when admin
 // is set), else the directory's tokens.json.
@@ -81,9 +85,12 @@ func (r remote) do(ctx context.Context, method, path, contentType string, body [
 		return nil, fmt.Errorf("the API of sandflow serve at %s: %w", r.url, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 600<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRemoteAnswer+1))
 	if err != nil {
 		return nil, fmt.Errorf("the API of sandflow serve at %s: %w", r.url, err)
+	}
+	if len(b) > maxRemoteAnswer {
+		return nil, fmt.Errorf("%s %s: the answer is over %d bytes, more than this CLI reads", method, path, maxRemoteAnswer)
 	}
 	if resp.StatusCode/100 != 2 {
 		return nil, apiFailure(method, path, resp.Status, b)

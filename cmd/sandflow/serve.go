@@ -100,6 +100,12 @@ at once.`,
 			}
 			defer a.closeEngines()
 			defer h.Close(context.Background())
+			// The embedded store builds its run index on the first list,
+			// holding its writes meanwhile: here, before any run is driven
+			// or any request served, not on the first page or scrape.
+			if _, err := h.Runs(ctx, store.RunFilter{Limit: 1}); err != nil {
+				return err
+			}
 
 			schedDone := make(chan error, 1)
 			schedCtx, stopSched := context.WithCancel(context.Background())
