@@ -10,6 +10,13 @@
 // commit the same sequence numbers, and the one that loses gets
 // store.ErrSeqConflict.
 //
+// Several hosts share a Store through its leases (leases.go, a
+// store.Leaser): a host drives a run only while it holds the run's lease,
+// every batch carries the lease, and Append refuses one whose lease
+// another host has taken since (store.ErrLeaseLost). Hosts claim the runs
+// that need one with FOR UPDATE SKIP LOCKED and hear of each other's
+// work by LISTEN/NOTIFY.
+//
 // Open applies the schema's migrations (schema.go) and refuses a database
 // that a newer build migrated further (ErrSchemaTooNew). The connections
 // are a pgxpool.Pool: a connection the server dropped (a restart, an
