@@ -177,7 +177,7 @@ func TestMultiHostSoak(t *testing.T) {
 }
 
 // SANDFLOW_TEST_POSTGRES_RESTART, when set, is the command that restarts
-// the test server (pg_ctlcluster 15 main restart). Three hosts drive a
+// the test server (the shell command SANDFLOW_TEST_POSTGRES_RESTART gives). Three hosts drive a
 // run that sleeps across the restart; they reconnect, one fires the
 // timer, the question asked after it is answered and the hook resumed on
 // others, and the run completes once. It restarts the server every other
@@ -185,7 +185,7 @@ func TestMultiHostSoak(t *testing.T) {
 func TestMultiHostDatabaseRestart(t *testing.T) {
 	cmdline := os.Getenv("SANDFLOW_TEST_POSTGRES_RESTART")
 	if cmdline == "" {
-		t.Skip("SANDFLOW_TEST_POSTGRES_RESTART not set: this test restarts the server, set it to the command that does (pg_ctlcluster 15 main restart)")
+		t.Skip("SANDFLOW_TEST_POSTGRES_RESTART not set: this test restarts the server, set it to the shell command that restarts the test server")
 	}
 	c := newCluster(t, 3, nil)
 	ctx := context.Background()

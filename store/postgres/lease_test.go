@@ -232,6 +232,9 @@ func TestLeaseRaceNeverInterleaves(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if commits < 200 {
+		t.Fatalf("the free-running writers made %d commits before the time was up, want 200", commits)
+	}
 	ep, by = eventEpochs(t, schema, "r")
 	owner := map[int64]string{}
 	for i := 1; i < len(ep); i++ {

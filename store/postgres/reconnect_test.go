@@ -102,7 +102,7 @@ func TestReconnectAfterTerminatedConnections(t *testing.T) {
 }
 
 // SANDFLOW_TEST_POSTGRES_RESTART, when set, is a command that restarts the
-// test server (pg_ctlcluster 15 main restart). A writer keeps appending
+// test server (the shell command SANDFLOW_TEST_POSTGRES_RESTART gives). A writer keeps appending
 // while it runs: every Append either succeeds or fails with an error, the
 // writer goes on from what the store says, and after the restart the
 // appends succeed again. It restarts the server every other test uses, so
@@ -110,7 +110,7 @@ func TestReconnectAfterTerminatedConnections(t *testing.T) {
 func TestServerRestart(t *testing.T) {
 	cmdline := os.Getenv("SANDFLOW_TEST_POSTGRES_RESTART")
 	if cmdline == "" {
-		t.Skip("SANDFLOW_TEST_POSTGRES_RESTART not set: this test restarts the server, set it to the command that does (pg_ctlcluster 15 main restart)")
+		t.Skip("SANDFLOW_TEST_POSTGRES_RESTART not set: this test restarts the server, set it to the shell command that restarts the test server")
 	}
 	schema := newSchema(t)
 	s := openSchema(t, schema, Options{RetryFor: 30 * time.Second})
