@@ -59,6 +59,7 @@ func (s Suite) Run(t *testing.T) {
 		wasm bool
 	}{
 		{"Version", s.version, false},
+		{"CompiledTwiceClosedOnce", s.compiledTwice, false},
 		{"MissingExportIsAGuestError", missingExport, false},
 		{"CPULimitStopsATightLoop", cpuLimit, true},
 		{"MemoryLimitStopsAGrowLoop", memoryLimit, true},
@@ -185,6 +186,34 @@ func (c *Case) own() []byte {
 		return c.module
 	}
 	return wasmtest.Guest(wasmtest.ReturnOne)
+}
+
+// compiledTwice: a module compiled twice gives two handles, and closing
+// one leaves the other working (an engine that shares the code between
+// them must not free it with the first).
+func (s Suite) compiledTwice(t *testing.T, c *Case) {
+	ctx := context.Background()
+	a, err := c.Engine.Compile(ctx, c.own())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Engine.Compile(ctx, c.own())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Close(ctx) // a second close changes nothing
+	inst, err := b.Instantiate(ctx, c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if _, err := inst.Call(ctx, abi.VersionExport); err != nil {
+		t.Errorf("after the other handle closed: %v", err)
+	}
 }
 
 func (s Suite) version(t *testing.T, c *Case) {

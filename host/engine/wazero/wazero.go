@@ -14,9 +14,11 @@ package wazero
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -36,6 +38,20 @@ type Engine struct {
 	rt       wazero.Runtime
 	name     string
 	cacheDir string // "" without a compile cache
+
+	// wazero keeps one compiled module per module in a runtime: compiling
+	// the same bytes again hands out the same code, and closing any of
+	// the handles frees it for all. So the handles Compile gives out are
+	// counted, by the metered module's hash, and the code is closed with
+	// the last (see wzModule.Close).
+	mu     sync.Mutex
+	shared map[[sha256.Size]byte]*sharedModule
+}
+
+// sharedModule is a module's compiled code and the handles to it.
+type sharedModule struct {
+	cm   wazero.CompiledModule
+	refs int
 }
 
 // New makes a wazero engine. cacheDir, when not empty, holds compiled
@@ -116,12 +132,28 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte) (engine.CompiledModul
 		// and compiled again by the next process.
 		_ = compilecache.Seal(e.cacheDir)
 	}
-	return &wzModule{e: e, cm: cm, snapshots: metered.OutsideState == ""}, nil
+	key := sha256.Sum256(metered.Wasm)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.shared[key]
+	if s == nil {
+		s = &sharedModule{cm: cm}
+		if e.shared == nil {
+			e.shared = map[[sha256.Size]byte]*sharedModule{}
+		}
+		e.shared[key] = s
+	}
+	// Another handle's code, when the module was compiled before: cm is
+	// that same code, and is not closed here.
+	s.refs++
+	return &wzModule{e: e, cm: s.cm, key: key, snapshots: metered.OutsideState == ""}, nil
 }
 
 type wzModule struct {
-	e  *Engine
-	cm wazero.CompiledModule
+	e      *Engine
+	cm     wazero.CompiledModule
+	key    [sha256.Size]byte
+	closed bool // guarded by e.mu
 	// snapshots: memory and globals are an instance's whole state between
 	// calls (no code changes a table or drops a segment).
 	snapshots bool
@@ -133,7 +165,25 @@ func (m *wzModule) CanSnapshot() bool { return m.snapshots }
 // Poolable implements engine.Poolable.
 func (*wzModule) Poolable() {}
 
-func (m *wzModule) Close(ctx context.Context) error { return m.cm.Close(ctx) }
+// Close implements engine.CompiledModule: the code is closed with the
+// last handle to it (Engine.shared).
+func (m *wzModule) Close(ctx context.Context) error {
+	m.e.mu.Lock()
+	defer m.e.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	s := m.e.shared[m.key]
+	if s == nil || s.cm != m.cm {
+		return nil
+	}
+	if s.refs--; s.refs > 0 {
+		return nil
+	}
+	delete(m.e.shared, m.key)
+	return m.cm.Close(ctx)
+}
 
 var (
 	_ engine.Engine         = (*Engine)(nil)
