@@ -386,9 +386,12 @@ func (u *Usage) add(v Usage) {
 	u.TotalTokens += v.TotalTokens
 }
 
-// turnRunID is the run id of a turn: stable across a retried delivery of
-// the turn, so a turn sent again after a restart finds its run.
-func turnRunID(turnID string) string { return runIDFrom(turnRunPrefix, turnID) }
+// TurnRunID is the id of the run a loop agent's turn runs as, for the
+// turn's host.AgentTurn.TurnID (the sending run's id and the agent op's
+// position, "runID:position"): stable across a retried delivery of the
+// turn, so a turn sent again after a restart finds its run, and a view of
+// the sending run can link it.
+func TurnRunID(turnID string) string { return runIDFrom(turnRunPrefix, turnID) }
 
 // turnRunPrefix begins the id of every turn's run; delegatedTurnPrefix
 // the turn id of a turn a loop agent sends another as its tool call.
@@ -441,7 +444,7 @@ func (l *Loop) Turn(ctx context.Context, t host.AgentTurn) (abi.AgentResult, err
 	if err != nil {
 		return abi.AgentResult{}, err
 	}
-	id := turnRunID(t.TurnID)
+	id := TurnRunID(t.TurnID)
 	if a.TurnTimeoutSeconds > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(a.TurnTimeoutSeconds)*time.Second)

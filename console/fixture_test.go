@@ -88,7 +88,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg *console.Config) *fixture {
 	t.Helper()
-	th := testhost.New(t, nil)
+	return newFixtureWith(t, cfg, nil)
+}
+
+// newFixtureWith is newFixture on a host made with opts.
+func newFixtureWith(t *testing.T, cfg *console.Config, opts *testhost.Options) *fixture {
+	t.Helper()
+	th := testhost.New(t, opts)
 	for name, src := range tools {
 		th.AddJS(name, src)
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/store"
@@ -221,7 +223,39 @@ func (c *Console) runView(ctx context.Context, id string) (runView, error) {
 	if err != nil {
 		return runView{}, err
 	}
-	return newRunView(ri, evs), nil
+	v := newRunView(ri, evs)
+	return v, c.linkTurnRuns(ctx, id, v.Timeline)
+}
+
+// maxTurnLinks bounds the agent turns of one run page whose runs are
+// looked up.
+const maxTurnLinks = 200
+
+// linkTurnRuns sets the Child of the agent turns shown that ran as runs
+// of their own (a loop agent's turn runs as agents.TurnRunID of its turn
+// id, the run's id and the op's position); a turn of another backend has
+// no run, and no link. The store is read, not the host: a turn's run in
+// its first drive is not waited for.
+func (c *Console) linkTurnRuns(ctx context.Context, runID string, tl []entry) error {
+	child := map[uint32]string{}
+	for i := range tl {
+		en := &tl[i]
+		if en.Class != "agent" {
+			continue
+		}
+		id, seen := child[en.Op]
+		if !seen && len(child) < maxTurnLinks {
+			id = agents.TurnRunID(fmt.Sprintf("%s:%d", runID, en.Op))
+			if _, err := c.h.Store().Run(ctx, id); errors.Is(err, store.ErrRunNotFound) {
+				id = ""
+			} else if err != nil {
+				return err
+			}
+			child[en.Op] = id
+		}
+		en.Child = id
+	}
+	return nil
 }
 
 func newRunView(ri host.RunInfo, evs []store.Event) runView {
