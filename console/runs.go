@@ -224,32 +224,43 @@ func (c *Console) runView(ctx context.Context, id string) (runView, error) {
 		return runView{}, err
 	}
 	v := newRunView(ri, evs)
-	return v, c.linkTurnRuns(ctx, id, v.Timeline)
+	return v, c.linkChildRuns(ctx, ri, v.Timeline)
 }
 
-// maxTurnLinks bounds the agent turns of one run page whose runs are
+// maxChildLinks bounds the ops of one run page whose child runs are
 // looked up.
-const maxTurnLinks = 200
+const maxChildLinks = 200
 
-// linkTurnRuns sets the Child of the agent turns shown that ran as runs
-// of their own (a loop agent's turn runs as agents.TurnRunID of its turn
-// id, the run's id and the op's position); a turn of another backend has
-// no run, and no link. The store is read, not the host: a turn's run in
-// its first drive is not waited for.
-func (c *Console) linkTurnRuns(ctx context.Context, runID string, tl []entry) error {
+// linkChildRuns sets the Child of the timeline entries whose op started
+// a run of its own: an agent turn a loop agent ran (as agents.TurnRunID
+// of its turn id, the run's id and the op's position), and, on a loop
+// agent's turn run, a step that called a tool or another loop agent
+// (agents.StepRunIDs). A turn of another backend has no run, and no link.
+// The store is read, not the host: a child run in its first drive is not
+// waited for.
+func (c *Console) linkChildRuns(ctx context.Context, ri host.RunInfo, tl []entry) error {
+	loopRun := strings.HasPrefix(ri.Tool, agents.LoopToolName(""))
 	child := map[uint32]string{}
 	for i := range tl {
 		en := &tl[i]
-		if en.Class != "agent" {
+		var ids []string
+		switch {
+		case en.Class == "agent":
+			ids = []string{agents.TurnRunID(fmt.Sprintf("%s:%d", ri.ID, en.Op))}
+		case en.Class == "step" && loopRun:
+			ids = agents.StepRunIDs(ri.ID, en.Op)
+		default:
 			continue
 		}
 		id, seen := child[en.Op]
-		if !seen && len(child) < maxTurnLinks {
-			id = agents.TurnRunID(fmt.Sprintf("%s:%d", runID, en.Op))
-			if _, err := c.h.Store().Run(ctx, id); errors.Is(err, store.ErrRunNotFound) {
-				id = ""
-			} else if err != nil {
-				return err
+		if !seen && len(child) < maxChildLinks {
+			for _, cand := range ids {
+				if _, err := c.h.Store().Run(ctx, cand); err == nil {
+					id = cand
+					break
+				} else if !errors.Is(err, store.ErrRunNotFound) {
+					return err
+				}
 			}
 			child[en.Op] = id
 		}
