@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/store"
 )
@@ -130,5 +132,40 @@ func TestSessionsPageListsTasksAndEvents(t *testing.T) {
 	// Looking did not make the unknown session.
 	if _, err := f.H.Store().Session(ctx, "conv-nope"); err == nil {
 		t.Error("viewing an unknown session stored one")
+	}
+}
+
+// A session page in the browser follows its task live: the answer to the
+// task's question shows the task completed without a reload, and the
+// task's run link opens its run page.
+func TestBrowserSessionPageFollowsTaskLive(t *testing.T) {
+	f := newFixture(t, nil)
+	f.AddExample("approve-deadline")
+	bctx := context.Background()
+	ss, err := f.sm.Open(bctx, "conv-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ss.Call(bctx, "approve-deadline", json.RawMessage(`{"service":"web"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri := f.waitRun(res.Run.ID, func(ri host.RunInfo) bool { return ri.Status == store.StatusWaiting })
+	ctx := browser(t)
+	f.signInBrowser(ctx, apiToken)
+	row := `#live tr[data-task="` + res.TaskID + `"]`
+	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/sessions/conv-live"), liveRegionRendered,
+		chromedp.WaitVisible(chromedp.CSS(row+` .status[data-status=working]`)))
+	_ = eval[bool](t, ctx, `window.__sameDocument = true`)
+	if _, err := f.H.AnswerAsk(bctx, askID(t, ri), host.Answer{OptionID: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(row+` .status[data-status=completed]`)))
+	if !eval[bool](t, ctx, `window.__sameDocument === true`) {
+		t.Fatal("the page reloaded")
+	}
+	run(t, ctx, chromedp.Click(chromedp.CSS(row+` a[data-task-run]`)), chromedp.WaitVisible(chromedp.CSS(`#live .status[data-status=completed]`)))
+	if got := text(t, ctx, `h1 code`); got != res.Run.ID {
+		t.Errorf("the task's run link opened run %q, want %s", got, res.Run.ID)
 	}
 }
