@@ -386,9 +386,26 @@ func (u *Usage) add(v Usage) {
 	u.TotalTokens += v.TotalTokens
 }
 
-// turnRunID is the run id of a turn: stable across a retried delivery of
-// the turn, so a turn sent again after a restart finds its run.
-func turnRunID(turnID string) string { return runIDFrom(turnRunPrefix, turnID) }
+// TurnRunID is the id of the run a loop agent's turn runs as, for the
+// turn's host.AgentTurn.TurnID (the sending run's id and the agent op's
+// position, "runID:position"): stable across a retried delivery of the
+// turn, so a turn sent again after a restart finds its run, and a view of
+// the sending run can link it.
+func TurnRunID(turnID string) string { return runIDFrom(turnRunPrefix, turnID) }
+
+// stepRunID is the id of the run a loop agent's tool call starts, for the
+// step that makes it (stepID is the host's, "runID:position"); a call to
+// an agent sends the turn delegatedTurnPrefix+stepRunID instead.
+func stepRunID(runID, stepID string) string { return runIDFrom("", runID+"."+stepID) }
+
+// StepRunIDs are the ids of the runs a step of a loop agent's turn run
+// may have started, for the run's id and the step op's position: the
+// run of the tool it called, and the run of the turn it sent, when the
+// tool is another loop agent. A view of the turn's run can link them.
+func StepRunIDs(runID string, op uint32) []string {
+	id := stepRunID(runID, fmt.Sprintf("%s:%d", runID, op))
+	return []string{id, TurnRunID(delegatedTurnPrefix + id)}
+}
 
 // turnRunPrefix begins the id of every turn's run; delegatedTurnPrefix
 // the turn id of a turn a loop agent sends another as its tool call.
@@ -441,7 +458,7 @@ func (l *Loop) Turn(ctx context.Context, t host.AgentTurn) (abi.AgentResult, err
 	if err != nil {
 		return abi.AgentResult{}, err
 	}
-	id := turnRunID(t.TurnID)
+	id := TurnRunID(t.TurnID)
 	if a.TurnTimeoutSeconds > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(a.TurnTimeoutSeconds)*time.Second)

@@ -549,7 +549,7 @@ func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.
 	if !json.Valid(args) {
 		return toolOutput{Error: "the arguments are not JSON: " + ti.Arguments}, nil
 	}
-	childID := runIDFrom("", in.RunID+"."+in.StepID)
+	childID := stepRunID(in.RunID, in.StepID)
 	if t.Agent != "" {
 		return l.agentTool(ctx, t, in.RunID, delegatedTurnPrefix+childID, args)
 	}

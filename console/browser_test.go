@@ -160,7 +160,9 @@ func TestBrowserFreeformAnswer(t *testing.T) {
 	ctx := browser(t)
 	f.signInBrowser(ctx, apiToken)
 	card := fmt.Sprintf(`[data-question="%s"]`, q)
-	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/inbox"),
+	// The inbox's first server-sent rendering replaces its fields: type
+	// after it, or the text may go to a field that is gone.
+	run(t, ctx, chromedp.Navigate(f.srv.URL+"/console/inbox"), chromedp.WaitReady(chromedp.CSS(`#inbox[data-updates]`)),
 		chromedp.SendKeys(chromedp.CSS(card+` textarea[data-freeform]`), "ship it on Friday"),
 		chromedp.Click(chromedp.CSS(card+` [data-send]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-answer-text]`)))

@@ -1,14 +1,15 @@
 // Package console is sandflow's operator web page, served by `sandflow
 // serve` under /console/: an inbox of the questions runs ask a person, the
 // runs with their timelines and actions (cancel, abort, rerun, resume a
-// hook, upgrade), and the plugins with their versions.
+// hook, upgrade), the sessions with their tasks and event streams, and the
+// plugins with their versions.
 //
 // It is server-rendered html/template with one small script of its own
 // (live updates over EventSource); everything is embedded, so it works
 // offline and needs no build step. A browser signs in once with an API or
 // admin token and gets an HttpOnly, SameSite=Strict cookie; every form post
 // carries the sign-in's CSRF token. The console works only through the
-// public API of package host.
+// public APIs of packages host and session.
 package console
 
 import (
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 )
 
 //go:embed assets templates
@@ -80,6 +82,10 @@ type Config struct {
 	Wait time.Duration
 	// PageSize is the number of runs a runs page lists (default 50).
 	PageSize int
+	// Sessions is the session manager whose sessions the sessions pages
+	// show (the API server's: httpapi.Server.Sessions); without one those
+	// pages are not found.
+	Sessions *session.Manager
 	// SearchBudget bounds the runs one runs page reads the input of when
 	// it searches text (default 5000); past it the page says where it
 	// stopped and links on.
@@ -186,6 +192,9 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST /console/runs/{id}/rerun", c.page(roleAPI, c.rerun))
 	c.mux.HandleFunc("POST /console/runs/{id}/hook", c.page(roleAPI, c.resumeHook))
 	c.mux.HandleFunc("POST /console/runs/{id}/upgrade", c.page(roleAPI, c.upgrade))
+	c.mux.HandleFunc("GET /console/sessions", c.page(roleAPI, c.sessions))
+	c.mux.HandleFunc("GET /console/sessions/{id}", c.page(roleAPI, c.sessionPage))
+	c.mux.HandleFunc("GET /console/sessions/{id}/stream", c.page(roleAPI, c.sessionStream))
 	c.mux.HandleFunc("GET /console/plugins", c.page(roleAPI, c.plugins))
 	c.mux.HandleFunc("POST /console/plugins", c.page(roleAdmin, c.uploadPlugin))
 	c.mux.HandleFunc("POST /console/plugins/{name}/versions/{version}/delete", c.page(roleAdmin, c.deletePlugin))

@@ -14,6 +14,7 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/jsprogram"
+	"github.com/sandflow/sandflow/session"
 )
 
 func TestMain(m *testing.M) { testhost.Main(m) }
@@ -81,12 +82,19 @@ type fixture struct {
 	*testhost.Host
 	t   *testing.T
 	c   *console.Console
+	sm  *session.Manager // the sessions the console shows
 	srv *testhost.Server
 }
 
 func newFixture(t *testing.T, cfg *console.Config) *fixture {
 	t.Helper()
-	th := testhost.New(t, nil)
+	return newFixtureWith(t, cfg, nil)
+}
+
+// newFixtureWith is newFixture on a host made with opts.
+func newFixtureWith(t *testing.T, cfg *console.Config, opts *testhost.Options) *fixture {
+	t.Helper()
+	th := testhost.New(t, opts)
 	for name, src := range tools {
 		th.AddJS(name, src)
 	}
@@ -95,12 +103,15 @@ func newFixture(t *testing.T, cfg *console.Config) *fixture {
 		cc = *cfg
 	}
 	cc.APITokens, cc.AdminTokens = []string{apiToken}, []string{adminToken}
+	sm := session.NewManager(th.H)
+	t.Cleanup(sm.Close) // after the console, before the host
+	cc.Sessions = sm
 	c, err := console.New(th.H, cc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(context.Background()) }) // after the server, before the host
-	return &fixture{Host: th, t: t, c: c, srv: testhost.Serve(t, c)}
+	return &fixture{Host: th, t: t, c: c, sm: sm, srv: testhost.Serve(t, c)}
 }
 
 // waitRun polls a run until ok says so, or fails the test.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/sse"
 	"github.com/sandflow/sandflow/store"
@@ -221,7 +223,50 @@ func (c *Console) runView(ctx context.Context, id string) (runView, error) {
 	if err != nil {
 		return runView{}, err
 	}
-	return newRunView(ri, evs), nil
+	v := newRunView(ri, evs)
+	return v, c.linkChildRuns(ctx, ri, v.Timeline)
+}
+
+// maxChildLinks bounds the ops of one run page whose child runs are
+// looked up.
+const maxChildLinks = 200
+
+// linkChildRuns sets the Child of the timeline entries whose op started
+// a run of its own: an agent turn a loop agent ran (as agents.TurnRunID
+// of its turn id, the run's id and the op's position), and, on a loop
+// agent's turn run, a step that called a tool or another loop agent
+// (agents.StepRunIDs). A turn of another backend has no run, and no link.
+// The store is read, not the host: a child run in its first drive is not
+// waited for.
+func (c *Console) linkChildRuns(ctx context.Context, ri host.RunInfo, tl []entry) error {
+	loopRun := strings.HasPrefix(ri.Tool, agents.LoopToolName(""))
+	child := map[uint32]string{}
+	for i := range tl {
+		en := &tl[i]
+		var ids []string
+		switch {
+		case en.Class == "agent":
+			ids = []string{agents.TurnRunID(fmt.Sprintf("%s:%d", ri.ID, en.Op))}
+		case en.Class == "step" && loopRun:
+			ids = agents.StepRunIDs(ri.ID, en.Op)
+		default:
+			continue
+		}
+		id, seen := child[en.Op]
+		if !seen && len(child) < maxChildLinks {
+			for _, cand := range ids {
+				if _, err := c.h.Store().Run(ctx, cand); err == nil {
+					id = cand
+					break
+				} else if !errors.Is(err, store.ErrRunNotFound) {
+					return err
+				}
+			}
+			child[en.Op] = id
+		}
+		en.Child = id
+	}
+	return nil
 }
 
 func newRunView(ri host.RunInfo, evs []store.Event) runView {

@@ -27,6 +27,7 @@ type entry struct {
 	AskID      string
 	Token      string // a hook's token
 	URL        string // a webhook's URL
+	Child      string // the run an agent turn ran as, or a loop agent's step started
 }
 
 // evFields are the fields of the host's event data the timeline shows.

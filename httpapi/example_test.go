@@ -42,7 +42,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer mcpSrv.Close()
-	con, err := console.New(h, console.Config{APITokens: cfg.APITokens, AdminTokens: cfg.AdminTokens})
+	con, err := console.New(h, console.Config{APITokens: cfg.APITokens, AdminTokens: cfg.AdminTokens, Sessions: api.Sessions()})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,6 +17,10 @@ import (
 // included), takes the task results that arrived, and reads the [Tasks]
 // note.
 
+// Sessions is the server's session manager, for other views of the same
+// sessions (the console's sessions pages).
+func (s *Server) Sessions() *session.Manager { return s.sessions }
+
 func (s *Server) openSession(r *http.Request) (*session.Session, error) {
 	ss, err := s.sessions.Open(r.Context(), r.PathValue("id"))
 	return ss, sessionError(err)

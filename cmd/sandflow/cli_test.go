@@ -16,14 +16,17 @@ import (
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
 )
 
 var bin string
 
 // TestMain builds the sandflow binary once: the tests run it as separate
-// processes, as a user would.
+// processes, as a user would. A JavaScript worker the in-process tests'
+// hosts start runs this binary too, and only serves.
 func TestMain(m *testing.M) {
+	jsprogram.MaybeWorker()
 	dir, err := os.MkdirTemp("", "sandflow-cli-")
 	if err != nil {
 		panic(err)

@@ -10,15 +10,17 @@ import (
 	"github.com/sandflow/sandflow/httpapi"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/metrics"
+	"github.com/sandflow/sandflow/session"
 )
 
 // withConsole serves the operator console under /console/, /healthz,
 // /readyz and /metrics beside the API, every request counted and logged
-// by the metrics middleware. The returned function stops the console's
-// background work; call it before closing the host.
-func withConsole(h *host.Host, js *jsprogram.Engine, api http.Handler, cfg httpapi.Config, logger *slog.Logger) (http.Handler, func(context.Context) error, error) {
+// by the metrics middleware; the console's sessions pages show the
+// sessions of the API's session manager. The returned function stops
+// the console's background work; call it before closing the host.
+func withConsole(h *host.Host, js *jsprogram.Engine, api http.Handler, sessions *session.Manager, cfg httpapi.Config, logger *slog.Logger) (http.Handler, func(context.Context) error, error) {
 	c, err := console.New(h, console.Config{APITokens: cfg.APITokens, AdminTokens: cfg.AdminTokens,
-		Logger: logger, MaxUploadBytes: cfg.MaxUploadBytes})
+		Logger: logger, MaxUploadBytes: cfg.MaxUploadBytes, Sessions: sessions})
 	if err != nil {
 		return nil, nil, err
 	}

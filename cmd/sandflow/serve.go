@@ -154,7 +154,7 @@ at once.`,
 				mux := http.NewServeMux()
 				mux.Handle("/mcp", api.Admit(mcpSrv.Handler()))
 				mux.Handle("/", api)
-				handler, stopConsole, err := withConsole(h, a.js, mux, cfg, logger)
+				handler, stopConsole, err := withConsole(h, a.js, mux, api.Sessions(), cfg, logger)
 				if err != nil {
 					return err
 				}
