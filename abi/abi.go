@@ -60,9 +60,22 @@ const (
 	// init runs with the runtime's init-time thread lock held, and a
 	// coroutine made there could only be switched to under that lock.
 	PrepareExport = "sandflow_prepare"
+	// DescribeExport is optional: () -> i32 (the result is not read). The host calls it
+	// once at upload, on an initialised instance, and the guest issues one
+	// OpDescribe in it saying which tool it is. A module that describes
+	// itself as another tool than its manifest names is refused
+	// (plugin_manifest_mismatch).
+	DescribeExport = "sandflow_describe"
 	// MemoryExport is the linear memory the host reads and writes.
 	MemoryExport = "memory"
 )
+
+// Description is OpDescribe's payload: what the module says it is. Every
+// member is optional; the host checks those given against the manifest.
+type Description struct {
+	// Name is the tool's name, as the manifest's "name" must be.
+	Name string `json:"name,omitempty"`
+}
 
 // Results of RunExport and StepExport.
 const (

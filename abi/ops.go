@@ -73,6 +73,11 @@ const (
 	// sees the abort of its run. The body is a StepAborted. Step context
 	// only; not recorded (a step's result is).
 	OpStepAborted OpKind = 20
+	// OpDescribe says what tool the module is (payload: a Description).
+	// Issued only from DescribeExport, which the host calls once at upload
+	// to check the module against the manifest it comes with; answered with
+	// an empty body. Not recorded; refused anywhere else.
+	OpDescribe OpKind = 21
 )
 
 // OpFlagIfRecorded may be or-ed into the kind of a recorded op. The host
@@ -114,6 +119,7 @@ var opNames = [...]string{
 	OpReply:          "reply",
 	OpSignal:         "signal",
 	OpStepAborted:    "step_aborted",
+	OpDescribe:       "describe",
 }
 
 // String returns the wire name of the op kind, or "op(N)" for an unknown one.
@@ -151,7 +157,7 @@ func (k OpKind) MakesFuture() bool {
 // InWorkflow reports whether the op may be issued from RunExport.
 func (k OpKind) InWorkflow() bool {
 	switch k {
-	case OpStepInput, OpStepComplete, OpCall, OpStepAborted:
+	case OpStepInput, OpStepComplete, OpCall, OpStepAborted, OpDescribe:
 		return false
 	}
 	return k.Valid()

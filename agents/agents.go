@@ -12,9 +12,11 @@
 //	 "agents": [
 //	   {"name": "ticket-triage", "description": "sorts tickets", "reply": "triaged {message}"},
 //	   {"name": "reviewer", "kind": "openai", "instructions": "Review what you are sent."},
+//	   {"name": "helper", "kind": "loop", "instructions": "Use the tools.", "tools": [{"tool": "render"}], "maxSteps": 10},
 //	   {"name": "researcher", "kind": "external", "description": "run by the platform"}]}
 //
-// An agent's kind is "scripted" (the default), "openai" or "external".
+// An agent's kind is "scripted" (the default), "openai", "loop" (a tool
+// loop on the "openai" settings' model: see Loop) or "external".
 // The file never holds a key: the OpenAI backend reads it from the
 // environment variable apiKeyEnv names.
 package agents
@@ -86,6 +88,10 @@ type OpenAIConfig struct {
 	MaxRetries     int    `json:"maxRetries,omitempty"`
 }
 
+func (c *OpenAIConfig) endpoint() Endpoint {
+	return Endpoint{BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, MaxRetries: c.MaxRetries}
+}
+
 // FileAgent is one agent of an agents file. Kind picks its backend; the
 // other fields are those of that backend's agents.
 type FileAgent struct {
@@ -93,6 +99,25 @@ type FileAgent struct {
 	ScriptedAgent
 	Instructions string `json:"instructions,omitempty"`
 	Model        string `json:"model,omitempty"`
+	// The settings of a loop agent (LoopAgent's).
+	Tools               []LoopTool       `json:"tools,omitempty"`
+	MaxSteps            int              `json:"maxSteps,omitempty"`
+	StopWhenToolCalled  []string         `json:"stopWhenToolCalled,omitempty"`
+	ToolCallConcurrency int              `json:"toolCallConcurrency,omitempty"`
+	ModelTimeoutSeconds int              `json:"modelTimeoutSeconds,omitempty"`
+	TurnTimeoutSeconds  int              `json:"turnTimeoutSeconds,omitempty"`
+	ModelRetry          *abi.RetryPolicy `json:"modelRetry,omitempty"`
+}
+
+func (a *FileAgent) loopAgent() LoopAgent {
+	return LoopAgent{Name: a.Name, Description: a.Description, Instructions: a.Instructions, Model: a.Model, Tools: a.Tools,
+		MaxSteps: a.MaxSteps, StopWhenToolCalled: a.StopWhenToolCalled, ToolCallConcurrency: a.ToolCallConcurrency,
+		ModelTimeoutSeconds: a.ModelTimeoutSeconds, TurnTimeoutSeconds: a.TurnTimeoutSeconds, ModelRetry: a.ModelRetry}
+}
+
+func (a *FileAgent) hasLoopSettings() bool {
+	return len(a.Tools) > 0 || a.MaxSteps != 0 || len(a.StopWhenToolCalled) > 0 || a.ToolCallConcurrency != 0 ||
+		a.ModelTimeoutSeconds != 0 || a.TurnTimeoutSeconds != 0 || a.ModelRetry != nil
 }
 
 // Backends are what an agents file configures: the backend the host uses,
@@ -101,6 +126,9 @@ type FileAgent struct {
 type Backends struct {
 	host.AgentBackend
 	External *External
+	// Loop runs the loop agents (nil when there are none): the host needs
+	// its engine (Loop.Engine) and must be attached (Loop.Attach).
+	Loop *Loop
 }
 
 // Load reads an agents file.
@@ -127,6 +155,7 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 	var scripted []ScriptedAgent
 	var external []host.AgentInfo
 	var oa *OpenAI
+	var loop *Loop
 	for _, a := range f.Agents {
 		kind := a.Kind
 		if kind == "" {
@@ -135,8 +164,11 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 		if kind != "scripted" && (a.Reply != "" || a.Data != nil || a.Fail != "" || a.DelayMs != 0 || len(a.Rules) > 0) {
 			return nil, fmt.Errorf("agent %s: reply, data, fail, delayMs and rules are for scripted agents, not %s ones", a.Name, kind)
 		}
-		if kind != "openai" && (a.Instructions != "" || a.Model != "") {
-			return nil, fmt.Errorf("agent %s: instructions and model are for openai agents, not %s ones", a.Name, kind)
+		if kind != "openai" && kind != "loop" && (a.Instructions != "" || a.Model != "") {
+			return nil, fmt.Errorf("agent %s: instructions and model are for openai and loop agents, not %s ones", a.Name, kind)
+		}
+		if kind != "loop" && a.hasLoopSettings() {
+			return nil, fmt.Errorf("agent %s: tools, maxSteps, stopWhenToolCalled, toolCallConcurrency, the timeouts and modelRetry are for loop agents, not %s ones", a.Name, kind)
 		}
 		switch kind {
 		case "scripted":
@@ -149,12 +181,23 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 			}
 			if oa == nil {
 				c := f.OpenAI
-				oa = &OpenAI{BaseURL: c.BaseURL, Model: c.Model, APIKeyEnv: c.APIKeyEnv,
-					Timeout: time.Duration(c.TimeoutSeconds) * time.Second, MaxRetries: c.MaxRetries}
+				oa = &OpenAI{Endpoint: c.endpoint(), Model: c.Model, Timeout: time.Duration(c.TimeoutSeconds) * time.Second}
 			}
 			oa.List = append(oa.List, OpenAIAgent{Name: a.Name, Description: a.Description, Instructions: a.Instructions, Model: a.Model})
+		case "loop":
+			if f.OpenAI == nil {
+				return nil, fmt.Errorf("agent %s is a loop agent, but the file has no \"openai\" settings for its model", a.Name)
+			}
+			la := a.loopAgent()
+			if err := la.check(); err != nil {
+				return nil, err
+			}
+			if loop == nil {
+				loop = &Loop{Endpoint: f.OpenAI.endpoint(), Model: f.OpenAI.Model}
+			}
+			loop.List = append(loop.List, la)
 		default:
-			return nil, fmt.Errorf("agent %s: kind %q is not scripted, openai or external", a.Name, a.Kind)
+			return nil, fmt.Errorf("agent %s: kind %q is not scripted, openai, loop or external", a.Name, a.Kind)
 		}
 	}
 	s, err := NewScripted(scripted)
@@ -166,12 +209,21 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 	if oa != nil {
 		backends = append(backends, oa)
 	}
+	if loop != nil {
+		out.Loop = loop
+		backends = append(backends, loop)
+	}
 	if len(external) > 0 {
 		out.External = NewExternal(external)
 		backends = append(backends, out.External)
 	}
-	if out.AgentBackend, err = NewMux(ctx, backends...); err != nil {
+	mux, err := NewMux(ctx, backends...)
+	if err != nil {
 		return nil, err
+	}
+	out.AgentBackend = mux
+	if loop != nil {
+		loop.Delegates = mux
 	}
 	return out, nil
 }

@@ -81,7 +81,7 @@ func openAI(t *testing.T, p *provider) *agents.OpenAI {
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	t.Setenv("SANDFLOW_TEST_KEY", "sk-test-123")
-	return &agents.OpenAI{BaseURL: srv.URL + "/v1", Model: "small-model", APIKeyEnv: "SANDFLOW_TEST_KEY", Timeout: 2 * time.Second,
+	return &agents.OpenAI{Endpoint: agents.Endpoint{BaseURL: srv.URL + "/v1", APIKeyEnv: "SANDFLOW_TEST_KEY"}, Model: "small-model", Timeout: 2 * time.Second,
 		List: []agents.OpenAIAgent{{Name: "reviewer", Description: "reviews", Instructions: "You review plans."}, {Name: "big", Model: "big-model"}}}
 }
 
@@ -257,12 +257,14 @@ func TestAgentsFile(t *testing.T) {
 	    {"name": "triage", "description": "sorts", "reply": "triaged {message}", "data": {"queue": "default"},
 	     "rules": [{"contains": "outage", "reply": "paged", "data": {"queue": "urgent"}}, {"match": "^refund", "fail": "refunds go elsewhere"}]},
 	    {"name": "researcher", "kind": "external"},
-	    {"name": "reviewer", "kind": "openai", "instructions": "review"}]}`))
+	    {"name": "reviewer", "kind": "openai", "instructions": "review"},
+	    {"name": "helper", "kind": "loop", "instructions": "use tools", "tools": [{"tool": "render"}, {"agent": "triage", "name": "ask_triage"}], "maxSteps": 5}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	list, _ := b.Agents(ctx)
-	if len(list) != 3 || list[0].Name != "triage" || list[1].Name != "reviewer" || list[2].Name != "researcher" || b.External == nil {
+	if len(list) != 4 || list[0].Name != "triage" || list[1].Name != "reviewer" || list[2].Name != "helper" || list[3].Name != "researcher" || b.External == nil ||
+		b.Loop == nil || len(b.Loop.List) != 1 || b.Loop.List[0].MaxSteps != 5 || len(b.Loop.List[0].Tools) != 2 || b.Loop.Model != "m" || b.Loop.Delegates == nil {
 		t.Fatalf("agents %+v, external %v", list, b.External)
 	}
 	for _, tc := range []struct{ msg, schema, reply, data, fail string }{
@@ -286,15 +288,23 @@ func TestAgentsFile(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ file, want string }{
-		{`{"agents": [{"name": "a", "kind": "robot"}]}`, `kind "robot" is not scripted, openai or external`},
+		{`{"agents": [{"name": "a", "kind": "robot"}]}`, `kind "robot" is not scripted, openai, loop or external`},
 		{`{"agents": [{"name": "a", "kind": "openai"}]}`, `the file has no "openai" settings`},
 		{`{"agents": [{"name": "a", "kind": "external", "reply": "x"}]}`, "are for scripted agents, not external ones"},
-		{`{"agents": [{"name": "a", "instructions": "x"}]}`, "are for openai agents, not scripted ones"},
+		{`{"agents": [{"name": "a", "instructions": "x"}]}`, "are for openai and loop agents, not scripted ones"},
 		{`{"agents": [{"name": "a", "rules": [{"match": "("}]}]}`, "rule 1: error parsing regexp"},
 		{`{"agents": [{"name": "a", "rules": [{"reply": "x"}]}]}`, "rule 1 has neither contains nor match"},
 		{`{"agents": [{"name": "a"}, {"name": "a", "kind": "external"}]}`, `agent "a" is listed twice`},
 		{`{"agents": [{"reply": "x"}]}`, "a scripted agent has no name"},
 		{`{"agents": [], "apiKey": "sk-..."}`, `unknown field "apiKey"`},
+		{`{"agents": [{"name": "a", "kind": "loop"}]}`, `a loop agent, but the file has no "openai" settings`},
+		{`{"agents": [{"name": "a", "tools": [{"tool": "t"}]}]}`, "are for loop agents, not scripted ones"},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "agent": "b"}]}]}`, "tool 1 names neither or both of tool and agent"},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t"}, {"agent": "t"}]}]}`, `two tools are called "t"`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approval": "sometimes"}]}]}`, `approval "sometimes" is not never, always or once`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "modelOutput": "url"}]}]}`, `modelOutput "url" is not a JSON pointer`},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "search_tools"}]}]}`, "the built-in tool that finds deferred tools"},
+		{`{"openai": {}, "agents": [{"name": "a", "kind": "loop", "tools": [{"tool": "t", "approvalRules": [{"field": "x", "match": "(", "approval": "always"}]}]}]}`, "approval rule 1: error parsing regexp"},
 	} {
 		if _, err := agents.Parse(ctx, []byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.file, err, tc.want)

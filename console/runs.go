@@ -93,68 +93,89 @@ type runsPage struct {
 	Statuses []store.RunStatus
 }
 
-// listRuns filters the store's list, newest first. The store indexes
-// neither time nor text, so a page reads every run record (Store.Runs)
-// and filters here; a text search also reads each candidate's first
-// event (its input), at most SearchBudget of them per page.
+// listRuns is one page of the runs the query selects, newest first. The
+// store selects by status, tool, time and cursor (Store.Runs, indexed);
+// text is matched here, in chunks of the store's list, and a text search
+// also reads each candidate's first event (its input), at most
+// SearchBudget of them per page.
 func (c *Console) listRuns(ctx context.Context, q runQuery) (runsPage, error) {
 	p := runsPage{Query: q, Statuses: statuses}
-	all, err := c.h.Runs(ctx, store.RunFilter{Status: store.RunStatus(q.Status), Tool: q.Tool})
-	if err != nil {
-		return p, err
+	f := store.RunFilter{Status: store.RunStatus(q.Status), Tool: q.Tool, From: q.from, To: q.to}
+	if q.After != "" {
+		f.Before = &store.RunCursor{CreatedAt: q.afterAt, ID: q.afterID}
 	}
 	text := strings.ToLower(q.Text)
-	for _, r := range all {
-		if q.After != "" && !olderThan(r, q.afterAt, q.afterID) {
-			continue
+	if text == "" {
+		// One more than a page says whether another follows.
+		f.Limit = c.cfg.PageSize + 1
+		runs, err := c.h.Runs(ctx, f)
+		if err != nil {
+			return p, err
 		}
-		if !q.from.IsZero() && r.CreatedAt.Before(q.from) {
-			continue
+		if len(runs) > c.cfg.PageSize {
+			runs = runs[:c.cfg.PageSize]
+			p.last(runs[len(runs)-1])
 		}
-		if !q.to.IsZero() && !r.CreatedAt.Before(q.to) {
-			continue
+		p.Runs = runs
+		return p, nil
+	}
+	f.Limit = textChunk
+	for {
+		runs, err := c.h.Runs(ctx, f)
+		if err != nil {
+			return p, err
 		}
-		if text != "" {
-			match := strings.Contains(strings.ToLower(r.ID), text) || strings.Contains(strings.ToLower(string(r.Detail)), text)
-			if !match {
-				if p.Scanned >= c.cfg.SearchBudget {
-					p.Stopped = true
-					break
-				}
-				p.Scanned++
-				evs, err := c.h.Store().Events(ctx, r.ID, 0, 1)
-				if err != nil {
-					return p, err
-				}
-				match = len(evs) == 1 && strings.Contains(strings.ToLower(string(evs[0].Data)), text)
+		for _, r := range runs {
+			match, err := c.matchText(ctx, r, text, &p)
+			if err != nil {
+				return p, err
+			}
+			if p.Stopped {
+				return p, nil
 			}
 			if !match {
 				p.last(r)
 				continue
 			}
+			if len(p.Runs) == c.cfg.PageSize {
+				return p, nil // another may follow: Next is the last one shown
+			}
+			p.Runs = append(p.Runs, r)
+			p.last(r)
 		}
-		if len(p.Runs) == c.cfg.PageSize {
-			break
+		if len(runs) < textChunk {
+			p.Next = ""
+			return p, nil
 		}
-		p.Runs = append(p.Runs, r)
-		p.last(r)
+		last := runs[len(runs)-1]
+		f.Before = &store.RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
-	if len(p.Runs) < c.cfg.PageSize && !p.Stopped {
-		p.Next = ""
+}
+
+// textChunk is how many runs a text search takes from the store at a time.
+const textChunk = 512
+
+// matchText says whether r's id, summary or input holds text; reading
+// the input (the first event) counts against the page's budget, and
+// p.Stopped is set when it is spent.
+func (c *Console) matchText(ctx context.Context, r store.Run, text string, p *runsPage) (bool, error) {
+	if strings.Contains(strings.ToLower(r.ID), text) || strings.Contains(strings.ToLower(string(r.Detail)), text) {
+		return true, nil
 	}
-	return p, nil
+	if p.Scanned >= c.cfg.SearchBudget {
+		p.Stopped = true
+		return false, nil
+	}
+	p.Scanned++
+	evs, err := c.h.Store().Events(ctx, r.ID, 0, 1)
+	if err != nil {
+		return false, err
+	}
+	return len(evs) == 1 && strings.Contains(strings.ToLower(string(evs[0].Data)), text), nil
 }
 
 // last moves the page's cursor past r.
 func (p *runsPage) last(r store.Run) { p.Next = r.CreatedAt.Format(time.RFC3339Nano) + "~" + r.ID }
-
-// olderThan says whether r comes after (at, id) in the newest-first order.
-func olderThan(r store.Run, at time.Time, id string) bool {
-	if !r.CreatedAt.Equal(at) {
-		return r.CreatedAt.Before(at)
-	}
-	return r.ID < id
-}
 
 func (c *Console) runs(w http.ResponseWriter, r *http.Request, si *signin) error {
 	q, err := parseRunQuery(r.URL.Query())

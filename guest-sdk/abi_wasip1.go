@@ -73,3 +73,6 @@ func sandflowStep() int32 { return runStep() }
 
 //go:wasmexport sandflow_prepare
 func sandflowPrepare() { prepare() }
+
+//go:wasmexport sandflow_describe
+func sandflowDescribe() int32 { return describe() }

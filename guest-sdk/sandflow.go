@@ -101,6 +101,31 @@ func register(kind string, fn func(ctx *Context) (json.RawMessage, *abi.ErrorObj
 	entry, entryKind = fn, kind
 }
 
+// toolName is what Name declared: the tool this module is.
+var toolName string
+
+// Name declares which tool this module is, as its manifest's "name" must
+// say. Call it from an init function. The host asks at upload
+// (sandflow_describe) and refuses the module with another tool's
+// manifest (plugin_manifest_mismatch), where without it the mix-up shows
+// only when the tool is called.
+func Name(name string) { toolName = name }
+
+// describe issues the describe op, in sandflow_describe.
+func describe() int32 {
+	if toolName == "" {
+		return 0
+	}
+	b, err := json.Marshal(abi.Description{Name: toolName})
+	if err != nil {
+		panic(err)
+	}
+	if r := doOp(abi.OpDescribe, "", b); r.status != abi.StatusOK {
+		panic(fmt.Sprintf("sandflow: the host refused the describe op: %s", r.status))
+	}
+	return 0
+}
+
 // Execute registers the tool's entry point for a call the caller waits on.
 // Call it once, from an init function.
 func Execute[In, Out any](fn func(ctx *Context, in In) (Out, error)) { register("execute", wrap(fn)) }

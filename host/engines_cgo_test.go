@@ -240,11 +240,11 @@ func TestEnginePerPlugin(t *testing.T) {
 	}
 	defer h.Close(ctx)
 	m := manifest(t, "examples/deploy")
-	m.Name, m.Engine = "deploy-wasmtime", host.EngineWasmtime
+	m.Engine = host.EngineWasmtime
 	if _, err := h.AddPlugin(ctx, guest(t, "examples/deploy"), m); err != nil {
 		t.Fatal(err)
 	}
-	ri, err := h.Call(ctx, "deploy-wasmtime", json.RawMessage(`{"service":"api"}`), nil)
+	ri, err := h.Call(ctx, "deploy", json.RawMessage(`{"service":"api"}`), nil)
 	if err != nil || ri.Status != store.StatusWaiting {
 		t.Fatalf("%+v %v", ri, err)
 	}

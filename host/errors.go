@@ -9,6 +9,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/plugins"
+	"github.com/sandflow/sandflow/store"
 )
 
 // Sentinel errors of the host. Compare with errors.Is; the typed errors
@@ -57,6 +58,9 @@ var (
 	// ErrGuest is matched by *GuestError: the guest trapped, exited, or
 	// broke the ABI.
 	ErrGuest = engine.ErrGuest
+	// ErrInstanceLost is returned by an engine's Call on an instance it
+	// no longer holds (engine.ErrInstanceLost); the host replays.
+	ErrInstanceLost = engine.ErrInstanceLost
 	// ErrBadHistory is returned when a history file cannot be read.
 	ErrBadHistory = errors.New("invalid history")
 	// ErrPluginInUse is returned when deleting a plugin version a run that
@@ -68,6 +72,16 @@ var (
 	ErrCompileTimeout = plugins.ErrCompileTimeout
 	// ErrClosed is returned by calls on a closed Host.
 	ErrClosed = errors.New("host is closed")
+	// ErrLeaseLost is returned by a call whose host lost the run's lease
+	// while it drove the run (it stalled past the lease, and another host
+	// took the run over): the host stopped at its next commit, which was
+	// not applied. It is store.ErrLeaseLost. Retry the call; the run goes
+	// on on the host that holds it.
+	ErrLeaseLost = store.ErrLeaseLost
+	// ErrLeaseHeld is returned by a call on a run another host is driving
+	// (its lease stayed held past Options.LeaseWait). It is
+	// store.ErrLeaseHeld. Retry the call.
+	ErrLeaseHeld = store.ErrLeaseHeld
 	// ErrStepInterrupted is matched by *StepInterruptedError, and by a
 	// *RunError of a run that failed on a step attempt cut off.
 	ErrStepInterrupted = errors.New("step attempt interrupted")

@@ -3,12 +3,14 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/guestbuild"
+	"github.com/sandflow/sandflow/store/postgres"
 )
 
 // exampleTool builds an example guest from source and reads its manifest.
@@ -27,6 +29,33 @@ func exampleTool(name string) ([]byte, host.Manifest) {
 		panic(err)
 	}
 	return guestbuild.MustRead(dir), m
+}
+
+// Several hosts share one PostgreSQL database: each opens it with
+// OpenPostgres, and a run started on one may be answered, resumed and
+// completed on any (each host drives a run only while it holds the run's
+// lease). Without a server at the URL, OpenPostgres fails with an error
+// matching postgres.ErrUnreachable.
+func ExampleOpenPostgres() {
+	ctx := context.Background()
+	h, err := host.OpenPostgres(ctx, "postgres://sandflow@db.example:5432/sandflow", &host.Options{CacheDir: "/var/cache/sandflow"})
+	if errors.Is(err, postgres.ErrUnreachable) || errors.Is(err, postgres.ErrBadConnString) {
+		fmt.Println("no database:", err)
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer h.Close(ctx)
+	wasm, manifest := exampleTool("deploy")
+	if _, err := h.AddPlugin(ctx, wasm, manifest); err != nil {
+		panic(err)
+	}
+	run, err := h.Call(ctx, "deploy", json.RawMessage(`{"service":"api"}`), nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(run.ID, run.Status)
 }
 
 // A host embedded in an application: add a plugin, call its tool, answer

@@ -45,6 +45,7 @@ import (
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
+	"github.com/sandflow/sandflow/store/postgres"
 )
 
 // Limits bound what a run may use. Zero fields take the defaults.
@@ -80,6 +81,9 @@ type Options struct {
 	// Agents runs agent turns (ctx.agent); nil means no agent is available
 	// and every turn fails.
 	Agents AgentBackend
+	// Observer is told what the kernel does, for metrics; nil: nothing
+	// is. SetObserver changes it later.
+	Observer Observer
 	// AgentTimeout bounds one agent turn; 0 means 10 minutes.
 	AgentTimeout time.Duration
 	// AbortGrace is how long an aborted run has to unwind (Abort); 0
@@ -134,6 +138,22 @@ type Options struct {
 	// DefaultMaxCompiles. One abandoned by its caller holds its place
 	// until the engine finishes it.
 	MaxCompiles int
+	// Lease is how long a host's lease on a run lasts unrenewed, on a
+	// store several hosts share (a store.Leaser: store/postgres); 0 means
+	// DefaultLease. A host that stops (a crash, a partition) leaves its
+	// runs to the others once their leases expire.
+	Lease time.Duration
+	// LeaseRenew is how often a held lease is renewed; 0 means
+	// DefaultLeaseRenew. It must be well under Lease.
+	LeaseRenew time.Duration
+	// LeaseWait is how long a call waits for a run another host is
+	// driving before it returns ErrLeaseHeld; 0 means twice Lease. Drive
+	// waits as long as its context lets it.
+	LeaseWait time.Duration
+	// ClaimEvery is how often the scheduler, on a store several hosts
+	// share, claims the runs that need a host (claims.go) when no notice
+	// wakes it first; 0 means DefaultClaimEvery.
+	ClaimEvery time.Duration
 }
 
 // Host is the kernel. Open one per store.
@@ -160,6 +180,13 @@ type Host struct {
 	snapWriters chan struct{}
 	// compiles holds a place per compilation running (compile.go).
 	compiles chan struct{}
+	// leaser is the store's leases, nil when it has none (lease.go);
+	// owner names this host in them.
+	leaser store.Leaser
+	owner  string
+	leases leaseSet // the leases held, renewed together (lease.go)
+	// claimed counts the claimed runs being driven (claims.go).
+	claimed atomic.Int64
 
 	// mu guards the fields below it, up to the next group. No code takes
 	// a runHandle's mu while holding it.
@@ -213,6 +240,8 @@ type Host struct {
 	images     imageCounters
 	insts      instCounters
 	fireFailed atomic.Bool // a timer failed to fire: the scheduler backs off
+	// obs is the Observer (observe.go), nil when none.
+	obs obsPointer
 }
 
 // Open makes a Host over a store. opts may be nil.
@@ -242,6 +271,21 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 	if o.MaxCompiles <= 0 {
 		o.MaxCompiles = DefaultMaxCompiles
 	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	if o.LeaseRenew <= 0 {
+		o.LeaseRenew = DefaultLeaseRenew
+	}
+	if o.LeaseRenew >= o.Lease {
+		return nil, fmt.Errorf("host: LeaseRenew %s must be under Lease %s", o.LeaseRenew, o.Lease)
+	}
+	if o.LeaseWait <= 0 {
+		o.LeaseWait = 2 * o.Lease
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = DefaultClaimEvery
+	}
 	h := &Host{
 		store: st, opts: o, limits: o.Limits.WithDefaults(DefaultLimits),
 		plugins: map[string]*loadedPlugin{}, compiled: map[string]CompiledModule{},
@@ -249,6 +293,11 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 		compiles: make(chan struct{}, o.MaxCompiles),
 	}
 	h.life, h.endLife = context.WithCancel(context.Background())
+	h.SetObserver(o.Observer)
+	if l, ok := st.(store.Leaser); ok {
+		h.leaser, h.owner = l, newTimedID("host_", 10)
+		h.leases = leaseSet{held: map[string]store.Lease{}, stop: make(chan struct{}), done: make(chan struct{})}
+	}
 	h.engines = map[string]Engine{}
 	for kind, e := range o.Engines {
 		h.engines[kind] = e
@@ -266,6 +315,9 @@ func Open(ctx context.Context, st store.Store, opts *Options) (*Host, error) {
 			return nil, err
 		}
 		h.engine = e
+	}
+	if h.leaser != nil {
+		go h.renewLeases()
 	}
 	return h, nil
 }
@@ -317,6 +369,27 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 		return nil, err
 	}
 	return openOwned(ctx, dir, st, opts)
+}
+
+// OpenPostgres opens the PostgreSQL store that connString names (a
+// postgres:// URL) and a Host on it; Close closes both. Compiled modules
+// are cached under opts.CacheDir, or in memory when it is empty: each host
+// compiles from the module bytes in the database into a cache of its own.
+// A connection string that does not parse fails with an error matching
+// postgres.ErrBadConnString, a server that cannot be reached with one
+// matching postgres.ErrUnreachable; nothing is written then.
+func OpenPostgres(ctx context.Context, connString string, opts *Options) (*Host, error) {
+	st, err := postgres.Open(ctx, connString, nil)
+	if err != nil {
+		return nil, err
+	}
+	h, err := Open(ctx, st, opts)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	h.ownStore = true
+	return h, nil
 }
 
 // openOwned opens a Host on st, the store of data directory dir, that
@@ -391,6 +464,11 @@ func (h *Host) Close(ctx context.Context) error {
 	for _, e := range owned {
 		errs = append(errs, e.Close(ctx))
 	}
+	if h.leaser != nil {
+		// Last: the drivers held leases until they stopped.
+		close(h.leases.stop)
+		<-h.leases.done
+	}
 	if h.ownStore {
 		errs = append(errs, h.store.Close())
 	}
@@ -462,6 +540,10 @@ func (h *Host) Call(ctx context.Context, tool string, input json.RawMessage, opt
 	}
 	rh := h.handle(p.rec.ID)
 	defer h.release(rh)
+	if err := h.holdLease(ctx, rh, h.opts.LeaseWait); err != nil {
+		return RunInfo{}, err
+	}
+	defer h.dropLease(rh)
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if rh.rs != nil || rh.pending != nil {
@@ -632,8 +714,11 @@ func (h *Host) Events(ctx context.Context, id string) ([]store.Event, error) {
 
 // Drive continues a run that has work the host can do now (an activation
 // after a crash, a step left unfinished); a waiting run is left waiting.
+// On a store several hosts share, a run another host is driving is waited
+// for (until ctx is done) and then continued from where that host left
+// it.
 func (h *Host) Drive(ctx context.Context, id string) (RunInfo, error) {
-	return h.withRun(ctx, id, func(rh *runHandle) error { return h.drive(ctx, rh) })
+	return h.withRunWait(ctx, id, 0, func(rh *runHandle) error { return h.drive(ctx, rh) })
 }
 
 // Cancel ends a run as cancelled: open questions are withdrawn, hooks

@@ -74,27 +74,7 @@ func (k *kitchen) run(input string) host.RunInfo {
 // settle fires due timers until the run leaves its waits on timers.
 func (k *kitchen) settle(id string, limit time.Duration) host.RunInfo {
 	k.t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ri, err := k.h.Run(context.Background(), id)
-		if err != nil {
-			k.t.Fatal(err)
-		}
-		onTimer := ri.Status == store.StatusRunning
-		for _, w := range ri.Waiting {
-			onTimer = onTimer || w.Kind == "sleep" || w.Kind == "step_retry"
-		}
-		if !onTimer {
-			return ri
-		}
-		if time.Now().After(deadline) {
-			k.t.Fatalf("run %s still waits on a timer after %s: %+v", id, limit, ri)
-		}
-		if _, err := k.h.FireDue(context.Background(), time.Now(), nil); err != nil {
-			k.t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return settleOn(k.t, k.h, id, limit)
 }
 
 func result[T any](t testing.TB, ri host.RunInfo) T {

@@ -96,7 +96,7 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 	if isSource {
 		err = se.Check(ctx, cm, m, limits)
 	} else {
-		err = probe(ctx, cm, limits)
+		err = probe(ctx, cm, limits, m.Name, plugins.Describes(wasm))
 	}
 	if err != nil {
 		return Plugin{}, err
@@ -114,11 +114,14 @@ func (h *Host) AddPlugin(ctx context.Context, wasm []byte, m Manifest) (Plugin, 
 
 // probe instantiates a module once, as a run would, and asks its ABI
 // version: a module whose initialisation traps or that was built for
-// another ABI is refused at upload rather than at its first call.
-func probe(ctx context.Context, cm CompiledModule, l Limits) error {
+// another ABI is refused at upload rather than at its first call. A module
+// that describes itself (describes: it exports abi.DescribeExport) is
+// asked which tool it is, and refused when that is not the manifest's.
+func probe(ctx context.Context, cm CompiledModule, l Limits, name string, describes bool) error {
+	ops := &probeOps{}
 	inst, err := cm.Instantiate(ctx, InstanceConfig{
 		Clock: &realClock{}, Random: rand.Reader, Stdout: io.Discard, Stderr: io.Discard,
-		MemoryLimit: l.MemoryBytes, CPULimit: l.CPUTime, Ops: refuseOps{},
+		MemoryLimit: l.MemoryBytes, CPULimit: l.CPUTime, Ops: ops,
 	})
 	if err != nil {
 		var pe *PluginError
@@ -135,14 +138,43 @@ func probe(ctx context.Context, cm CompiledModule, l Limits) error {
 		}
 		return &PluginError{Reason: "abi_version", Detail: fmt.Sprintf("calling %s: %v", abi.VersionExport, err)}
 	}
+	if !describes {
+		return nil
+	}
+	ops.describing = true
+	if _, err := inst.Call(ctx, abi.DescribeExport); err != nil {
+		var pe *PluginError
+		if errors.As(err, &pe) {
+			return err
+		}
+		return &PluginError{Reason: "instantiate", Detail: fmt.Sprintf("calling %s: %v", abi.DescribeExport, err)}
+	}
+	if d := ops.desc; d != nil && d.Name != "" && d.Name != name {
+		return &PluginError{Reason: "manifest_mismatch", Detail: fmt.Sprintf("the module says it is the tool %q, but its manifest names %q: is this the manifest of another tool?", d.Name, name)}
+	}
 	return nil
 }
 
-// refuseOps serves an instance that must not issue ops.
-type refuseOps struct{}
+// probeOps serves the probe's instance: no op during initialisation, and
+// one OpDescribe while describing.
+type probeOps struct {
+	describing bool
+	desc       *abi.Description
+}
 
-func (refuseOps) Op(ctx context.Context, kind abi.OpKind, _, _ []byte) ([]byte, error) {
-	return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s during initialisation", kind)}
+func (p *probeOps) Op(ctx context.Context, kind abi.OpKind, _, payload []byte) ([]byte, error) {
+	if kind != abi.OpDescribe || !p.describing {
+		return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s during initialisation", kind)}
+	}
+	if p.desc != nil {
+		return nil, &GuestError{Message: "ABI violation: a second describe op"}
+	}
+	var d abi.Description
+	if err := json.Unmarshal(payload, &d); err != nil {
+		return nil, &PluginError{Reason: "manifest_mismatch", Detail: fmt.Sprintf("the module's description is not a JSON object: %v", err)}
+	}
+	p.desc = &d
+	return appendHeader(nil, abi.StatusOK, 0), nil
 }
 
 func toPlugin(p store.Plugin, m Manifest) Plugin {

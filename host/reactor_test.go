@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sandflow/sandflow/host"
@@ -60,6 +61,28 @@ func TestUploadRequiresAReactor(t *testing.T) {
 					t.Fatalf("want a %s refusal, got %v", c.reason, err)
 				}
 			})
+		}
+	})
+}
+
+// A module that says which tool it is (the Go SDK's sandflow.Name, the
+// sandflow_describe export) is refused with another tool's manifest, at
+// upload and with nothing stored, instead of failing when it is called.
+func TestUploadRefusesAnotherToolsManifest(t *testing.T) {
+	ctx := context.Background()
+	eachEngine(t, func(t *testing.T) {
+		f := newFixture(t, nil)
+		wrong := manifest(t, "examples/remind")
+		_, err := f.h.AddPlugin(ctx, guest(t, "examples/deploy"), wrong)
+		var pe *host.PluginError
+		if !errors.As(err, &pe) || pe.Reason != "manifest_mismatch" || !errors.Is(err, host.ErrBadPlugin) || !strings.Contains(err.Error(), `the tool "deploy"`) {
+			t.Fatalf("deploy's module with remind's manifest: %v", err)
+		}
+		if ps, err := f.h.Plugins(ctx); err != nil || len(ps) != 0 {
+			t.Errorf("a refused upload stored %d plugins (%v)", len(ps), err)
+		}
+		if _, err := f.h.AddPlugin(ctx, guest(t, "examples/deploy"), manifest(t, "examples/deploy")); err != nil {
+			t.Errorf("deploy's module with its own manifest: %v", err)
 		}
 	})
 }

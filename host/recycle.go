@@ -146,6 +146,6 @@ func resetToBase(s engine.Snapshotter, base *baseImage, dirty []uint32) error {
 func (b *binding) unbind() {
 	c := &logicalClock{}
 	c.advance(initEpoch)
-	b.clock, b.random, b.ops = c, rand.NewChaCha8([32]byte{}), refuseOps{}
+	b.clock, b.random, b.ops = c, rand.NewChaCha8([32]byte{}), &probeOps{}
 	b.stdout, b.errw = io.Discard, io.Discard
 }

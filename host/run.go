@@ -54,6 +54,11 @@ type runHandle struct {
 	// of mu. Guarded by mu.
 	carry *carried
 
+	// lostOnce: an activation on a fresh instance returned
+	// ErrInstanceLost and runs again; another such loss fails it. Guarded
+	// by mu.
+	lostOnce bool
+
 	// cancelling counts Cancel calls waiting for the run: drive stops at
 	// its next step boundary to let them in.
 	cancelling atomic.Int32
@@ -71,6 +76,9 @@ type runHandle struct {
 	// process, and ended unrecorded: it is interrupted (see
 	// recordInterrupted). Guarded by mu.
 	fresh map[uint32]int
+
+	// lease is this host's hold of the run's lease (lease.go).
+	lease runLease
 
 	// snap is the run's state as of the last commit made through this
 	// handle, for readers that should not wait while the holder of mu
@@ -107,6 +115,13 @@ func (h *Host) carryForward(ctx context.Context, rh *runHandle, b *batch) error 
 func (h *Host) settleCarry(ctx context.Context, rh *runHandle) error {
 	if rh.carry == nil {
 		return nil
+	}
+	if rh.rs == nil {
+		// A commit failed and so did the reload after it (the store went
+		// away): what was carried is not stored, and the next call
+		// reloads the run.
+		rh.carry = nil
+		return fmt.Errorf("host: run %s: its state could not be read again after a failed commit; the events carried were not stored", rh.id)
 	}
 	err := h.commit(ctx, rh, newBatch(rh.rs), nil)
 	if err != nil && rh.carry != nil {
@@ -264,13 +279,24 @@ func (h *Host) dropWarm(ctx context.Context, rh *runHandle) {
 }
 
 // withRun runs fn with the run's handle locked and its state fresh, and
-// returns the run's state after it.
+// returns the run's state after it. On a store several hosts share it
+// holds the run's lease, waiting up to LeaseWait for another host's.
 func (h *Host) withRun(ctx context.Context, id string, fn func(rh *runHandle) error) (RunInfo, error) {
+	return h.withRunWait(ctx, id, h.opts.LeaseWait, fn)
+}
+
+// withRunWait is withRun waiting up to wait for the run's lease (0: until
+// ctx is done).
+func (h *Host) withRunWait(ctx context.Context, id string, wait time.Duration, fn func(rh *runHandle) error) (RunInfo, error) {
 	if h.isClosed() {
 		return RunInfo{}, ErrClosed
 	}
 	rh := h.handle(id)
 	defer h.release(rh)
+	if err := h.holdLease(ctx, rh, wait); err != nil {
+		return RunInfo{}, err
+	}
+	defer h.dropLease(rh)
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if err := h.refresh(ctx, rh); err != nil {
@@ -395,6 +421,10 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 	rec.Detail = detailJSON(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
+	if h.leaser != nil {
+		l := rh.lease.held
+		sb.Lease = &l
+	}
 	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&
 		(rs.imageSeq == 0 || rs.lastSeq >= rs.imageSeq+stateEvery) {
 		if data := rs.image(); data != nil {
@@ -413,6 +443,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		sb.DeleteTimers = append(append([]store.Timer(nil), c.b.DeleteTimers...), sb.DeleteTimers...)
 	}
 	var err error
+	start := time.Now()
 	if p := rh.pending; p != nil {
 		sb.Events = append([]store.Event{p.created}, sb.Events...)
 		if err = h.store.CreateRun(ctx, rec, sb); err == nil {
@@ -420,6 +451,9 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runD
 		}
 	} else {
 		err = h.store.Append(ctx, rs.id, base, sb)
+	}
+	if o := h.observer(); o != nil && err == nil {
+		o.Commit(len(sb.Events), time.Since(start))
 	}
 	if err == nil {
 		rh.carry = nil
@@ -537,6 +571,10 @@ const maxDriveRounds = 1 << 20
 func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 	for range maxDriveRounds {
 		rs := rh.rs
+		if rs == nil {
+			// A failed commit's reload failed too (the store went away).
+			return fmt.Errorf("host: run %s: its state could not be read again after a failed commit", rh.id)
+		}
 		if rs.status.Terminal() {
 			return nil
 		}
@@ -606,6 +644,9 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if fromPool {
 		defer h.refill(lp) // it took an instance from the pool
 	}
+	if o := h.observer(); o != nil {
+		defer observeActivation(o, rs, w, len(rs.ops), time.Now())
+	}
 	w.begin(b)
 	res, err := w.inst.Call(ctx, abi.RunExport)
 	if err == nil {
@@ -615,6 +656,22 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if errors.Is(err, errBlockSuspend) && w.suspended {
 		err, res, dead = nil, abi.RunSuspended, true
 	}
+	if err != nil && (w.warmed || !rh.lostOnce) && errors.Is(err, ErrInstanceLost) && ctx.Err() == nil {
+		// The engine no longer holds the parked instance's state (a
+		// JavaScript worker evicted or dead), or could not go on with a
+		// fresh one (once): nothing of this activation is committed, and
+		// it runs again on an instance that replays.
+		if !w.warmed {
+			rh.lostOnce = true
+			defer func() { rh.lostOnce = false }()
+		}
+		w.close(ctx)
+		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return h.activate(ctx, rh)
+	}
+	w.warmed = false
 	if err != nil && w.restored && ctx.Err() == nil {
 		// Replay is the truth: before failing the run on a restored
 		// instance, the activation runs again on one that replays.
@@ -638,6 +695,26 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		"ABI violation: %s returned %d, but the guest had %s", abi.RunExport, res, map[bool]string{true: "completed", false: "neither suspended nor completed"}[w.completed])})
 }
 
+// observeActivation tells o of an activation of w that began at start,
+// when the log held before ops: how w came by the run's state, and how
+// much of the log it replayed.
+func observeActivation(o Observer, rs *runState, w *wfInstance, before int, start time.Time) {
+	resume := ResumeReplay
+	switch {
+	case w.warmed:
+		resume = ResumeParked
+	case w.restored:
+		resume = ResumeSnapshot
+	case rs.acts() <= 1:
+		resume = ResumeFresh
+	}
+	replayed := before - int(w.startCursor)
+	if replayed < 0 || resume == ResumeParked {
+		replayed = 0
+	}
+	o.Activation(rs.rec.Tool, resume, replayed, time.Since(start))
+}
+
 // activationInstance is the instance an activation runs on: the run's
 // parked one, else one restored from a snapshot (fromPool: it took an
 // instance from the plugin's pool, to refill), else a fresh one that
@@ -650,6 +727,7 @@ func (h *Host) activationInstance(ctx context.Context, rh *runHandle, lp *loaded
 		w = nil
 	}
 	if w != nil {
+		w.warmed = true
 		return w, false, nil
 	}
 	if w, err = h.restore(ctx, rs, lp); err != nil {
@@ -736,6 +814,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if err := h.reload(ctx, rh, store.Run{}); err != nil {
 		return errors.Join(cause, err)
 	}
+	h.observeLimit(cause)
 	var le *LimitError
 	var ge *GuestError
 	var pe *PluginError
@@ -919,7 +998,11 @@ func (r *workRound) startSteps(lp *loadedPlugin) {
 			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
 		run := func() {
 			sem <- struct{}{}
+			start := time.Now()
 			out := h.execStep(r.ctx, lp, a)
+			if o := h.observer(); o != nil {
+				o.Step(rs.rec.Tool, time.Since(start), out.err != nil)
+			}
 			<-sem
 			r.done <- workDone{p: p, a: a, out: out}
 		}

@@ -19,6 +19,9 @@ func (h *Host) RunScheduler(ctx context.Context, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if h.leaser != nil {
+		return h.runClaims(ctx, logger)
+	}
 	if err := h.Recover(ctx, logger); err != nil {
 		return err
 	}
@@ -59,6 +62,12 @@ func (h *Host) Recover(ctx context.Context, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if h.leaser != nil {
+		// Other hosts may be driving them: only the runs no host holds
+		// are this host's to continue.
+		_, err := h.claim(ctx, logger)
+		return err
+	}
 	runs, err := h.store.Runs(ctx, store.RunFilter{Status: store.StatusRunning})
 	if err != nil {
 		return err
@@ -88,7 +97,8 @@ func (h *Host) goDrive(ctx context.Context, id string, failed func(error)) error
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(h.life, cancel)()
-		if _, err := h.Drive(ctx, id); err != nil && ctx.Err() == nil {
+		// A run another host drives is that host's to finish.
+		if _, err := h.Drive(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseHeld) {
 			failed(err)
 		}
 	}()
@@ -143,7 +153,13 @@ func (h *Host) FireDue(ctx context.Context, now time.Time, logger *slog.Logger) 
 // returns how many it fired. A command that drives its own run (sandflow
 // call --wait) uses it.
 func (h *Host) FireDueOf(ctx context.Context, runID string, now time.Time) (int, error) {
-	due, err := h.store.DueTimers(ctx, now, 0)
+	var due []store.Timer
+	var err error
+	if h.leaser != nil {
+		due, err = h.leaser.DueTimersOf(ctx, runID, now)
+	} else {
+		due, err = h.store.DueTimers(ctx, now, 0)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -87,7 +87,10 @@ func (s *stepInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []
 		return nil, &GuestError{Message: fmt.Sprintf("ABI violation: op %s outside a step attempt", kind)}
 	}
 	if !kind.InStep() {
-		if kind.Valid() {
+		switch {
+		case kind == abi.OpDescribe:
+			return s.refuse(abi.StatusNotAllowed, "op describe is allowed only in sandflow_describe, at upload"), nil
+		case kind.Valid():
 			return s.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is not allowed in a step: a step cannot start steps, sleep, ask or wait", kind)), nil
 		}
 		return s.refuse(abi.StatusUnknownOp, fmt.Sprintf("unknown op kind %d", uint32(kind))), nil
@@ -224,6 +227,7 @@ func (h *Host) execStep(ctx context.Context, lp *loadedPlugin, a *stepAttempt) s
 	out := stepOutcome{output: s.output}
 	switch {
 	case err != nil:
+		h.observeLimit(err)
 		out.err = errorObject(err)
 		if tail := stderrTail(s.output); tail != "" {
 			out.err.Message += "; stderr: " + tail

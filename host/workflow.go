@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host/engine"
 	"github.com/sandflow/sandflow/internal/schema"
 	"github.com/sandflow/sandflow/store"
 )
@@ -42,8 +44,11 @@ type wfInstance struct {
 
 	act    int    // the activation the guest is in (its view of the log)
 	cursor uint32 // recorded ops the guest has issued
-	clock  logicalClock
-	rng    *rand.ChaCha8
+	// startCursor is cursor when the activation began (begin): the ops
+	// replayed in it are those between it and the first live op.
+	startCursor uint32
+	clock       logicalClock
+	rng         *rand.ChaCha8
 
 	// checkOnly: a replay that must not do anything new (a history check,
 	// an upgrade check). The guest is stopped at the end of the history.
@@ -74,6 +79,7 @@ type wfInstance struct {
 	parkedBytes uint64 // its memory when it was parked (Host.warmBytes)
 	parkedSeq   uint64 // the run's last event when it was parked
 	restored    bool   // made from a snapshot
+	warmed      bool   // taken from the warm pool for this activation
 
 	buf  []byte
 	meta []byte
@@ -137,6 +143,7 @@ func checkVersion(ctx context.Context, inst Instance) error {
 // begin prepares the instance for an activation of its run.
 func (w *wfInstance) begin(b *batch) {
 	w.batch, w.suspended, w.completed, w.waiting, w.err = b, false, false, nil, nil
+	w.startCursor = w.cursor
 }
 
 func (w *wfInstance) close(ctx context.Context) {
@@ -241,7 +248,10 @@ func (w *wfInstance) waitIfPending(body []byte, err error) ([]byte, error) {
 // nothing but the op and the plugin, so a replay gets them again.
 func (w *wfInstance) unfit(kind abi.OpKind, name []byte) ([]byte, error) {
 	if !kind.InWorkflow() {
-		if kind.Valid() {
+		switch {
+		case kind == abi.OpDescribe:
+			return w.refuse(abi.StatusNotAllowed, "op describe is allowed only in sandflow_describe, at upload"), nil
+		case kind.Valid():
 			return w.refuse(abi.StatusNotAllowed, fmt.Sprintf("op %s is allowed only in a step", kind)), nil
 		}
 		return w.refuse(abi.StatusUnknownOp, fmt.Sprintf("unknown op kind %d", uint32(kind))), nil
@@ -333,7 +343,18 @@ func (w *wfInstance) future(o *opRec, p uint32) []byte {
 // refusal from the log, so a guest that carries on after a refusal replays.
 func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, payload []byte, p uint32) ([]byte, error) {
 	rs, b := w.rs, w.batch
+	var start time.Time
+	var o Observer
+	if w.h != nil {
+		o = w.h.observer()
+	}
+	if o != nil {
+		start = time.Now()
+	}
 	ev, st, msg, err := w.perform(ctx, kind, name, payload, p)
+	if o != nil {
+		o.Op(kind, time.Since(start))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -811,4 +832,29 @@ func parseAsk(payload []byte) (abi.AskRequest, string) {
 		return req, "a question with no options must allow a text answer"
 	}
 	return req, ""
+}
+
+// ReplayLog implements engine.Replayer: the log from the guest's position
+// on, for an engine that answers a replay near its guest and then passes
+// the ops here to check (see op).
+func (w *wfInstance) ReplayLog() *engine.ReplayLog {
+	rs := w.rs
+	if rs.expand() != nil || int(w.cursor) >= len(rs.ops) {
+		return nil
+	}
+	if w.meta == nil {
+		w.meta = mustJSON(metadata(rs, ""))
+	}
+	l := &engine.ReplayLog{Input: rs.created.Input, Metadata: w.meta, Activation: w.act, Cursor: w.cursor,
+		Markers: make([]engine.ReplayMarker, rs.acts()), Ops: make([]engine.ReplayOp, 0, len(rs.ops)-int(w.cursor))}
+	for i := range l.Markers {
+		m := rs.marker(i)
+		l.Markers[i] = engine.ReplayMarker{Seq: m.seq, Time: m.t.UnixNano()}
+	}
+	for _, o := range rs.ops[w.cursor:] {
+		l.Ops = append(l.Ops, engine.ReplayOp{Kind: o.kind, Name: o.name, Activation: o.act, Time: o.t.UnixNano(),
+			Refused: o.refused, Value: o.value, Settled: o.settled, State: o.state, ByGuest: o.byGuest,
+			SettleOp: o.settleOp, SettleSeq: o.settleSeq})
+	}
+	return l
 }

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -170,4 +171,47 @@ func TestDeliveriesAreCommittedBeforeTheReply(t *testing.T) {
 			t.Fatalf("second cancel: %d %s", r.status, r.body)
 		}
 	})
+}
+
+// GET /v1/asks/{id} is one question whole, open or settled; GET
+// /v1/runs/{id}/history is the file `sandflow runs export` writes.
+func TestShowAskAndRunHistory(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	runID, askID := waitingDeploy(t, e)
+	var shown struct {
+		Ask host.Question `json:"ask"`
+	}
+	e.get("/v1/asks/"+askID).json(t, &shown)
+	if shown.Ask.ID != askID || shown.Ask.RunID != runID || !shown.Ask.Open || len(shown.Ask.Request.Options) == 0 {
+		t.Errorf("GET /v1/asks/%s: %+v", askID, shown.Ask)
+	}
+	if r := e.get("/v1/asks/ask_unknown"); r.status != http.StatusNotFound || r.code(t) != "not_found" {
+		t.Errorf("an unknown question: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/asks/"+askID+"/answer?wait=30s", `{"optionId":"approve"}`); r.status != http.StatusOK {
+		t.Fatalf("answer: %d %s", r.status, r.body)
+	}
+	e.get("/v1/asks/"+askID).json(t, &shown)
+	if shown.Ask.Open {
+		t.Errorf("an answered question is shown open: %+v", shown.Ask)
+	}
+
+	r := e.get("/v1/runs/" + runID + "/history")
+	if r.status != http.StatusOK {
+		t.Fatalf("history: %d %s", r.status, r.body)
+	}
+	hist, err := host.ReadHistory(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := e.h.Events(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hist.Run.ID != runID || hist.Run.Status != store.StatusCompleted || len(hist.Events) != len(evs) {
+		t.Errorf("history: run %+v, %d events, the log has %d", hist.Run, len(hist.Events), len(evs))
+	}
+	if r := e.get("/v1/runs/run_unknown/history"); r.status != http.StatusNotFound || r.code(t) != "not_found" {
+		t.Errorf("an unknown run's history: %d %s", r.status, r.body)
+	}
 }

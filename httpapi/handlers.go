@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -260,6 +261,21 @@ func (s *Server) showRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"run": ri})
 }
 
+// runHistory is GET /v1/runs/{id}/history: the run's history file, as
+// `sandflow runs export` writes it (zstd-compressed JSON, read back by
+// host.ReadHistory and `sandflow replay --history`).
+func (s *Server) runHistory(w http.ResponseWriter, r *http.Request) error {
+	var buf bytes.Buffer
+	if err := s.h.ExportHistory(r.Context(), r.PathValue("id"), &buf); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/zstd")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", r.PathValue("id")+".history.zst"))
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	return s.endRun(w, r, "cancelled through the API", s.h.Cancel)
 }
@@ -300,6 +316,15 @@ func (s *Server) listAsks(w http.ResponseWriter, r *http.Request) error {
 		qs = []host.Question{}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"asks": qs})
+}
+
+// showAsk is GET /v1/asks/{id}: one question, open or settled, whole.
+func (s *Server) showAsk(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.h.Question(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"ask": q})
 }
 
 // answerAsk records an answer and continues the run, answering within

@@ -231,10 +231,12 @@ var routeTable = []route{
 	{"POST /v1/tools/{name}/calls", roleAPI, (*Server).callTool},
 	{"GET /v1/runs", roleAPI, (*Server).listRuns},
 	{"GET /v1/runs/{id}", roleAPI, (*Server).showRun},
+	{"GET /v1/runs/{id}/history", roleAPI, (*Server).runHistory},
 	{"POST /v1/runs/{id}/cancel", roleAPI, (*Server).cancelRun},
 	{"POST /v1/runs/{id}/abort", roleAPI, (*Server).abortRun},
 	{"GET /v1/runs/{id}/events", roleAPI, (*Server).streamEvents},
 	{"GET /v1/asks", roleAPI, (*Server).listAsks},
+	{"GET /v1/asks/{id}", roleAPI, (*Server).showAsk},
 	{"POST /v1/asks/{id}/answer", roleAPI, (*Server).answerAsk},
 	{"POST /v1/asks/{id}/withdraw", roleAPI, (*Server).withdrawAsk},
 	{"POST /v1/hooks/{token}", roleAPI, (*Server).resumeHook},
@@ -355,6 +357,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, host.ErrAskClosed), errors.Is(err, host.ErrRunExists), errors.Is(err, host.ErrRunEnded),
 		errors.Is(err, host.ErrPluginInUse):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, host.ErrLeaseLost):
+		// This host stalled past the run's lease and another took the run
+		// over; nothing after the loss was committed.
+		writeError(w, http.StatusServiceUnavailable, "lease_lost", err.Error())
+	case errors.Is(err, host.ErrLeaseHeld):
+		writeError(w, http.StatusServiceUnavailable, "lease_held", err.Error())
 	case errors.Is(err, store.ErrCorrupt):
 		// Damage is reported, never passed off as a missing record or an
 		// answer; `sandflow doctor` says where.

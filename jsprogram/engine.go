@@ -3,9 +3,12 @@
 // of an async function a model wrote.
 //
 // A program runs like a WebAssembly guest: its ctx.agent calls are recorded
-// ops, and every start or resume runs it again from the top against the
-// run's log. What the program can observe comes from the host and is the
-// same on replay: Math.random is seeded per run, Date reads the run's
+// ops. A program that suspends stays live in its worker (parked, within a
+// budget: see Options.MaxParked), so its resume runs only what is new; a
+// start, or a resume whose program is no longer parked, runs it again from
+// the top against the run's log (replay, which stays the truth; the worker
+// answers it from the log, sent once: see replay.go). What the program can
+// observe comes from the host and is the same on replay: Math.random is seeded per run, Date reads the run's
 // logical clock in UTC, and values reach it as JSON parsed inside the VM.
 // It has no timers, no imports, no eval, and no console but the run's log.
 //
@@ -20,10 +23,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -57,6 +62,21 @@ type Options struct {
 	// KillGrace is how long past a time limit a worker that has not
 	// stopped by itself is given before it is killed (1 s).
 	KillGrace time.Duration
+	// MaxParked bounds the suspended workflow programs kept live in
+	// their workers, one worker each, so that a resume runs only what is
+	// new: DefaultMaxParked (32) when 0, none when negative. Past it the
+	// least recently parked is evicted, and replays when it resumes.
+	// (sandflow serve --js-parked.)
+	MaxParked int
+	// MaxParkedBytes bounds the memory the parked programs' workers hold
+	// together (as each reported it when its program parked):
+	// DefaultMaxParkedBytes (1 GiB) when 0, no bound but MaxParked when
+	// negative.
+	MaxParkedBytes int64
+	// RoundTripReplay replays every recorded op by a round trip to the
+	// host, as before the log was sent to workers: for comparison and
+	// tests; a replay answered from the log is the same to the program.
+	RoundTripReplay bool
 }
 
 // Engine implements host.Engine (and host.SourceEngine) for JavaScript
@@ -66,6 +86,12 @@ type Engine struct {
 	grace     time.Duration
 	longAfter time.Duration
 	pool      *pool
+	lot       *lot
+	// slowReplay: a worker's replay once answered otherwise than the
+	// host; replays go by round trips from then on (replay.go).
+	slowReplay atomic.Bool
+	// logReplayed counts the ops workers answered from logs.
+	logReplayed atomic.Int64
 }
 
 var _ host.SourceEngine = (*Engine)(nil)
@@ -99,8 +125,11 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if o.KillGrace <= 0 {
 		o.KillGrace = time.Second
 	}
-	return &Engine{lim: o.Limits, grace: o.KillGrace, longAfter: o.LongAfter,
-		pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.LongWorkers, o.IdleWorkers)}, nil
+	e := &Engine{lim: o.Limits, grace: o.KillGrace, longAfter: o.LongAfter,
+		pool: newPool(o.WorkerPath, o.Limits.MemoryBytes, o.MaxWorkers, o.LongWorkers, o.IdleWorkers),
+		lot:  newLot(o.MaxParked, o.MaxParkedBytes)}
+	e.slowReplay.Store(o.RoundTripReplay)
+	return e, nil
 }
 
 // DefaultMaxWorkers is Options.MaxWorkers when it is 0: max(4, 2 × the
@@ -108,7 +137,12 @@ func NewEngine(opts *Options) (*Engine, error) {
 func DefaultMaxWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
 // Stats reports the engine's workers.
-func (e *Engine) Stats() Stats { return e.pool.stats() }
+func (e *Engine) Stats() Stats {
+	st := e.pool.stats()
+	e.lot.stats(&st)
+	st.LogReplayedOps = e.logReplayed.Load()
+	return st
+}
 
 // Name implements host.Engine.
 func (e *Engine) Name() string { return EngineName + "/1" }
@@ -116,6 +150,7 @@ func (e *Engine) Name() string { return EngineName + "/1" }
 // Close implements host.Engine.
 func (e *Engine) Close(context.Context) error {
 	e.pool.close()
+	killAll(e.lot.all())
 	return nil
 }
 
@@ -181,15 +216,31 @@ func (c *compiled) Instantiate(_ context.Context, cfg host.InstanceConfig) (host
 	return &instance{c: c, cfg: cfg, seed: seed}, nil
 }
 
-// instance is one run's program. It holds no worker between calls: each
-// start or resume takes one from the pool.
+// instance is one run's program. Between calls it holds no worker, or, for
+// a workflow program that suspended, the worker its program is parked in
+// (vm, guarded by the engine's lot): a start takes a worker from the pool,
+// and a resume the parked one, or a new one to replay.
 type instance struct {
 	c    *compiled
 	cfg  host.InstanceConfig
 	seed []byte
+	ran  bool // the program has run: a resume needs it parked
+	vm   *parkedVM
+	// carried is what the parked program's activations so far carried
+	// between it and the host, as a replay through them would carry it
+	// (Limits.InFlightBytes counts that).
+	carried int64
+	// logActs is how many activations the log sent to the worker holds
+	// (0: none was sent).
+	logActs int
 }
 
-func (i *instance) Close(context.Context) error { return nil }
+func (i *instance) Close(context.Context) error {
+	if w := i.c.e.lot.take(i); w != nil {
+		w.kill()
+	}
+	return nil
+}
 
 func (i *instance) Call(ctx context.Context, export string) (int32, error) {
 	switch export {
@@ -210,6 +261,10 @@ func (i *instance) Call(ctx context.Context, export string) (int32, error) {
 
 func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	e := i.c.e
+	if kind == kindProgram && i.ran {
+		return i.resume(ctx)
+	}
+	i.ran = true
 	w, err := e.pool.get(ctx)
 	if err != nil {
 		return 0, err
@@ -227,11 +282,57 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 			return 0, fmt.Errorf("jsprogram: seeding: %w", err)
 		}
 	}
-	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim})
-	if err := w.send(frameActivate, raw); err != nil {
+	park := kind == kindProgram && e.lot.max > 0
+	log := i.replayLog(kind, lim)
+	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
+	err = w.send(frameActivate, raw)
+	if err == nil && log != nil {
+		err = w.send(frameLog, log)
+	}
+	if err != nil {
 		e.pool.put(w, false)
 		return 0, fmt.Errorf("jsprogram: starting an activation: %w", err)
 	}
+	return i.serve(ctx, w, kind, lim, false)
+}
+
+// resume runs the next activation of a parked program: it is told to go
+// on, and asks the host again for what it waits on. A program no longer
+// parked (evicted), or whose worker dies during the activation, is lost:
+// the host runs the activation again on an instance that replays, since
+// nothing of it was committed.
+func (i *instance) resume(ctx context.Context) (int32, error) {
+	e := i.c.e
+	w := e.lot.take(i)
+	if w == nil {
+		e.lot.lost.Add(1)
+		return 0, instanceLost("evicted")
+	}
+	if err := e.pool.acquire(ctx); err != nil {
+		w.kill()
+		return 0, err
+	}
+	if !w.alive() {
+		e.pool.put(w, false)
+		e.lot.lost.Add(1)
+		return 0, instanceLost("its worker died")
+	}
+	w.stderr.reset()
+	if err := w.send(frameContinue); err != nil {
+		e.pool.put(w, false)
+		e.lot.lost.Add(1)
+		return 0, instanceLost("its worker does not read: " + err.Error())
+	}
+	e.lot.resumed.Add(1)
+	return i.serve(ctx, w, kindProgram, i.c.lim, true)
+}
+
+// serve runs an activation in w: it answers the program's ops with the
+// host's handler until the program completes, fails or suspends. resumed:
+// the program was parked, and a worker that dies now loses it (the host
+// replays) instead of failing the run: replay is the truth.
+func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits, resumed bool) (int32, error) {
+	e := i.c.e
 	// The worker keeps its own clocks and stops the program at the limits;
 	// these timers are the backstop for a program stuck in a built-in.
 	js := newStopwatch(lim.JSTime + e.grace)
@@ -249,15 +350,34 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	defer lane.stop()
 	fail := func(pe *WorkflowProgramError) (int32, error) {
 		e.pool.put(w, false)
-		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object()}
+		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object(), Limit: pe.LimitHit()}
 	}
 	// inFlight is what this activation carried between the program and
-	// the host: op frames and their answers (see Limits.InFlightBytes).
-	var inFlight int64
+	// the host, op frames and their answers, with what the parked
+	// program's earlier activations carried (see Limits.InFlightBytes);
+	// last is the latest op's share.
+	var inFlight, last int64
+	if resumed {
+		inFlight = i.carried
+	}
+	overInFlight := func() *WorkflowProgramError {
+		return &WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
+			"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; a start or resume that replays carries every call so far); the limit is %.1f MiB",
+			activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))}
+	}
+	// renewals counts the worker's 'H' frames, at most one per recorded
+	// activation.
+	renewals := 0
 	for {
 		select {
 		case f, ok := <-w.frames:
 			if !ok {
+				if resumed {
+					d := w.death(lim)
+					e.pool.put(w, false)
+					e.lot.lost.Add(1)
+					return 0, instanceLost(d.Message)
+				}
 				return fail(w.death(lim))
 			}
 			switch f.typ {
@@ -268,10 +388,9 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				if err != nil {
 					return i.abort(w, err)
 				}
-				if inFlight += int64(len(f.body) + len(body)); inFlight > lim.InFlightBytes {
-					return fail(&WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
-						"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; each start or resume replays every call so far); the limit is %.1f MiB",
-						activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))})
+				last = int64(len(f.body) + len(body))
+				if inFlight += last; inFlight > lim.InFlightBytes {
+					return fail(overInFlight())
 				}
 				typ := byte(frameReply)
 				if fresh {
@@ -286,6 +405,49 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 				js.left += opTransit
 				js.resume()
 				lane.resume()
+			case frameReplayed:
+				if i.logActs == 0 || resumed {
+					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker sent replayed ops without a log"})
+				}
+				js.pause()
+				lane.pause()
+				var over *WorkflowProgramError
+				err := i.checkAnswered(ctx, f.body, &fresh, func(n int64) error {
+					if inFlight += n; inFlight > lim.InFlightBytes {
+						over = overInFlight()
+						return over
+					}
+					return nil
+				})
+				switch {
+				case over != nil:
+					return fail(over)
+				case errors.Is(err, errReplayDiffers):
+					e.pool.put(w, false)
+					return 0, i.replayDiffered(err)
+				case err != nil:
+					return i.abort(w, err)
+				}
+				js.resume()
+				lane.resume()
+			case frameRenew:
+				if renewals < i.logActs {
+					renewals++
+					js.pause()
+					js.left = lim.JSTime + e.grace
+					js.resume()
+				}
+			case frameSuspend:
+				// The program awaits calls still out, live in w.
+				if len(f.body) < 8 || kind != kindProgram || e.lot.max == 0 {
+					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker parked a program it was not told to park"})
+				}
+				// The await that suspended is asked again on resume; a
+				// replay asks it once.
+				i.carried = inFlight - last
+				e.pool.release(w)
+				killAll(e.lot.park(i, w, int64(binary.LittleEndian.Uint64(f.body))))
+				return abi.RunSuspended, nil
 			case frameWrite:
 				if len(f.body) > 0 {
 					out := i.cfg.Stdout

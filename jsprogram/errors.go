@@ -97,6 +97,16 @@ func (e *WorkflowProgramError) Error() string {
 	return e.Message + " [" + e.Code + "]"
 }
 
+// LimitHit names the limit that stopped the program ("js_time",
+// "total_time", "memory", "in_flight", "output", "pending", "subagents",
+// "input", "source"), or "" when no limit did: the host's Observer counts
+// it (host.GuestError.Limit).
+func (e *WorkflowProgramError) LimitHit() string {
+	return map[string]string{CodeJSTime: "js_time", CodeTotalTime: "total_time", CodeMemory: "memory",
+		CodeInFlight: "in_flight", CodeOutputTooLarge: "output", CodeTooManyPending: "pending",
+		CodeMaxSubagents: "subagents", CodeInputTooLarge: "input", CodeSourceTooLarge: "source"}[e.Code]
+}
+
 // Object is the error object a run fails with.
 func (e *WorkflowProgramError) Object() *abi.ErrorObject {
 	d := struct {

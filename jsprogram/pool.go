@@ -125,17 +125,10 @@ func (p *pool) promote(w *worker) bool {
 // get takes a worker, starting one if none is idle; it waits for a slot
 // when maxWorkers are busy.
 func (p *pool) get(ctx context.Context) (*worker, error) {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := p.acquire(ctx); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		<-p.slots
-		return nil, ErrPoolClosed
-	}
 	for len(p.idle) > 0 {
 		w := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
@@ -155,14 +148,37 @@ func (p *pool) get(ctx context.Context) (*worker, error) {
 	return w, nil
 }
 
-// put gives a worker back; one that is not healthy is killed, and so is
-// one from the long lane, whose priority cannot be raised again.
-func (p *pool) put(w *worker, healthy bool) {
+// acquire takes a short-lane slot, waiting when maxWorkers are busy: for a
+// worker from get, or a parked one that resumes.
+func (p *pool) acquire(ctx context.Context) error {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		<-p.slots
+		return ErrPoolClosed
+	}
+	return nil
+}
+
+// release gives back the slot a worker holds, keeping the worker out of
+// the pool: its program is parked.
+func (p *pool) release(w *worker) {
 	slot := p.slots
 	if w.long {
 		slot, w.long = p.long, false
 	}
-	defer func() { <-slot }()
+	<-slot
+}
+
+// put gives a worker back; one that is not healthy is killed, and so is
+// one from the long lane, whose priority cannot be raised again.
+func (p *pool) put(w *worker, healthy bool) {
+	defer p.release(w)
 	p.mu.Lock()
 	if healthy && !p.closed && len(p.idle) < p.maxIdle && w.alive() {
 		p.idle = append(p.idle, w)
@@ -299,6 +315,18 @@ type Stats struct {
 	// RSSBytes is the resident memory of all of them (0 where the
 	// system does not say).
 	RSSBytes int64
+	// Parked is how many suspended programs are parked in their workers
+	// (counted in Workers too), and ParkedBytes what those workers held
+	// when their programs parked.
+	Parked      int
+	ParkedBytes int64
+	// ParkedResumes counts the resumes that ran on a parked program, and
+	// ParkedLost those that found it gone (evicted, or its worker dead)
+	// and replayed.
+	ParkedResumes, ParkedLost int64
+	// LogReplayedOps counts the replayed ops workers answered from the
+	// run's log (and the host then checked) instead of by a round trip.
+	LogReplayedOps int64
 }
 
 func (p *pool) stats() Stats {

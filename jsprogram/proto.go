@@ -28,18 +28,33 @@ import (
 //	'P' part      u64 n | bytes: a piece of the next 'R' or 'F' frame, which is
 //	              too large for one frame (an await's answer to a fan-out); that
 //	              frame's body is the parts' bytes, then its own, n bytes in all
+//	'C' continue  empty: the parked program's run resumes; it asks the host
+//	              again for what it waits on
+//	'L' log       the run's log, right after an activation that says so (in
+//	              parts when large; see replay.go)
 //
 // Worker to parent:
 //
 //	'O' op        u32 kind | u32 name length | name | payload
 //	'W' write     u8 stream (1 stdout, 2 stderr) | bytes
 //	'D' done      JSON doneMsg
+//	'S' suspend   u64 bytes the worker holds: the program (its activation
+//	              said park) waits for calls still out and stays live; the
+//	              worker reads 'C' next (or is killed)
+//	'Y' replayed  the ops the worker answered from the log, to check
+//	              (replay.go); sent before its next op and before 'D'
+//	'H' renew     empty: the worker's replay passed a recorded activation
 const (
 	frameActivate   = 'A'
 	frameReply      = 'R'
 	frameReplyFresh = 'F'
 	frameAbort      = 'K'
 	framePart       = 'P'
+	frameContinue   = 'C'
+	frameSuspend    = 'S'
+	frameLog        = 'L'
+	frameReplayed   = 'Y'
+	frameRenew      = 'H'
 	frameOp         = 'O'
 	frameWrite      = 'W'
 	frameDone       = 'D'
@@ -185,6 +200,11 @@ type activation struct {
 	// Now is the logical clock at the start, unix ns.
 	Now    int64  `json:"now"`
 	Limits Limits `json:"limits"`
+	// Park: a workflow program that waits for calls still out parks
+	// (sends 'S' and stays live) instead of ending the activation.
+	Park bool `json:"park,omitempty"`
+	// Log: the run's log follows in an 'L' frame, to replay from.
+	Log bool `json:"log,omitempty"`
 }
 
 // doneMsg ends an activation.

@@ -380,7 +380,7 @@ func (s *session) awaitAny() error {
 		positions[i] = f.pos
 		byPos[f.pos] = f
 	}
-	return s.awaitFutures(abi.AwaitAny, positions, func(pos uint32, ok bool, raw []byte) {
+	return s.awaitFutures(abi.AwaitAny|abi.AwaitBlock, positions, func(pos uint32, ok bool, raw []byte) {
 		if f := byPos[pos]; f != nil {
 			f.settled, f.ok, f.raw = true, ok, raw
 		}

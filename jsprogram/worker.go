@@ -80,8 +80,19 @@ func workerMain(in io.Reader, out io.Writer) int {
 			return exitProtocol
 		}
 		s := &session{r: r, w: w, act: a, lim: a.Limits.withDefaults(), cache: cache, now: a.Now}
+		if a.Log {
+			l, err := readLog(r, s.lim)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "jsprogram worker: reading the log: %v\n", err)
+				return exitProtocol
+			}
+			s.rp = newReplayer(l, a.Now)
+		}
 		d := s.run()
 		raw, _ := json.Marshal(d)
+		if err := s.sendAnswered(); err != nil {
+			return exitProtocol
+		}
 		if err := writeFrame(w, frameDone, raw); err != nil {
 			return exitProtocol
 		}
@@ -184,10 +195,19 @@ type session struct {
 	unhandled map[*goja.Promise]int
 	rejected  int
 
+	// rp answers replayed ops from the run's log, until the first it
+	// cannot (see replay.go); nil then, or when no log came.
+	rp *replayer
+
 	// An authored tool's prelude, and the futures of its ops not yet
 	// delivered.
 	tool *goja.Object
 	futs []*fut
+
+	// total is the activation's time limit; a parked program's stops
+	// while it is parked and starts again when it resumes, at start.
+	total *time.Timer
+	start time.Time
 
 	mu      sync.Mutex
 	running bool
@@ -197,9 +217,9 @@ type session struct {
 }
 
 func (s *session) run() (d doneMsg) {
-	start := time.Now()
-	total := time.AfterFunc(s.lim.TotalTime, func() { s.interrupt(CodeTotalTime) })
-	defer total.Stop()
+	s.start = time.Now()
+	s.total = time.AfterFunc(s.lim.TotalTime, func() { s.interrupt(CodeTotalTime) })
+	defer s.total.Stop()
 	s.resume()
 	defer s.pause()
 	defer func() {
@@ -247,7 +267,7 @@ func (s *session) run() (d doneMsg) {
 		if hit.code == CodeJSTime {
 			e.Message = fmt.Sprintf("the program ran JavaScript for more than %s in one %s", s.lim.JSTime, activationNoun(s.act.Kind))
 		} else {
-			e.Message = fmt.Sprintf("one %s took more than %s (it ran %s)", activationNoun(s.act.Kind), s.lim.TotalTime, time.Since(start).Round(time.Millisecond))
+			e.Message = fmt.Sprintf("one %s took more than %s (it ran %s)", activationNoun(s.act.Kind), s.lim.TotalTime, time.Since(s.start).Round(time.Millisecond))
 		}
 		return doneMsg{Status: "failed", Error: e}
 	}
@@ -320,8 +340,37 @@ func (s *session) interrupt(code string) {
 	}
 }
 
-// op sends an op to the host and waits for its answer.
+// op sends an op to the host and waits for its answer, or answers it from
+// the log while the program replays.
 func (s *session) op(kind abi.OpKind, name string, payload []byte) ([]byte, error) {
+	if s.rp != nil {
+		body, fresh, ok := s.rp.answer(kind, name, payload)
+		if ok {
+			s.rp.record(kind, name, payload, body, fresh)
+			s.now = s.rp.clock
+			if fresh {
+				// A recorded activation's budget starts afresh, as the
+				// host's 'F' reply starts it.
+				s.pause()
+				s.mu.Lock()
+				s.used = 0
+				s.mu.Unlock()
+				s.resume()
+				if err := s.renew(); err != nil {
+					return nil, err
+				}
+			}
+			if len(s.rp.answered) >= maxFrame/2 {
+				if err := s.flushAnswered(); err != nil {
+					return nil, err
+				}
+			}
+			return body, nil
+		}
+		if err := s.sendAnswered(); err != nil {
+			return nil, err
+		}
+	}
 	s.pause()
 	defer s.resume()
 	if err := writeFrame(s.w, frameOp, u32(uint32(kind)), u32(uint32(len(name))), []byte(name), payload); err != nil {
@@ -789,7 +838,12 @@ func (s *session) settle(c *call, fulfilled bool, raw []byte) {
 	}
 }
 
-// awaitBatch waits, blocking, for every pending call that has not settled.
+// errSuspended: a non-blocking await found the run must wait.
+var errSuspended = errors.New("jsprogram worker: the run waits")
+
+// awaitBatch waits for every pending call that has not settled: blocking
+// (the host ends the activation if the run must wait), or, when the
+// activation parks, parked until the run resumes, then asking again.
 func (s *session) awaitBatch() error {
 	var positions []uint32
 	byPos := map[uint32]*call{}
@@ -799,18 +853,51 @@ func (s *session) awaitBatch() error {
 			byPos[c.pos] = c
 		}
 	}
-	return s.awaitFutures(abi.AwaitAll, positions, func(pos uint32, ok bool, raw []byte) {
-		if c := byPos[pos]; c != nil {
-			s.settle(c, ok, raw)
+	mode := abi.AwaitAll | abi.AwaitBlock
+	if s.act.Park {
+		mode = abi.AwaitAll
+	}
+	for {
+		err := s.awaitFutures(mode, positions, func(pos uint32, ok bool, raw []byte) {
+			if c := byPos[pos]; c != nil {
+				s.settle(c, ok, raw)
+			}
+		})
+		if !errors.Is(err, errSuspended) {
+			return err
 		}
-	})
+		if err := s.park(); err != nil {
+			return err
+		}
+	}
 }
 
-// awaitFutures waits, blocking, for the futures at positions (all of them,
-// or any), and calls settled for each one the host says has settled, with
-// its value or error object.
+// park keeps the program live while its run waits: it tells the parent,
+// with what the worker holds, and waits for the run to resume. Its clocks
+// do not run meanwhile.
+func (s *session) park() error {
+	s.pause()
+	s.total.Stop()
+	if err := writeFrame(s.w, frameSuspend, u64(heldBytes())); err != nil {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: parking: %w", err)
+	}
+	typ, _, err := readFrame(s.r)
+	if err != nil || typ != frameContinue {
+		s.broken = true
+		return fmt.Errorf("jsprogram worker: parked, then got frame %q: %v", typ, err)
+	}
+	s.start = time.Now()
+	s.total.Reset(s.lim.TotalTime)
+	s.resume()
+	return nil
+}
+
+// awaitFutures waits for the futures at positions (all of them, or any;
+// blocking when mode has AwaitBlock), and calls settled for each one the
+// host says has settled, with its value or error object.
 func (s *session) awaitFutures(mode abi.AwaitMode, positions []uint32, settled func(pos uint32, ok bool, raw []byte)) error {
-	payload := u32(uint32(mode | abi.AwaitBlock))
+	payload := u32(uint32(mode))
 	for _, p := range positions {
 		payload = binary.LittleEndian.AppendUint32(payload, p)
 	}
@@ -818,7 +905,9 @@ func (s *session) awaitFutures(mode abi.AwaitMode, positions []uint32, settled f
 	if err != nil {
 		return err
 	}
-	if st := status(body); st != abi.StatusOK {
+	if st := status(body); st == abi.StatusSuspend && mode&abi.AwaitBlock == 0 {
+		return errSuspended
+	} else if st != abi.StatusOK {
 		return fmt.Errorf("jsprogram worker: await answered %d: %s", st, refusal(body))
 	}
 	rest := body[abi.BodyHeaderSize:]
@@ -886,12 +975,18 @@ func capMemory(n int64) {
 	go watchMemory(uint64(n))
 }
 
-func watchMemory(n uint64) {
+// heldBytes is the memory the runtime holds from the system: all it
+// mapped, less what it gave back.
+func heldBytes() uint64 {
 	samples := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(samples)
+	return samples[0].Value.Uint64() - samples[1].Value.Uint64()
+}
+
+func watchMemory(n uint64) {
 	over := 0
 	for range time.Tick(10 * time.Millisecond) {
-		metrics.Read(samples)
-		held := samples[0].Value.Uint64() - samples[1].Value.Uint64()
+		held := heldBytes()
 		if held <= n {
 			over = 0
 			continue

@@ -4,9 +4,9 @@
 // instance and snapshot counters, and the HTTP requests by route and code,
 // which the Middleware counts and logs with slog.
 //
-// Everything here is read through package host's public API at scrape
-// time; nothing in the kernel is instrumented. See the README's "Metrics"
-// section for what that leaves out.
+// The store's and the host's state is read through package host's public
+// API at scrape time; what the kernel does is counted as it happens,
+// through the host.Observer New installs.
 package metrics
 
 import (
@@ -38,8 +38,11 @@ type Metrics struct {
 	log      *slog.Logger
 }
 
-// New makes the metrics of h. logger receives one line per request
-// (nil: no request log).
+// New makes the metrics of h, and installs their observer in h
+// (host.SetObserver, replacing any observer h had), which counts and
+// times the kernel's activations,
+// live ops, step attempts, limit hits and store commits from then on.
+// logger receives one line per request (nil: no request log).
 func New(h *host.Host, logger *slog.Logger) *Metrics {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -54,6 +57,9 @@ func New(h *host.Host, logger *slog.Logger) *Metrics {
 	}
 	m.reg.MustRegister(m.requests, m.duration, hostCollector{h},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	k := newKernel()
+	m.reg.MustRegister(k.collectors()...)
+	h.SetObserver(k)
 	return m
 }
 
@@ -151,10 +157,11 @@ var (
 	descInst      = prometheus.NewDesc("sandflow_instances_total", "WebAssembly workflow instances the host came by since it opened, by how: made (instantiated and initialised) or reused.", []string{"how"}, nil)
 	descSnap      = prometheus.NewDesc("sandflow_snapshots_total", "What the host did with instance snapshots and state images since it opened.", []string{"event"}, nil)
 	descScrapeErr = prometheus.NewDesc("sandflow_scrape_error", "1 when reading the store for this scrape failed.", nil, nil)
+	descJournal   = prometheus.NewDesc("sandflow_store_journal_bytes", "Size of the embedded store's write journal: writes not yet folded into the main file by a checkpoint.", nil, nil)
 )
 
 func (hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRuns, descQuestions, descParked, descParkedB, descInst, descSnap, descScrapeErr} {
+	for _, d := range []*prometheus.Desc{descRuns, descQuestions, descParked, descParkedB, descInst, descSnap, descScrapeErr, descJournal} {
 		ch <- d
 	}
 }
@@ -189,6 +196,9 @@ func (c hostCollector) Collect(ch chan<- prometheus.Metric) {
 	is := c.h.InstanceStats()
 	ch <- prometheus.MustNewConstMetric(descInst, prometheus.CounterValue, float64(is.Made), "made")
 	ch <- prometheus.MustNewConstMetric(descInst, prometheus.CounterValue, float64(is.Reused), "reused")
+	if j, ok := c.h.Store().(interface{ JournalBytes() int64 }); ok {
+		ch <- prometheus.MustNewConstMetric(descJournal, prometheus.GaugeValue, float64(j.JournalBytes()))
+	}
 	ss := c.h.SnapshotStats()
 	for ev, v := range map[string]int64{"taken": ss.Taken, "restored": ss.Restored, "refused": ss.Refused,
 		"image_loaded": ss.Images, "image_refused": ss.ImagesRefused, "image_completed": ss.Completed} {

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
@@ -157,5 +159,99 @@ func TestReadyzFailsWhenTheStoreIsClosed(t *testing.T) {
 	}
 	if code, body := get(t, srv.URL); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "not ready") {
 		t.Fatalf("closed store: %d %q, want 503", code, body)
+	}
+}
+
+const stepAskTool = `async function plan(n) { "use step"; return n + 1; }
+defineWorkflowTool({
+  description: "Plan in a step, then ask.",
+  inputSchema: { type: "object" },
+  async execute(_, ctx) {
+    "use workflow";
+    await plan(1);
+    const a = await ctx.ask({ prompt: "go?", options: [{ id: "yes", label: "Yes" }] });
+    return { yes: a.optionId === "yes" };
+  },
+});`
+
+const spinTool = `defineWorkflowTool({
+  description: "Spin.",
+  inputSchema: { type: "object" },
+  async execute() { "use workflow"; for (;;) {} },
+});`
+
+// TestMetricsCountTheKernel: the kernel's activations, live ops, step
+// attempts, store commits and limit hits of a scripted workload, counted
+// as they happen once the metrics are made.
+func TestMetricsCountTheKernel(t *testing.T) {
+	ctx := context.Background()
+	eng, err := jsprogram.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short CPU limit, for the spinning tool to hit.
+	h, err := host.OpenDir(ctx, filepath.Join(t.TempDir(), "data"), &host.Options{
+		Engines: map[string]host.Engine{jsprogram.EngineName: eng}, Limits: host.Limits{CPUTime: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx); eng.Close(ctx) })
+	m := metrics.New(h, nil)
+	for name, src := range map[string]string{"stepask": stepAskTool, "spin": spinTool} {
+		if _, err := jsprogram.RegisterTool(ctx, h, name, []byte(src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var runs []host.RunInfo
+	for range 2 {
+		ri, err := h.Call(ctx, "stepask", json.RawMessage(`{}`), nil)
+		if err != nil || len(ri.Waiting) != 1 {
+			t.Fatalf("call: %+v %v", ri, err)
+		}
+		runs = append(runs, ri)
+	}
+	done, err := h.AnswerAsk(ctx, runs[0].Waiting[0].AskID, host.Answer{OptionID: "yes"})
+	if err != nil || done.Status != "completed" {
+		t.Fatalf("answer: %+v %v", done, err)
+	}
+	spun, err := h.Call(ctx, "spin", json.RawMessage(`{}`), nil)
+	if err != nil || spun.Status != "failed" {
+		t.Fatalf("spin: %+v %v", spun, err)
+	}
+
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	_, body := get(t, srv.URL)
+	for _, want := range []string{
+		`sandflow_activations_total{resume="fresh",tool="stepask"} 2`,
+		// Authored tools are not parked: each later activation replays
+		// (after each step, and after the answer).
+		`sandflow_activations_total{resume="replay",tool="stepask"} 3`,
+		`sandflow_activations_total{resume="fresh",tool="spin"} 1`,
+		`sandflow_step_attempts_total{outcome="completed",tool="stepask"} 2`,
+		`sandflow_step_duration_seconds_count{tool="stepask"} 2`,
+		`sandflow_op_duration_seconds_count{kind="ask"} 2`,
+		`sandflow_op_duration_seconds_count{kind="step"} 2`,
+		`sandflow_op_duration_seconds_count{kind="complete"} 1`,
+		`sandflow_limit_hits_total{limit="js_time"} 1`,
+	} {
+		if !hasLine(body, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	// Every event of these runs went through a commit the metrics saw.
+	var events uint64
+	for _, id := range []string{runs[0].ID, runs[1].ID, spun.ID} {
+		r, err := h.Store().Run(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events += r.LastSeq
+	}
+	if want := fmt.Sprintf("sandflow_store_committed_events_total %d", events); !hasLine(body, want) {
+		t.Errorf("scrape lacks %s", want)
+	}
+	if !strings.Contains(body, "\nsandflow_store_journal_bytes ") {
+		t.Error("scrape lacks sandflow_store_journal_bytes")
 	}
 }

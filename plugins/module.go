@@ -85,6 +85,18 @@ func CheckModuleLimits(wasm []byte, l Limits) error {
 	return nil
 }
 
+// Describes reports whether a module exports DescribeExport, so that the
+// host's upload probe asks it what tool it is. The module is checked
+// (CheckModule) first; a module that does not parse describes nothing.
+func Describes(wasm []byte) bool {
+	mod, err := wasmparse.Parse(wasm)
+	if err != nil {
+		return false
+	}
+	_, ok := mod.Export(abi.DescribeExport)
+	return ok
+}
+
 func checkModule(wasm []byte) (*wasmparse.Module, error) {
 	mod, err := wasmparse.Parse(wasm)
 	if err != nil {
@@ -163,6 +175,9 @@ func checkExports(mod *wasmparse.Module) error {
 	}
 	if e, ok := mod.Export(abi.PrepareExport); ok && !sameSig(e.Type, sigVoid) {
 		return &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> ()", abi.PrepareExport, sigString(e.Type))}
+	}
+	if e, ok := mod.Export(abi.DescribeExport); ok && !sameSig(e.Type, sigI32) {
+		return &PluginError{Reason: "missing_export", Detail: fmt.Sprintf("export %s has type %s, want () -> (i32)", abi.DescribeExport, sigString(e.Type))}
 	}
 	if e, ok := mod.Export(abi.MemoryExport); !ok || e.Kind != wasmparse.KindMemory {
 		return &PluginError{Reason: "missing_export", Detail: "module does not export its memory as \"memory\""}

@@ -106,6 +106,11 @@ type Bolt struct {
 	syncing bool   // a sync is running
 	syncErr error
 	synCond *sync.Cond
+
+	// idx is the runs' index (runindex.go); idxBuild serializes its
+	// build.
+	idx      runIndex
+	idxBuild sync.Mutex
 }
 
 var _ Store = (*Bolt)(nil)
@@ -510,6 +515,7 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 		r := w.seal(s.j.next)
 		s.recCap = min(len(r), maxRecCap)
 		if err = s.j.append(r); err == nil {
+			s.idx.put(w.runs)
 			end := s.j.written.Load()
 			s.pending = append(s.pending, r)
 			s.jbytes += len(r)
@@ -789,6 +795,7 @@ func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
 	if err := w.put(bRuns, []byte(runID), rv); err != nil {
 		return err
 	}
+	w.runs = append(w.runs, indexEntry{created: r.CreatedAt, id: r.ID, status: r.Status, tool: r.Tool})
 	if r.Status.Terminal() {
 		for _, bk := range []bucketID{bSnapshots, bStates} {
 			if w.read(bk).Get([]byte(runID)) != nil {
@@ -905,29 +912,80 @@ func (s *Bolt) Run(ctx context.Context, id string) (Run, error) {
 
 // Runs implements Store.
 func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
+	if err := s.indexRuns(); err != nil {
+		return nil, err
+	}
 	var out []Run
-	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, sv []byte) error {
-			var r Run
-			if err := decodeRunValue(k, sv, &r); err != nil {
-				return err
-			}
-			if (f.Status == "" || r.Status == f.Status) && (f.Tool == "" || r.Tool == f.Tool) {
-				out = append(out, r)
+	g := f
+	for {
+		es := s.idx.match(g)
+		err := s.view(func(tx *bolt.Tx) error {
+			runs := tx.Bucket(bucketRuns)
+			for _, e := range es {
+				var r Run
+				k := []byte(e.id)
+				v := runs.Get(k)
+				if v == nil {
+					return corruptf(bucketRuns, k, "the run is indexed and has no record")
+				}
+				if err := decodeRunValue(k, v, &r); err != nil {
+					return err
+				}
+				// The index was read before the records: a run whose
+				// status changed between the two reads is left out.
+				if f.Matches(r) {
+					out = append(out, r)
+				}
 			}
 			return nil
 		})
-	})
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.After(out[j].CreatedAt)
+		if err != nil {
+			return nil, err
 		}
-		return out[i].ID > out[j].ID
-	})
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit]
+		// A run left out makes the page short: the index goes on after
+		// the last run it gave.
+		if f.Limit <= 0 || len(out) >= f.Limit || len(es) < g.Limit {
+			return out, nil
+		}
+		last := es[len(es)-1]
+		g.Before, g.Limit = &RunCursor{CreatedAt: last.created, ID: last.id}, f.Limit-len(out)
 	}
-	return out, err
+}
+
+// indexRuns builds the runs' index, once. On a writable store it reads the
+// records with the write lock held, so that every write after the read
+// updates the index (apply1) and none falls between.
+func (s *Bolt) indexRuns() error {
+	s.idx.mu.RLock()
+	built := s.idx.built
+	s.idx.mu.RUnlock()
+	if built {
+		return nil
+	}
+	s.idxBuild.Lock()
+	defer s.idxBuild.Unlock()
+	s.idx.mu.RLock()
+	built = s.idx.built
+	s.idx.mu.RUnlock()
+	if built {
+		return nil
+	}
+	if s.readOnly {
+		return s.view(s.idx.build)
+	}
+	return guard("read", s.markBroken, func() error {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.closed {
+			return ErrClosed
+		}
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if s.tx != nil {
+			return s.idx.build(s.tx)
+		}
+		return s.db.View(s.idx.build)
+	})
 }
 
 // Events implements Store.
@@ -1453,4 +1511,15 @@ func (w *wtx) hook(token string) (Hook, bool, error) {
 	}
 	h, err := decodeHook([]byte(token), sv)
 	return h, err == nil, err
+}
+
+// JournalBytes is the size of the journal now: the writes appended since
+// the last checkpoint folded them into the main file (0 when read-only).
+func (s *Bolt) JournalBytes() int64 {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.j == nil {
+		return 0
+	}
+	return s.j.size
 }

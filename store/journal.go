@@ -94,6 +94,9 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 type wtx struct {
 	tx  *bolt.Tx
 	rec []byte // header room, then the body
+	// runs are the run records written, for the runs' index once the
+	// record is in the journal.
+	runs []indexEntry
 }
 
 // read returns a bucket to read. Writes go through put and del, which

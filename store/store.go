@@ -148,11 +148,45 @@ type Run struct {
 	Detail json.RawMessage `json:"detail,omitempty"`
 }
 
-// RunFilter selects runs. Zero fields match everything.
+// RunFilter selects runs. Zero fields match everything. Runs come newest
+// first (by creation time, then by id, descending).
 type RunFilter struct {
 	Status RunStatus
 	Tool   string
+	// From and To bound the creation time: From <= CreatedAt < To.
+	From, To time.Time
+	// Before is a page cursor: only the runs after it in the newest-first
+	// order (created earlier, or at the same time with a smaller id).
+	Before *RunCursor
 	Limit  int
+}
+
+// RunCursor is a place in the newest-first order of runs: the run a page
+// ended with.
+type RunCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Matches says whether r passes f's conditions (Limit aside).
+func (f RunFilter) Matches(r Run) bool {
+	switch {
+	case f.Status != "" && r.Status != f.Status, f.Tool != "" && r.Tool != f.Tool,
+		!f.From.IsZero() && r.CreatedAt.Before(f.From), !f.To.IsZero() && !r.CreatedAt.Before(f.To):
+		return false
+	case f.Before != nil:
+		return newerFirst(f.Before.CreatedAt, f.Before.ID, r.CreatedAt, r.ID)
+	}
+	return true
+}
+
+// newerFirst says whether the run (at, id) comes before (bt, bid) in the
+// newest-first order.
+func newerFirst(at time.Time, id string, bt time.Time, bid string) bool {
+	if !at.Equal(bt) {
+		return at.After(bt)
+	}
+	return id > bid
 }
 
 // Batch is one atomic change to a run: its new events and the index changes
@@ -177,6 +211,11 @@ type Batch struct {
 	// PutState replaces the run's state image; its Seq must be the seq of
 	// the batch's last event (the run record's LastSeq).
 	PutState *State
+	// Lease, when set, is the lease the writer drives the run under: a
+	// store that implements Leaser refuses the batch with ErrLeaseLost
+	// unless it is still the run's lease, and records its epoch with the
+	// events. Stores without leases ignore it.
+	Lease *Lease
 }
 
 // State is the host's opaque image of a run's state (its model of the

@@ -21,7 +21,8 @@ const testAPIToken = "sfa_test-token-0123456789"
 // the address it listens on.
 func startServe(t *testing.T, c *cli, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
-	serve := exec.Command(bin, append([]string{"--data", c.data, "serve", "--addr", "127.0.0.1:0", "--api-token", testAPIToken}, extra...)...)
+	args := append(append([]string{"--data", c.data}, c.pre...), "serve", "--addr", "127.0.0.1:0", "--api-token", testAPIToken)
+	serve := exec.Command(bin, append(args, extra...)...)
 	serr, err := serve.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

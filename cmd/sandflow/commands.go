@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -27,7 +28,7 @@ func (a *app) printAdded(p host.Plugin) error {
 	if a.asJSON {
 		return a.printJSON(p)
 	}
-	fmt.Fprintf(a.out, "added %s version %d (module %s, %d bytes, entry %s)\n", p.Name, p.Version, p.ModuleHash[:12], p.Size, p.Manifest.Entry)
+	fmt.Fprintf(a.out, "added %s version %d (module %s, %d bytes, entry %s)\n", p.Name, p.Version, shortHash(p.ModuleHash), p.Size, p.Manifest.Entry)
 	return nil
 }
 
@@ -66,8 +67,14 @@ func pluginCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.writeOrRemote(cmd.Context(), func(h *host.Host) error {
 				p, err := jsprogram.Register(cmd.Context(), h, d)
+				if err != nil {
+					return err
+				}
+				return a.printAdded(p)
+			}, func() error {
+				p, err := a.remoteUpload(cmd.Context(), argv[0], module, manifestPath, d)
 				if err != nil {
 					return err
 				}
@@ -82,11 +89,7 @@ func pluginCmd(a *app) *cobra.Command {
 		Short: "List every plugin version",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				ps, err := h.Plugins(cmd.Context())
-				if err != nil {
-					return err
-				}
+			printPlugins := func(ps []host.Plugin) error {
 				if a.asJSON {
 					if ps == nil {
 						ps = []host.Plugin{}
@@ -96,9 +99,24 @@ func pluginCmd(a *app) *cobra.Command {
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tVERSION\tENTRY\tMODULE\tSIZE\tADDED")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", p.Name, p.Version, p.Manifest.Entry, p.ModuleHash[:12], p.Size, p.CreatedAt.Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", p.Name, p.Version, p.Manifest.Entry, shortHash(p.ModuleHash), p.Size, p.CreatedAt.Format(time.RFC3339))
 				}
 				return tw.Flush()
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				ps, err := h.Plugins(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printPlugins(ps)
+			}, func() error {
+				var out struct {
+					Plugins []host.Plugin `json:"plugins"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/plugins", &out); err != nil {
+					return err
+				}
+				return printPlugins(out.Plugins)
 			})
 		},
 	}
@@ -112,7 +130,7 @@ func toolsCmd(a *app) *cobra.Command {
 		Short: "Print the tool list a model sees (names, descriptions, input schemas)",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
 				ts, err := h.Tools(cmd.Context())
 				if err != nil {
 					return err
@@ -121,6 +139,17 @@ func toolsCmd(a *app) *cobra.Command {
 					ts = []host.Tool{}
 				}
 				return a.printJSON(ts)
+			}, func() error {
+				var out struct {
+					Tools []host.Tool `json:"tools"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/tools", &out); err != nil {
+					return err
+				}
+				if out.Tools == nil {
+					out.Tools = []host.Tool{}
+				}
+				return a.printJSON(out.Tools)
 			})
 		},
 	}
@@ -156,7 +185,7 @@ task) instead of starting a run; the printed calls show each reply.`,
 				return &usageError{"--task-id sends another call to a running serve task: --run-id, --version and --no-ask are for a new run"}
 			}
 			ctx := cmd.Context()
-			return a.withHost(ctx, func(h *host.Host) error {
+			return a.writeOrRemote(ctx, func(h *host.Host) error {
 				var ri host.RunInfo
 				var err error
 				if taskID != "" {
@@ -171,6 +200,31 @@ task) instead of starting a run; the printed calls show each reply.`,
 					fmt.Fprintf(a.errOut, "run %s is %s; firing its timers for up to %s\n", ri.ID, ri.Status, wait)
 					ri, err = waitTimers(ctx, h, ri, wait)
 					if err != nil {
+						return err
+					}
+				}
+				return a.report(ri)
+			}, func() error {
+				if taskID != "" {
+					return withCode(exitLocked, fmt.Errorf("%w: --task-id goes to the data directory; while sandflow serve holds it, send the call through its API (POST /v1/sessions/{id}/calls, see API.md)", store.ErrLocked))
+				}
+				q := url.Values{"wait": {callWait(wait).String()}}
+				if runID != "" {
+					q.Set("runId", runID)
+				}
+				if version != 0 {
+					q.Set("version", strconv.Itoa(version))
+				}
+				if noAsk {
+					q.Set("noAsk", "true")
+				}
+				ri, err := a.remoteRun(ctx, http.MethodPost, "/v1/tools/"+escape(argv[0])+"/calls?"+q.Encode(), json.RawMessage(raw), callWait(wait))
+				if err != nil {
+					return err
+				}
+				if wait > 0 && onTimers(ri) {
+					fmt.Fprintf(a.errOut, "run %s is %s; following it while sandflow serve fires its timers, for up to %s\n", ri.ID, ri.Status, wait)
+					if ri, err = a.remoteWaitTimers(ctx, ri, wait); err != nil {
 						return err
 					}
 				}
@@ -209,14 +263,7 @@ func sendToTask(ctx context.Context, h *host.Host, tool, runID string, input []b
 // serve).
 func waitTimers(ctx context.Context, h *host.Host, ri host.RunInfo, d time.Duration) (host.RunInfo, error) {
 	deadline := time.Now().Add(d)
-	for !ri.Status.Terminal() && time.Now().Before(deadline) {
-		onTimers := ri.Status == store.StatusRunning
-		for _, w := range ri.Waiting {
-			onTimers = onTimers || w.Kind == "sleep" || w.Kind == "step_retry"
-		}
-		if !onTimers {
-			break
-		}
+	for onTimers(ri) && time.Now().Before(deadline) {
 		if _, err := h.FireDueOf(ctx, ri.ID, time.Now()); err != nil {
 			return ri, err
 		}
@@ -232,6 +279,45 @@ func waitTimers(ctx context.Context, h *host.Host, ri host.RunInfo, d time.Durat
 	}
 	return ri, nil
 }
+
+// onTimers reports whether a run that has not ended is working or waits
+// on a timer (a sleep, a step's retry): something that goes on without
+// anyone acting.
+func onTimers(ri host.RunInfo) bool {
+	if ri.Status.Terminal() {
+		return false
+	}
+	on := ri.Status == store.StatusRunning
+	for _, w := range ri.Waiting {
+		on = on || w.Kind == "sleep" || w.Kind == "step_retry"
+	}
+	return on
+}
+
+// reportSettled reports the run an answer, a withdrawal or a hook resume
+// continued: the run as it stands even when driving it failed after the
+// settlement was recorded.
+func (a *app) reportSettled(ri host.RunInfo, err error) error {
+	if err != nil && ri.ID == "" {
+		return err
+	}
+	if rerr := a.report(ri); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// printCancelled prints a run a cancel ended.
+func (a *app) printCancelled(ri host.RunInfo) error {
+	if a.asJSON {
+		return a.printJSON(ri)
+	}
+	printRun(a.out, ri)
+	return nil
+}
+
+// shortHash is a module hash's first 12 hex digits, as listings show it.
+func shortHash(h string) string { return h[:min(len(h), 12)] }
 
 // report prints a run's state after an operation that drove it.
 func (a *app) report(ri host.RunInfo) error {
@@ -452,15 +538,7 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Show a run and its event timeline",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				ri, err := h.Run(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
-				evs, err := h.Events(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			show := func(ri host.RunInfo, evs []store.Event) error {
 				if a.asJSON {
 					return a.printJSON(struct {
 						Run    host.RunInfo  `json:"run"`
@@ -471,6 +549,33 @@ func runsCmd(a *app) *cobra.Command {
 				fmt.Fprintln(a.out, "timeline:")
 				printTimeline(a.out, evs)
 				return nil
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				ri, err := h.Run(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				evs, err := h.Events(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				return show(ri, evs)
+			}, func() error {
+				var out struct {
+					Run host.RunInfo `json:"run"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/runs/"+escape(argv[0]), &out); err != nil {
+					return err
+				}
+				hist, err := a.remoteHistory(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				evs := make([]store.Event, len(hist.Events))
+				for i, e := range hist.Events {
+					evs[i] = store.Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Data: e.Data}
+				}
+				return show(out.Run, evs)
 			})
 		},
 	}
@@ -481,15 +586,12 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Write a run's history as one zstd-compressed file (default RUN.history.zst)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				path := outPath
-				if path == "" {
-					path = argv[0] + ".history.zst"
-				}
-				var buf bytes.Buffer
-				if err := h.ExportHistory(cmd.Context(), argv[0], &buf); err != nil {
-					return err
-				}
+			path := outPath
+			if path == "" {
+				path = argv[0] + ".history.zst"
+			}
+			var buf bytes.Buffer
+			write := func() error {
 				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 					return err
 				}
@@ -502,6 +604,19 @@ func runsCmd(a *app) *cobra.Command {
 				}
 				fmt.Fprintf(a.out, "wrote %s (%d bytes)\n", path, buf.Len())
 				return nil
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				if err := h.ExportHistory(cmd.Context(), argv[0], &buf); err != nil {
+					return err
+				}
+				return write()
+			}, func() error {
+				b, err := a.remoteBytes(cmd.Context(), "/v1/runs/"+escape(argv[0])+"/history")
+				if err != nil {
+					return err
+				}
+				buf.Write(b)
+				return write()
 			})
 		},
 	}
@@ -513,16 +628,26 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Cancel a run: its questions are withdrawn, hooks disposed, timers dropped",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.writeOrRemote(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.Cancel(cmd.Context(), argv[0], reason)
 				if err != nil {
 					return err
 				}
-				if a.asJSON {
-					return a.printJSON(ri)
+				return a.printCancelled(ri)
+			}, func() error {
+				r, err := a.server(false)
+				if err != nil {
+					return err
 				}
-				printRun(a.out, ri)
-				return nil
+				body, _ := json.Marshal(map[string]string{"reason": reason})
+				var out struct {
+					Run host.RunInfo `json:"run"`
+				}
+				if _, err := r.do(cmd.Context(), http.MethodPost, "/v1/runs/"+escape(argv[0])+"/cancel", "application/json", body, 0, &out); err != nil {
+					return err
+				}
+				a.throughServer(r)
+				return a.printCancelled(out.Run)
 			})
 		},
 	}
@@ -628,15 +753,11 @@ func asksCmd(a *app) *cobra.Command {
 			if (ans.OptionID == "") == (ans.Text == "") {
 				return &usageError{"give an OPTION or --text, not both or neither"}
 			}
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.writeOrRemote(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.AnswerAsk(cmd.Context(), argv[0], ans)
-				if err != nil && ri.ID == "" {
-					return err
-				}
-				if rerr := a.report(ri); rerr != nil {
-					return rerr
-				}
-				return err
+				return a.reportSettled(ri, err)
+			}, func() error {
+				return a.remoteReport(cmd.Context(), http.MethodPost, "/v1/asks/"+escape(argv[0])+"/answer?wait="+callWait(0).String(), ans, callWait(0))
 			})
 		},
 	}
@@ -646,15 +767,11 @@ func asksCmd(a *app) *cobra.Command {
 		Short: "Withdraw a question: it resolves as cancelled, and its run continues",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.writeOrRemote(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.WithdrawAsk(cmd.Context(), argv[0])
-				if err != nil && ri.ID == "" {
-					return err
-				}
-				if rerr := a.report(ri); rerr != nil {
-					return rerr
-				}
-				return err
+				return a.reportSettled(ri, err)
+			}, func() error {
+				return a.remoteReport(cmd.Context(), http.MethodPost, "/v1/asks/"+escape(argv[0])+"/withdraw?wait="+callWait(0).String(), nil, callWait(0))
 			})
 		},
 	}
@@ -663,16 +780,27 @@ func asksCmd(a *app) *cobra.Command {
 		Short: "Show a question whole: its title, prompt, and options with their descriptions",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withHostRO(cmd.Context(), func(h *host.Host) error {
-				q, err := h.Question(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			show := func(q host.Question) error {
 				if a.asJSON {
 					return a.printJSON(q)
 				}
 				printQuestion(a.out, q)
 				return nil
+			}
+			return a.readOrRemote(cmd.Context(), func(h *host.Host) error {
+				q, err := h.Question(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				return show(q)
+			}, func() error {
+				var out struct {
+					Ask host.Question `json:"ask"`
+				}
+				if err := a.remoteGet(cmd.Context(), "/v1/asks/"+escape(argv[0]), &out); err != nil {
+					return err
+				}
+				return show(out.Ask)
 			})
 		},
 	}
@@ -725,15 +853,11 @@ its run. The payload is required: give --payload null to send null.`,
 			if !cmd.Flags().Changed("payload") {
 				return &usageError{"--payload is required (give --payload null to send null)\nusage: " + cmd.UseLine()}
 			}
-			return a.withHost(cmd.Context(), func(h *host.Host) error {
+			return a.writeOrRemote(cmd.Context(), func(h *host.Host) error {
 				ri, err := h.ResumeHook(cmd.Context(), argv[0], json.RawMessage(payload))
-				if err != nil && ri.ID == "" {
-					return err
-				}
-				if rerr := a.report(ri); rerr != nil {
-					return rerr
-				}
-				return err
+				return a.reportSettled(ri, err)
+			}, func() error {
+				return a.remoteReport(cmd.Context(), http.MethodPost, "/v1/hooks/"+escape(argv[0])+"?wait="+callWait(0).String(), json.RawMessage(payload), callWait(0))
 			})
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/sandflow/sandflow/console"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/httpapi"
+	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/metrics"
 )
 
@@ -15,13 +16,16 @@ import (
 // /readyz and /metrics beside the API, every request counted and logged
 // by the metrics middleware. The returned function stops the console's
 // background work; call it before closing the host.
-func withConsole(h *host.Host, api http.Handler, cfg httpapi.Config, logger *slog.Logger) (http.Handler, func(context.Context) error, error) {
+func withConsole(h *host.Host, js *jsprogram.Engine, api http.Handler, cfg httpapi.Config, logger *slog.Logger) (http.Handler, func(context.Context) error, error) {
 	c, err := console.New(h, console.Config{APITokens: cfg.APITokens, AdminTokens: cfg.AdminTokens,
 		Logger: logger, MaxUploadBytes: cfg.MaxUploadBytes})
 	if err != nil {
 		return nil, nil, err
 	}
 	m := metrics.New(h, logger)
+	if js != nil {
+		m.WatchJS(js)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/console/", c)
 	mux.HandleFunc("GET /healthz", metrics.Healthz)

@@ -28,7 +28,7 @@ func TestWithConsoleRoutesAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close(context.Background())
-	handler, stop, err := withConsole(h, api, cfg, nil)
+	handler, stop, err := withConsole(h, nil, api, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandflow/sandflow/agents"
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/internal/guestbuild"
 	"github.com/sandflow/sandflow/store"
@@ -26,7 +29,9 @@ func demoCmd(a *app) *cobra.Command {
 (GOOS=wasip1), registers them in a fresh data directory, and runs them:
 deploy waits for a person, who approves; remind sleeps durably; and
 approve-deadline races its question against a deadline, pages on-call
-when the deadline passes, and deploys once approved. It prints each run's
+when the deadline passes, and deploys once approved; and the loop agent
+assistant, whose model is scripted on a local port (no network), calls
+remind as a tool and answers with its result. It prints each run's
 timeline. Run it from the repository.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -56,7 +61,20 @@ func runDemo(ctx context.Context, out io.Writer, dir, hints string) error {
 	if err != nil {
 		return fmt.Errorf("the demo builds the examples from source: %w", err)
 	}
-	h, err := host.OpenDir(ctx, dir, nil)
+	// The loop agent's model: scripted, on a local port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	model := &http.Server{Handler: &agents.ScriptedModel{Steps: []agents.ScriptedModelStep{
+		{ToolCalls: []agents.ScriptedToolCall{{Name: "remind", Arguments: `{"note":"stretch your legs","delay":"1s"}`}}},
+		{Text: "Done, the reminder came back: {result}"},
+	}}}
+	go model.Serve(ln)
+	defer model.Close()
+	loop := &agents.Loop{Endpoint: agents.Endpoint{BaseURL: "http://" + ln.Addr().String() + "/v1", APIKeyEnv: "SANDFLOW_DEMO_NO_KEY"}, Model: "scripted",
+		List: []agents.LoopAgent{{Name: "assistant", Description: "sets reminders", Instructions: "Set the reminders you are asked for.", Tools: []agents.LoopTool{{Tool: "remind"}}}}}
+	h, err := host.OpenDir(ctx, dir, &host.Options{Agents: loop, Engines: map[string]host.Engine{agents.LoopEngineName: loop.Engine()}})
 	if err != nil {
 		return err
 	}
@@ -155,7 +173,22 @@ func runDemo(ctx context.Context, out io.Writer, dir, hints string) error {
 	printRunWith(out, ri, hints)
 	deadlineRun := ri.ID
 
-	for _, id := range []string{deployRun, remindRun, deadlineRun} {
+	say("\n== assistant: a loop agent's turn, a run of its own; its model (scripted) calls remind as a tool")
+	if err := loop.Attach(ctx, h); err != nil {
+		return err
+	}
+	if ri, err = h.Start(ctx, agents.LoopToolName("assistant"), json.RawMessage(`{"message":"remind me to stretch in a second"}`), nil); err != nil {
+		return err
+	}
+	go h.Drive(ctx, ri.ID)
+	say("-- each model call is a step, the tool call a run of remind; the scheduler fires its timer")
+	if ri, err = schedulerUntil(ctx, h, ri.ID, func(ri host.RunInfo) bool { return ri.Status.Terminal() }, 30*time.Second); err != nil {
+		return err
+	}
+	printRunWith(out, ri, hints)
+	loopRun := ri.ID
+
+	for _, id := range []string{deployRun, remindRun, deadlineRun, loopRun} {
 		evs, err := h.Events(ctx, id)
 		if err != nil {
 			return err

@@ -32,6 +32,9 @@ older, which other commands refuse) in place, in one transaction; back
 the file up first.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.storeURL != "" {
+				return withCode(exitUsage, errors.New("doctor checks the embedded store of a data directory; a PostgreSQL store (--store) is checked by the database server"))
+			}
 			if upgrade {
 				n, err := store.Upgrade(filepath.Join(a.dataDir, "sandflow.db"))
 				if err != nil {

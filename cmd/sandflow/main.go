@@ -3,7 +3,9 @@
 // inspect, export and replay runs, and serve the scheduler that fires
 // their timers.
 //
-// Data lives in ./.sandflow unless --data or SANDFLOW_DATA says otherwise.
+// Data lives in ./.sandflow unless --data or SANDFLOW_DATA says otherwise;
+// with --store postgres://… (SANDFLOW_STORE) runs, logs and plugins live in
+// that PostgreSQL database, which several hosts share.
 // Guests run on wazero unless --engine or SANDFLOW_ENGINE says wasmtime.
 // Exit codes are listed by `sandflow help exit-codes`.
 package main
@@ -16,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -27,20 +30,22 @@ import (
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/jsprogram"
 	"github.com/sandflow/sandflow/store"
+	"github.com/sandflow/sandflow/store/postgres"
 )
 
 // Exit codes a script can rely on.
 const (
 	exitOK             = 0
-	exitError          = 1 // anything not listed below
-	exitUsage          = 2 // bad flags or arguments
-	exitRunFailed      = 3 // the run failed or was cancelled
-	exitNonDeterminism = 4 // a replay diverged from its history
-	exitNotFound       = 5 // unknown tool, run, question, hook token or file
-	exitInvalid        = 6 // invalid input, answer, plugin or manifest
-	exitConflict       = 7 // question already settled, run id taken, run ended
-	exitLocked         = 8 // another process has the data directory open
-	exitDamaged        = 9 // the data directory is damaged (doctor found damage, or a read met it)
+	exitError          = 1  // anything not listed below
+	exitUsage          = 2  // bad flags or arguments
+	exitRunFailed      = 3  // the run failed or was cancelled
+	exitNonDeterminism = 4  // a replay diverged from its history
+	exitNotFound       = 5  // unknown tool, run, question, hook token or file
+	exitInvalid        = 6  // invalid input, answer, plugin or manifest
+	exitConflict       = 7  // question already settled, run id taken, run ended
+	exitLocked         = 8  // another process has the data directory open
+	exitDamaged        = 9  // the data directory is damaged (doctor found damage, or a read met it)
+	exitUnreachable    = 10 // the --store database could not be reached
 )
 
 const exitCodesHelp = `Exit codes:
@@ -56,6 +61,9 @@ const exitCodesHelp = `Exit codes:
   9  the data directory is damaged: a checksum, page or journal record that
      does not check out, or a store file that is empty or not a store
      (sandflow doctor lists what; nothing is repaired)
+ 10  the PostgreSQL store named by --store (SANDFLOW_STORE) could not be
+     reached: nothing listens there, the login was refused, or it did not
+     answer in time (a --store that does not parse is exit 2)
 `
 
 type codedError struct {
@@ -89,17 +97,23 @@ func codeOf(err error) int {
 		return exitLocked
 	case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNotStore):
 		return exitDamaged
+	case errors.Is(err, postgres.ErrUnreachable):
+		return exitUnreachable
+	case errors.Is(err, postgres.ErrBadConnString):
+		return exitUsage
 	}
 	return exitError
 }
 
 type app struct {
 	dataDir    string
+	storeURL   string // --store: a PostgreSQL database instead of the data directory's store
 	engine     string
 	agentsPath string
 	agents     *agents.Backends
 	js         *jsprogram.Engine
 	jsWorkers  int // jsprogram.Options.MaxWorkers (serve --js-workers)
+	jsParked   int // jsprogram.Options.MaxParked (serve --js-parked)
 	asJSON     bool
 	out        io.Writer
 	errOut     io.Writer
@@ -137,16 +151,34 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 		if a.jsWorkers < 0 {
 			return nil, withCode(exitUsage, fmt.Errorf("--js-workers must be 0 (the default) or more, not %d", a.jsWorkers))
 		}
-		js, err := jsprogram.NewEngine(&jsprogram.Options{MaxWorkers: a.jsWorkers})
+		js, err := jsprogram.NewEngine(&jsprogram.Options{MaxWorkers: a.jsWorkers, MaxParked: a.jsParked})
 		if err != nil {
 			return nil, err
 		}
 		a.js = js
 	}
 	o.Engines = map[string]host.Engine{jsprogram.EngineName: a.js}
+	if a.agents != nil && a.agents.Loop != nil {
+		o.Engines[agents.LoopEngineName] = a.agents.Loop.Engine()
+		if a.storeURL != "" && os.Getenv("SANDFLOW_APPROVAL_SECRET") == "" {
+			// A secret in this host's data directory would not verify
+			// the approvals another host signed.
+			return nil, withCode(exitUsage, errors.New("loop agents on a shared store (--store) need SANDFLOW_APPROVAL_SECRET, the same on every host: each host would sign approvals with a secret of its own, and refuse the others'"))
+		}
+		if a.agents.Loop.SecretFile == "" {
+			// Approvals are signed with SANDFLOW_APPROVAL_SECRET, else
+			// with a secret made once and kept in the data directory.
+			a.agents.Loop.SecretFile = filepath.Join(a.dataDir, "approval-secret")
+		}
+	}
 	var h *host.Host
 	var err error
-	if readOnly {
+	if a.storeURL != "" {
+		// The data directory keeps what is this host's own: its compiled
+		// modules, tokens and serve.json.
+		o.CacheDir = filepath.Join(a.dataDir, "cache")
+		h, err = host.OpenPostgres(ctx, a.storeURL, o)
+	} else if readOnly {
 		h, err = host.OpenDirReadOnly(ctx, a.dataDir, o)
 		if host.NeedsWritableOpen(err) {
 			h, err = host.OpenDir(ctx, a.dataDir, o)
@@ -156,6 +188,14 @@ func (a *app) openMode(ctx context.Context, o *host.Options, readOnly bool) (*ho
 	}
 	if errors.Is(err, host.ErrUnknownEngine) {
 		return nil, withCode(exitUsage, err)
+	}
+	if err == nil && !readOnly && a.agents != nil && a.agents.Loop != nil {
+		// The loop agents' tools, registered again only when an agent's
+		// settings changed.
+		if err = a.agents.Loop.Attach(ctx, h); err != nil {
+			h.Close(context.Background())
+			return nil, withCode(exitInvalid, fmt.Errorf("--agents: %w", err))
+		}
 	}
 	return h, err
 }
@@ -220,6 +260,7 @@ func newRoot(a *app) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.dataDir, "data", defaultDataDir(), "data directory (env SANDFLOW_DATA)")
+	root.PersistentFlags().StringVar(&a.storeURL, "store", os.Getenv("SANDFLOW_STORE"), "a PostgreSQL database (postgres://USER@HOST:PORT/DB) holding runs, logs and plugins, shared by several hosts, instead of the data directory's embedded store (env SANDFLOW_STORE)")
 	root.PersistentFlags().StringVar(&a.engine, "engine", defaultEngine(), "WebAssembly engine: wazero, or wasmtime in a build with cgo (env SANDFLOW_ENGINE)")
 	root.PersistentFlags().BoolVar(&a.asJSON, "json", false, "print JSON for scripts")
 	root.PersistentFlags().StringVar(&a.agentsPath, "agents", os.Getenv("SANDFLOW_AGENTS"), "JSON file of scripted agents runs may call (env SANDFLOW_AGENTS)")
@@ -348,6 +389,7 @@ var exitNames = map[int]string{
 	exitConflict:       "conflict",
 	exitLocked:         "locked",
 	exitDamaged:        "damaged",
+	exitUnreachable:    "unreachable",
 }
 
 // printJSONError writes an error as one JSON object, for scripts that ran

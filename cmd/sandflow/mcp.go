@@ -21,6 +21,7 @@ import (
 
 func mcpCmd(a *app) *cobra.Command {
 	var url, token, sess string
+	var opts mcp.Options
 	c := &cobra.Command{
 		Use:   "mcp [--url URL --token TOKEN]",
 		Short: "Serve the tools to an MCP client on stdin and stdout",
@@ -29,9 +30,10 @@ clients that start their servers as commands.
 
 It opens the data directory and runs the scheduler itself. When another
 sandflow process has the directory open (sandflow serve), it talks to that
-server instead: at --url (default http://127.0.0.1:7310/mcp) with the API
-token of --token, SANDFLOW_API_TOKEN, or the data directory's tokens.json.
-With --url it always talks to that server.`,
+server instead: at the /mcp of the URL serve keeps in serve.json (or
+--url), with the API token of --token, SANDFLOW_API_TOKEN, or the data
+directory's tokens.json. With --url it always talks to that server; the
+server's own MCP options then apply (serve --mcp-call-wait, ...).`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -49,25 +51,31 @@ With --url it always talks to that server.`,
 			}
 			h, err := a.open(ctx)
 			if errors.Is(err, store.ErrLocked) {
-				return proxyMCP(ctx, in, out, "http://127.0.0.1:7310/mcp", token)
+				si, ok := runningServer(a.dataDir)
+				if !ok {
+					return lockedError(a.dataDir, err)
+				}
+				return proxyMCP(ctx, in, out, si.URL+"/mcp", token)
 			}
 			if err != nil {
 				return err
 			}
 			defer a.closeEngines()
 			defer h.Close(context.Background())
-			return serveMCP(ctx, h, in, out, sess, a.errOut)
+			opts.StdioSession = sess
+			return serveMCP(ctx, h, in, out, &opts, a.errOut)
 		},
 	}
 	c.Flags().StringVar(&url, "url", "", "talk to the sandflow server at this /mcp URL instead of opening the data directory")
 	c.Flags().StringVar(&token, "token", "", "API token for --url (env SANDFLOW_API_TOKEN)")
 	c.Flags().StringVar(&sess, "session", "stdio", "the sandflow session the client's calls belong to")
+	mcpFlags(c, &opts, "")
 	return c
 }
 
 // serveMCP serves one client on a host until it closes its input or ctx
 // ends, with the scheduler running for the runs' timers and retries.
-func serveMCP(ctx context.Context, h *host.Host, in io.Reader, out io.Writer, sess string, errOut io.Writer) error {
+func serveMCP(ctx context.Context, h *host.Host, in io.Reader, out io.Writer, o *mcp.Options, errOut io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	schedDone := make(chan error, 1)
@@ -76,7 +84,9 @@ func serveMCP(ctx context.Context, h *host.Host, in io.Reader, out io.Writer, se
 		stopSched()
 		<-schedDone
 	}()
-	s, err := mcp.New(h, &mcp.Options{StdioSession: sess, Logger: logger})
+	mo := *o
+	mo.Logger = logger
+	s, err := mcp.New(h, &mo)
 	if err != nil {
 		return err
 	}

@@ -60,8 +60,9 @@ func TestCLIMCPStdio(t *testing.T) {
 	}
 }
 
-// With sandflow serve running on the data directory, sandflow mcp --url
-// talks to its /mcp with the token from tokens.json.
+// With sandflow serve running on the data directory, sandflow mcp talks
+// to its /mcp, at --url or at the URL serve keeps in serve.json, with the
+// token from tokens.json.
 func TestCLIMCPThroughARunningServer(t *testing.T) {
 	c := newCLI(t)
 	js := filepath.Join(t.TempDir(), "echo.js")
@@ -88,6 +89,11 @@ func TestCLIMCPThroughARunningServer(t *testing.T) {
 	for _, era := range []string{"2026-07-28", "2025-11-25"} {
 		t.Run(era, func(t *testing.T) {
 			mcpEcho(t, exec.Command(bin, "--data", c.data, "mcp", "--url", "http://"+addr+"/mcp"), era)
+		})
+		// Without --url it finds the server (on a port of its own here)
+		// through serve.json.
+		t.Run(era+"/found", func(t *testing.T) {
+			mcpEcho(t, exec.Command(bin, "--data", c.data, "mcp"), era)
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/internal/guestbuild"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -210,7 +211,7 @@ func TestDemoOutput(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"[1/3] building deploy ...", "[3/3] building approve-deadline ...", "Deploy api?"} {
+	for _, want := range []string{"[1/3] building deploy ...", "[3/3] building approve-deadline ...", "Deploy api?", `Done, the reminder came back: {\"reminder\":\"stretch your legs\"}`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
@@ -348,7 +349,7 @@ func TestCLILockedPointsAtTheRunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLine(t, serr, "serving", 30*time.Second)
-	errs := c.expect(exitLocked, "runs", "cancel", "run_x")
+	errs := c.expect(exitLocked, "runs", "upgrade", "run_x", "--version", "2")
 	si, ok := runningServer(c.data)
 	if !ok || si.PID != serve.Process.Pid || !strings.HasPrefix(si.URL, "http://127.0.0.1:") {
 		t.Errorf("serve.json: %+v, %v; serve is pid %d", si, ok, serve.Process.Pid)
@@ -365,9 +366,11 @@ func TestCLILockedPointsAtTheRunningServer(t *testing.T) {
 	}
 }
 
-// While serve holds the data directory, runs list and asks list read
-// through its API (with the tokens it made), and say so.
-func TestCLIReadsThroughTheRunningServer(t *testing.T) {
+// While serve holds the data directory, every command it can answer goes
+// through its API (with the tokens it made), says so, and exits as it
+// would on the directory; what was written through it is in the store
+// once serve stops.
+func TestCLIGoesThroughTheRunningServer(t *testing.T) {
 	c := newCLI(t)
 	c.addExample("examples/deploy")
 	ri := decode[host.RunInfo](t, c.ok("--json", "call", "deploy", "--input", `{"service":"api"}`))
@@ -376,28 +379,110 @@ func TestCLIReadsThroughTheRunningServer(t *testing.T) {
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			serve.Process.Signal(syscall.SIGTERM)
+			serve.Wait()
+		}
+	}
+	defer stop()
 	waitLine(t, serr, "serving", 30*time.Second)
-	out, errs, code := c.run("--json", "runs", "list")
-	if code != 0 || !strings.Contains(errs, "read through the API of sandflow serve") {
-		t.Fatalf("runs list: exit %d\n%s%s", code, out, errs)
+	through := func(args ...string) string {
+		t.Helper()
+		out, errs, code := c.run(args...)
+		if code != 0 || !strings.Contains(errs, "through the API of sandflow serve") {
+			t.Fatalf("sandflow %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+		return out
 	}
-	if runs := decode[[]store.Run](t, out); len(runs) != 1 || runs[0].ID != ri.ID {
-		t.Errorf("runs list through the API: %s", out)
+
+	// Reads.
+	if runs := decode[[]store.Run](t, through("--json", "runs", "list")); len(runs) != 1 || runs[0].ID != ri.ID {
+		t.Errorf("runs list: %+v", runs)
 	}
-	qs := decode[[]host.Question](t, c.ok("--json", "asks", "list"))
-	if len(qs) != 1 || qs[0].RunID != ri.ID {
-		t.Errorf("asks list through the API: %+v", qs)
-	}
-	if out := c.ok("runs", "list", "--status", "waiting"); !strings.Contains(out, ri.ID) {
-		t.Errorf("runs list --status waiting:\n%s", out)
-	}
-	if out := c.ok("runs", "list", "--status", "completed"); strings.Contains(out, ri.ID) {
+	if out := through("runs", "list", "--status", "completed"); strings.Contains(out, ri.ID) {
 		t.Errorf("runs list --status completed lists a waiting run:\n%s", out)
 	}
-	// A command that writes still refuses, naming the API.
-	c.expect(exitLocked, "asks", "answer", ri.Waiting[0].AskID, "approve")
+	qs := decode[[]host.Question](t, through("--json", "asks", "list"))
+	if len(qs) != 1 || qs[0].RunID != ri.ID {
+		t.Fatalf("asks list: %+v", qs)
+	}
+	askID := qs[0].ID
+	if q := decode[host.Question](t, through("--json", "asks", "show", askID)); q.ID != askID || q.Request.Prompt != qs[0].Request.Prompt || len(q.Request.Options) == 0 {
+		t.Errorf("asks show: %+v", q)
+	}
+	if ts := decode[[]host.Tool](t, through("tools")); len(ts) != 1 || ts[0].Name != "deploy" {
+		t.Errorf("tools: %+v", ts)
+	}
+	if ps := decode[[]host.Plugin](t, through("--json", "plugin", "list")); len(ps) != 1 || ps[0].Name != "deploy" {
+		t.Errorf("plugin list: %+v", ps)
+	}
+	if out := through("runs", "show", ri.ID); !strings.Contains(out, "question "+askID+" opened") && !strings.Contains(out, askID) {
+		t.Errorf("runs show:\n%s", out)
+	}
+	hist := filepath.Join(t.TempDir(), "h.zst")
+	through("runs", "export", ri.ID, "-o", hist)
+	f, err := os.Open(hist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.ReadHistory(f)
+	f.Close()
+	if err != nil || h.Run.ID != ri.ID || len(h.Events) == 0 {
+		t.Errorf("exported history: %v, %+v", err, h)
+	}
+
+	// Writes, committed by the server before it answers.
+	done := decode[host.RunInfo](t, through("--json", "asks", "answer", askID, "approve"))
+	if done.Status != store.StatusCompleted || !strings.Contains(compact(t, done.Result), `"deployed":true`) {
+		t.Errorf("asks answer: %+v", done)
+	}
+	second := decode[host.RunInfo](t, through("--json", "call", "deploy", "--input", `{"service":"web"}`, "--run-id", "run_second"))
+	if second.ID != "run_second" || second.Status != store.StatusWaiting {
+		t.Errorf("call: %+v", second)
+	}
+	if r := decode[host.RunInfo](t, through("--json", "runs", "cancel", "run_second")); r.Status != store.StatusCancelled {
+		t.Errorf("runs cancel: %+v", r)
+	}
+	root, err := guestbuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := decode[host.Plugin](t, through("--json", "plugin", "add", filepath.Join(root, "examples", "js", "render.js"))); p.Name != "render" || p.Version != 1 {
+		t.Errorf("plugin add: %+v", p)
+	}
+
+	// Refusals exit as they would on the directory, and change nothing.
+	c.expect(exitConflict, "asks", "answer", askID, "approve")
+	c.expect(exitNotFound, "asks", "show", "ask_unknown")
+	c.expect(exitNotFound, "runs", "show", "run_unknown")
+	c.expect(exitNotFound, "hooks", "resume", "hook_unknown", "--payload", "null")
+	c.expect(exitNotFound, "call", "nope")
+	c.expect(exitInvalid, "call", "deploy", "--input", `{"service":`)
+	c.expect(exitConflict, "call", "deploy", "--input", `{"service":"x"}`, "--run-id", "run_second")
+	bad := exec.Command(bin, "--data", c.data, "runs", "list")
+	bad.Env = append(os.Environ(), "SANDFLOW_API_TOKEN=sfa_wrong")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "the bearer token is not valid") {
+		t.Errorf("a wrong token: %v\n%s", err, out)
+	}
+	// What the server cannot do for the CLI still names its API.
+	if errs := c.expect(exitLocked, "runs", "upgrade", ri.ID, "--version", "2"); !strings.Contains(errs, "HTTP API") {
+		t.Errorf("upgrade while serve runs: %s", errs)
+	}
+
+	stop()
+	if r := decode[shown](t, c.ok("runs", "show", ri.ID, "--json")); r.Run.Status != store.StatusCompleted {
+		t.Errorf("after serve stopped, the answered run is %s", r.Run.Status)
+	}
+	if r := decode[shown](t, c.ok("runs", "show", "run_second", "--json")); r.Run.Status != store.StatusCancelled {
+		t.Errorf("after serve stopped, the cancelled run is %s", r.Run.Status)
+	}
+	if out := c.ok("plugin", "list"); !strings.Contains(out, "render") {
+		t.Errorf("after serve stopped, the uploaded plugin is missing:\n%s", out)
+	}
+	if runs := decode[[]store.Run](t, c.ok("--json", "runs", "list")); len(runs) != 2 {
+		t.Errorf("refused calls created runs: %+v", runs)
+	}
 }

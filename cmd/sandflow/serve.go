@@ -42,6 +42,7 @@ func serveCmd(a *app) *cobra.Command {
 	var readTimeout, writeTimeout, idleTimeout, compileTimeout time.Duration
 	var maxConns, maxCalls, maxClientCalls, maxCompiles int
 	var maxInflight, maxClientInflight int64
+	var mcpOpts mcp.Options
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and run the scheduler (timers, step retries, recovery) until interrupted",
@@ -99,6 +100,12 @@ at once.`,
 			}
 			defer a.closeEngines()
 			defer h.Close(context.Background())
+			// The embedded store builds its run index on the first list,
+			// holding its writes meanwhile: here, before any run is driven
+			// or any request served, not on the first page or scrape.
+			if _, err := h.Runs(ctx, store.RunFilter{Limit: 1}); err != nil {
+				return err
+			}
 
 			schedDone := make(chan error, 1)
 			schedCtx, stopSched := context.WithCancel(context.Background())
@@ -138,14 +145,16 @@ at once.`,
 				}
 				// The MCP server at /mcp takes the API's tokens as bearer tokens,
 				// under the API's admission and body bounds.
-				if mcpSrv, err = mcp.New(h, &mcp.Options{Tokens: append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), Logger: logger}); err != nil {
+				mo := mcpOpts
+				mo.Tokens, mo.Logger = append(slices.Clone(cfg.APITokens), cfg.AdminTokens...), logger
+				if mcpSrv, err = mcp.New(h, &mo); err != nil {
 					return err
 				}
 				defer mcpSrv.Close()
 				mux := http.NewServeMux()
 				mux.Handle("/mcp", api.Admit(mcpSrv.Handler()))
 				mux.Handle("/", api)
-				handler, stopConsole, err := withConsole(h, mux, cfg, logger)
+				handler, stopConsole, err := withConsole(h, a.js, mux, cfg, logger)
 				if err != nil {
 					return err
 				}
@@ -199,6 +208,7 @@ at once.`,
 	c.Flags().IntVar(&snapshots, "snapshots", 0, "snapshot a suspended wazero instance that is not kept parked once its run has this many ops, so its resume restores it instead of replaying (0: 64; -1: never)")
 	c.Flags().IntVar(&preInit, "preinit", 0, "initialised instances each WebAssembly tool in use keeps ready for starts and resumes by replay (0: none; runs created with it share the guest runtime's initialisation randomness)")
 	c.Flags().IntVar(&a.jsWorkers, "js-workers", 0, fmt.Sprintf("JavaScript programs that start at once; as many again that have computed over 1 s run beside them (0: max(4, 2 × CPUs), here %d)", jsprogram.DefaultMaxWorkers()))
+	c.Flags().IntVar(&a.jsParked, "js-parked", 0, fmt.Sprintf("suspended JavaScript programs kept live in their workers, one worker each, so that a resume runs only what is new; past it, or past %d MiB of their workers' memory, the least recently parked replays when it resumes (0: %d; -1: none)", jsprogram.DefaultMaxParkedBytes>>20, jsprogram.DefaultMaxParked))
 	c.Flags().DurationVar(&readTimeout, "read-timeout", httpapi.DefaultReadTimeout, "how long a client has to send a whole request, headers and body (negative: no limit)")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", httpapi.DefaultWriteTimeout, "how long a response may take to write; a request that waits (?wait=, webhooks) has its wait on top, and event streams have it per write (negative: no limit)")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "how long a keep-alive connection may sit idle between requests (negative: no limit)")
@@ -210,7 +220,17 @@ at once.`,
 	c.Flags().DurationVar(&compileTimeout, "compile-timeout", host.DefaultCompileTimeout, "how long a module may take to compile before the upload (or the first run) is refused")
 	c.Flags().IntVar(&maxCompiles, "max-compiles", host.DefaultMaxCompiles, "most modules compiling at once; more wait their turn within their timeout")
 	c.Flags().DurationVar(&shutdownWait, "shutdown-wait", 30*time.Second, "how long a shutdown waits for requests and runs to stop")
+	mcpFlags(c, &mcpOpts, "mcp-")
 	return c
+}
+
+// mcpFlags adds the MCP server's options to c, each flag named with
+// prefix ("mcp-" on serve, where the MCP server is one of several).
+func mcpFlags(c *cobra.Command, o *mcp.Options, prefix string) {
+	c.Flags().DurationVar(&o.CallWait, prefix+"call-wait", mcp.DefaultCallWait, "how long an MCP tool call waits in its request for the run to end or ask; past it, the call becomes a task (a client with tasks) or answers with what the run waits on")
+	c.Flags().DurationVar(&o.TaskTTL, prefix+"task-ttl", mcp.DefaultTaskTTL, "how long an ended MCP task's result is kept when the client asks for no ttl (the run and its history stay)")
+	c.Flags().DurationVar(&o.MaxTaskTTL, prefix+"max-task-ttl", mcp.DefaultMaxTaskTTL, "the longest task ttl a client may ask for")
+	c.Flags().IntVar(&o.MaxSessions, prefix+"max-sessions", mcp.DefaultMaxSessions, "most open MCP sessions (2025-11-25); past it, a new one closes the session idle the longest")
 }
 
 // defaultBaseURL is the base URL of a server listening on addr: http://ADDR,

@@ -27,6 +27,7 @@ type output struct {
 }
 
 func init() {
+	sandflow.Name("approve-deadline")
 	sandflow.Task(func(ctx *sandflow.Context, in input) (output, error) {
 		first, err := time.ParseDuration(in.FirstDeadline)
 		if err != nil {

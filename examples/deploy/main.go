@@ -22,6 +22,7 @@ type output struct {
 }
 
 func init() {
+	sandflow.Name("deploy")
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (output, error) {
 		plan, err := lib.PlanDeploy.Run(ctx, in.Service)
 		if err != nil {

@@ -21,6 +21,7 @@ type payment struct {
 }
 
 func init() {
+	sandflow.Name("order")
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (map[string]any, error) {
 		hook, err := sandflow.CreateHook[payment](ctx, sandflow.HookOptions{Token: "order-" + in.OrderID})
 		if err != nil {

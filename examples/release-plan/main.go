@@ -45,6 +45,7 @@ var revise = sandflow.DefineStep("revise", func(sc *sandflow.StepContext, r revi
 })
 
 func init() {
+	sandflow.Name("release-plan")
 	sandflow.Serve(func(ctx *sandflow.Context, calls *sandflow.Calls[request]) (*plan, error) {
 		var p *plan
 		for {

@@ -20,6 +20,7 @@ type output struct {
 }
 
 func init() {
+	sandflow.Name("remind")
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (output, error) {
 		d, err := time.ParseDuration(in.Delay)
 		if err != nil {

@@ -29,6 +29,7 @@ var submitRender = sandflow.DefineStep("submitRender", func(sc *sandflow.StepCon
 })
 
 func init() {
+	sandflow.Name("render")
 	sandflow.Execute(func(ctx *sandflow.Context, in input) (map[string]string, error) {
 		done, err := sandflow.CreateWebhook(ctx, sandflow.WebhookOptions{})
 		if err != nil {

@@ -31,6 +31,13 @@ var (
 	// restored as a snapshot asks (a memory that cannot grow to its size,
 	// another number of globals).
 	ErrSnapshot = errors.New("snapshot not restorable")
+	// ErrInstanceLost is returned by Call on an instance whose state the
+	// engine no longer holds: one kept live between calls outside the
+	// host's process (a JavaScript program parked in its worker) that
+	// was evicted, or whose process died. Nothing of the call reached the
+	// host's ops that must be kept; the host runs the activation again on
+	// a new instance, which replays.
+	ErrInstanceLost = errors.New("instance lost")
 )
 
 // LimitError is returned when a run or an upload goes over a limit.
@@ -86,6 +93,9 @@ type GuestError struct {
 	// Object, when set, is the error object the run fails with (an engine
 	// that knows better than "trap", such as the JavaScript one, sets it).
 	Object *abi.ErrorObject
+	// Limit, when set, names the limit that stopped the guest, in the
+	// engine's own words ("js_time", say): the host's Observer counts it.
+	Limit string
 }
 
 func (e *GuestError) Error() string {

@@ -21,6 +21,14 @@ func (s *Store) DueTimers(ctx context.Context, now time.Time, limit int) ([]stor
 	return s.timers(ctx, `SELECT record FROM timers WHERE fire_ns <= $1 ORDER BY fire_ns, run_id, id LIMIT $2`, clampNanos(now), lim)
 }
 
+// DueTimersOf implements store.Leaser.
+func (s *Store) DueTimersOf(ctx context.Context, runID string, now time.Time) ([]store.Timer, error) {
+	if err := runExists(runID); err != nil {
+		return nil, s.closedOr(nil)
+	}
+	return s.timers(ctx, `SELECT record FROM timers WHERE run_id = $1 AND fire_ns <= $2 ORDER BY fire_ns, id`, runID, clampNanos(now))
+}
+
 // NextTimer implements store.Store.
 func (s *Store) NextTimer(ctx context.Context) (store.Timer, bool, error) {
 	ts, err := s.timers(ctx, `SELECT record FROM timers ORDER BY fire_ns, run_id, id LIMIT 1`)

@@ -10,6 +10,13 @@
 // commit the same sequence numbers, and the one that loses gets
 // store.ErrSeqConflict.
 //
+// Several hosts share a Store through its leases (leases.go, a
+// store.Leaser): a host drives a run only while it holds the run's lease,
+// every batch carries the lease, and Append refuses one whose lease
+// another host has taken since (store.ErrLeaseLost). Hosts claim the runs
+// that need one with FOR UPDATE SKIP LOCKED and hear of each other's
+// work by LISTEN/NOTIFY.
+//
 // Open applies the schema's migrations (schema.go) and refuses a database
 // that a newer build migrated further (ErrSchemaTooNew). The connections
 // are a pgxpool.Pool: a connection the server dropped (a restart, an
@@ -26,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +49,21 @@ import (
 // applied.
 var ErrOutcomeUnknown = errors.New("postgres: connection lost while committing, outcome unknown")
 
+// ErrBadConnString is returned by Open when the connection string is not
+// a postgres:// (or postgresql://) URL or key=value pairs libpq would
+// take; nothing is contacted.
+var ErrBadConnString = errors.New("postgres: bad connection string")
+
+// ErrUnreachable is returned by Open when no connection to the server
+// could be made (nothing listens there, the name does not resolve, the
+// server refused the login, or it did not answer within the connect
+// timeout); nothing was written.
+var ErrUnreachable = errors.New("postgres: server unreachable")
+
+// DefaultConnectTimeout bounds Open's first connection when the
+// connection string gives no connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
 // Options configures Open. nil or a zero field means the default.
 type Options struct {
 	// Schema is the PostgreSQL schema that holds the store's tables,
@@ -48,8 +71,13 @@ type Options struct {
 	// by default). Several stores can share one database in schemas of
 	// their own.
 	Schema string
-	// MaxConns bounds the connections the store opens; 0 means 16.
+	// MaxConns bounds the connections the store opens for its calls; 0
+	// means 16.
 	MaxConns int32
+	// LeaseConns bounds the connections kept apart for renewing leases,
+	// so that a renewal never waits behind a busy host's other calls; 0
+	// means 2.
+	LeaseConns int32
 	// CompressThreshold is the size from which event data, module bytes
 	// and session records are stored zstd-compressed; 0 means 1 KiB,
 	// negative disables it.
@@ -63,6 +91,11 @@ type Options struct {
 // Store is the PostgreSQL store.
 type Store struct {
 	pool      *pgxpool.Pool
+	leasePool *pgxpool.Pool
+	// listenCfg makes Listen's connection; channel is the LISTEN/NOTIFY
+	// channel of the store's schema (channels are the database's).
+	listenCfg *pgx.ConnConfig
+	channel   string
 	threshold int
 	retryFor  time.Duration
 
@@ -83,8 +116,11 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if o.MaxConns == 0 {
 		o.MaxConns = 16
 	}
-	if o.MaxConns < 0 {
-		return nil, fmt.Errorf("postgres: MaxConns %d", o.MaxConns)
+	if o.LeaseConns == 0 {
+		o.LeaseConns = 2
+	}
+	if o.MaxConns < 0 || o.LeaseConns < 0 {
+		return nil, fmt.Errorf("postgres: MaxConns %d, LeaseConns %d", o.MaxConns, o.LeaseConns)
 	}
 	if o.CompressThreshold == 0 {
 		o.CompressThreshold = 1024
@@ -92,9 +128,9 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if o.RetryFor == 0 {
 		o.RetryFor = 10 * time.Second
 	}
-	cfg, err := pgxpool.ParseConfig(connString)
+	cfg, err := parseConnString(connString)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connection string: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = o.MaxConns
 	// A commit is acknowledged only once it is durable, whatever the
@@ -107,7 +143,20 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	err = pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return migrate(ctx, c.Conn(), o.Schema) })
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("postgres: open: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	err = migrate(ctx, c.Conn(), o.Schema)
+	var schema string
+	if err == nil {
+		err = c.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema)
+	}
+	c.Release()
 	if err != nil {
 		pool.Close()
 		if errors.Is(err, ErrSchemaTooNew) {
@@ -115,7 +164,33 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		}
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	return &Store{pool: pool, threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+	lcfg := cfg.Copy()
+	lcfg.MaxConns = o.LeaseConns
+	leasePool, err := pgxpool.NewWithConfig(ctx, lcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return &Store{pool: pool, leasePool: leasePool, listenCfg: cfg.ConnConfig, channel: "sandflow " + schema,
+		threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+}
+
+// parseConnString parses a connection string as pgxpool does, refusing a
+// URL of another scheme, and bounds the first connection by
+// DefaultConnectTimeout unless it says otherwise.
+func parseConnString(connString string) (*pgxpool.Config, error) {
+	if strings.Contains(connString, "://") && !strings.HasPrefix(connString, "postgres://") && !strings.HasPrefix(connString, "postgresql://") {
+		scheme, _, _ := strings.Cut(connString, "://")
+		return nil, fmt.Errorf("%w: scheme %q, want postgres:// or postgresql://", ErrBadConnString, scheme)
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadConnString, err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
 }
 
 // Close waits for the calls in progress and closes the connections.
@@ -126,6 +201,7 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.pool.Close()
+		s.leasePool.Close()
 	}
 	return nil
 }
@@ -140,15 +216,7 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // read runs fn on a connection, again on another when the connection
 // failed. fn only reads.
 func (s *Store) read(ctx context.Context, fn func(c *pgx.Conn) error) error {
-	return s.retry(ctx, func() (bool, error) {
-		c, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return ctx.Err() == nil, err
-		}
-		defer c.Release()
-		err = fn(c.Conn())
-		return err != nil && lost(ctx, c), err
-	})
+	return s.retry(ctx, func() (bool, error) { return poolCall(ctx, s.pool, fn) })
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(tx pgx.Tx) error) (bool, error) {

@@ -16,7 +16,9 @@ import (
 // batchRows is a batch checked and encoded, ready to be written: the
 // columns of its events, its run record, and its index changes.
 type batchRows struct {
-	runID string
+	runID   string
+	channel string // the store's LISTEN/NOTIFY channel
+	lease   *store.Lease
 	// Event columns, one element per event.
 	seqs   []int64
 	times  []int64
@@ -45,7 +47,7 @@ type askRow struct {
 // rec the run record it leaves, in the order the embedded store checks
 // it, and encodes it. Every refusal is store.ErrBadBatch.
 func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Batch) (*batchRows, error) {
-	w := &batchRows{runID: runID}
+	w := &batchRows{runID: runID, channel: s.channel, lease: b.Lease}
 	n := len(b.Events)
 	w.seqs, w.times, w.kinds, w.zstd, w.data = make([]int64, n), make([]int64, n), make([][]byte, n), make([]bool, n), make([][]byte, n)
 	for i, e := range b.Events {
@@ -155,6 +157,21 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		q.Queue(sql, args...)
 		checks = append(checks, c)
 	}
+	if w.lease != nil {
+		// After the run's row lock (or, for a new run, before its row
+		// exists): a lease taken before this statement is seen, and the
+		// host that took it appends only after this transaction (the row
+		// lock) and from where it left the log (the seq check). The lease
+		// row is read, not locked: a lock would make the holder's renewals
+		// wait behind its own appends.
+		l := *w.lease
+		add(func(ct int64) error {
+			if ct == 0 {
+				return fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, w.runID, l.Epoch, l.Owner)
+			}
+			return nil
+		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3`, w.runID, int64(l.Epoch), []byte(l.Owner))
+	}
 	add(func(ct int64) error {
 		if ct == 0 && created {
 			return fmt.Errorf("%w: %s", store.ErrRunExists, w.runID)
@@ -162,9 +179,13 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		return nil
 	}, runSQL, w.runColumns()...)
 	if len(w.seqs) > 0 {
-		add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data)
-SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
-			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data)
+		var epoch int64
+		if w.lease != nil {
+			epoch = int64(w.lease.Epoch)
+		}
+		add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data, epoch)
+SELECT $1, *, $7 FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
+			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data, epoch)
 	}
 	if w.rec.Status.Terminal() {
 		if !created {
@@ -208,6 +229,11 @@ created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXC
 			}
 			return nil
 		}, claimSQL, []byte(c.Token), []byte(c.RunID), int64(c.HookID))
+	}
+	if created {
+		// Hosts listening claim the new run if its creator does not drive
+		// it at once.
+		add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
 	}
 	br := tx.SendBatch(ctx, &q)
 	var err error
@@ -351,9 +377,25 @@ func (s *Store) Runs(ctx context.Context, f store.RunFilter) ([]store.Run, error
 		if f.Limit > 0 {
 			limit = int64(f.Limit)
 		}
+		// Each bound is a row comparison on (created_s, created_n, id),
+		// which the runs_created index serves in order.
+		var fromS, fromN, toS, toN, curS, curN, curID any
+		if !f.From.IsZero() {
+			fromS, fromN = secNanos(f.From)
+		}
+		if !f.To.IsZero() {
+			toS, toN = secNanos(f.To)
+		}
+		if f.Before != nil {
+			curS, curN = secNanos(f.Before.CreatedAt)
+			curID = f.Before.ID
+		}
 		rows, err := c.Query(ctx, `SELECT record FROM runs
 WHERE ($1::bytea IS NULL OR status = $1) AND ($2::bytea IS NULL OR tool = $2)
-ORDER BY created_s DESC, created_n DESC, id DESC LIMIT $3`, status, tool, limit)
+AND ($4::bigint IS NULL OR (created_s, created_n) >= ($4, $5::integer))
+AND ($6::bigint IS NULL OR (created_s, created_n) < ($6, $7::integer))
+AND ($8::bigint IS NULL OR (created_s, created_n, id) < ($8, $9::integer, $10::text))
+ORDER BY created_s DESC, created_n DESC, id DESC LIMIT $3`, status, tool, limit, fromS, fromN, toS, toN, curS, curN, curID)
 		if err != nil {
 			return err
 		}

@@ -119,10 +119,29 @@ CREATE TABLE states (
 	data   bytea NOT NULL
 );
 `,
+	// Leases (leases.go): who drives each run, under which epoch, until
+	// when (nanoseconds on the server's clock; 0 once released); and the
+	// epoch each event was written under.
+	2: `
+CREATE TABLE leases (
+	run_id     text COLLATE "C" PRIMARY KEY,
+	owner      bytea NOT NULL,
+	epoch      bigint NOT NULL,
+	expires_ns bigint NOT NULL
+);
+ALTER TABLE events ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
+`,
+	// Claims (ClaimRuns) look for runs left running without reading the
+	// others: the index holds only the running ones. A claimed run's due
+	// timers are read by run (DueTimersOf).
+	3: `
+CREATE INDEX runs_running ON runs (id) WHERE status = 'running'::bytea;
+CREATE INDEX timers_run ON timers (run_id, fire_ns);
+`,
 }
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 1
+const SchemaVersion = 3
 
 // migrate creates schema (when not "") and brings the store's tables in
 // the schema on search_path up to SchemaVersion, or refuses a newer one.

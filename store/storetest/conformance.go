@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -640,6 +641,18 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 		{store.RunFilter{Status: store.StatusCompleted}, "c b"},
 		{store.RunFilter{Status: store.StatusCompleted, Tool: "x", Limit: 5}, "c"},
 		{store.RunFilter{Status: store.StatusFailed}, ""},
+		// Time bounds: From <= created < To.
+		{store.RunFilter{From: base.Add(2)}, "c b d"},
+		{store.RunFilter{To: base.Add(3)}, "d a"},
+		{store.RunFilter{From: base.Add(2), To: base.Add(3)}, "d"},
+		{store.RunFilter{From: base.Add(4)}, ""},
+		// A cursor: the runs after it in the newest-first order, a tie on
+		// the time broken by the id.
+		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base.Add(3), ID: "c"}}, "b d a"},
+		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base.Add(3), ID: "b"}, Limit: 1}, "d"},
+		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base.Add(2), ID: "d"}, Tool: "x"}, "a"},
+		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base.Add(9), ID: ""}, Status: store.StatusCompleted}, "c b"},
+		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base, ID: "z"}}, ""},
 	} {
 		runs, err := ts.S.Runs(ctxBG, c.f)
 		if err != nil {
@@ -652,6 +665,25 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 		if got := strings.Join(ids, " "); got != c.want {
 			t.Errorf("Runs(%+v) = %q, want %q", c.f, got, c.want)
 		}
+	}
+	// A run's new status moves it between filters; a new run joins.
+	d := store.Run{ID: "d", Tool: "x", Status: store.StatusCompleted, CreatedAt: base.Add(2), LastSeq: 1}
+	if err := ts.S.Append(ctxBG, "d", 0, store.Batch{Events: []store.Event{{Seq: 1, Time: base, Kind: "k", Data: json.RawMessage(`{}`)}}, Run: &d}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.S.CreateRun(ctxBG, store.Run{ID: "e", Tool: "x", Status: store.StatusCompleted, CreatedAt: base.Add(1)}, store.Batch{}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := ts.S.Runs(ctxBG, store.RunFilter{Status: store.StatusCompleted, Tool: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range runs {
+		ids = append(ids, r.ID)
+	}
+	if got := strings.Join(ids, " "); got != "c d e" {
+		t.Errorf("completed runs of x after d completed and e was made: %q, want \"c d e\"", got)
 	}
 }
 

@@ -114,6 +114,16 @@ var fetchStep = sandflow.DefineStep("fetch", func(sc *sandflow.StepContext, url 
 	return map[string]any{"status": resp.Status, "body": resp.Body}, nil
 }, sandflow.MaxAttempts(1))
 
+// fetchRetry is fetch with attempts to spare: an attempt cut off (its
+// host killed) is retried.
+var fetchRetry = sandflow.DefineStep("fetchRetry", func(sc *sandflow.StepContext, url string) (map[string]any, error) {
+	resp, err := sandflow.Fetch(sc, sandflow.FetchRequest{URL: url, Headers: map[string]string{"X-Step": sc.StepID()}})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"status": resp.Status, "body": resp.Body}, nil
+}, sandflow.MaxAttempts(3), sandflow.Backoff(50*time.Millisecond, time.Second, 2))
+
 var echo = sandflow.DefineStep("echo", func(sc *sandflow.StepContext, v int) (int, error) { return v, nil })
 
 var noCall = sandflow.DefineStep("notListed", func(sc *sandflow.StepContext, _ int) (int, error) {
@@ -266,6 +276,34 @@ func init() {
 				return map[string]any{"payloads": got, "afterDispose": sandflow.ErrorType(err)}, nil
 			}
 			return map[string]any{"payloads": got}, nil
+
+		case "multihost":
+			// Every kind of wait a host may leave a run in: a step (with a
+			// side effect), a durable sleep, a question, a hook, a step.
+			a, err := count.Run(ctx, in.Token+"/1")
+			if err != nil {
+				return nil, err
+			}
+			if _, err := sandflow.Sleep(ctx, time.Duration(in.Ms)*time.Millisecond).Await(ctx); err != nil {
+				return nil, err
+			}
+			ans, err := sandflow.Ask(ctx, sandflow.AskRequest{Prompt: "go on?", Display: sandflow.DisplayText}).Await(ctx)
+			if err != nil {
+				return nil, err
+			}
+			h, err := sandflow.CreateHook[map[string]any](ctx, sandflow.HookOptions{Token: in.Token})
+			if err != nil {
+				return nil, err
+			}
+			p, err := h.Next(ctx).Await(ctx)
+			if err != nil {
+				return nil, err
+			}
+			b, err := count.Run(ctx, in.Token+"/2")
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"counts": []int{a, b}, "answer": ans.Text, "hook": p}, nil
 
 		case "hold-hook":
 			// Holds a hook and waits on a question, so its token stays taken.
@@ -428,6 +466,8 @@ func init() {
 
 		case "fetch":
 			return fetchStep.Run(ctx, in.Text)
+		case "fetch-retry":
+			return fetchRetry.Run(ctx, in.Text)
 
 		case "capability-not-listed":
 			_, err := noCall.Run(ctx, 1)
