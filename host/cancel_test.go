@@ -33,15 +33,27 @@ func TestCancelDuringStepStopsTheRunBeforeTheNextStep(t *testing.T) {
 		err error
 	}
 	cancelled := make(chan res, 1)
+	id := runIDOf(t, r)
 	go func() {
-		ri, err := r.h.Cancel(ctx, runIDOf(t, r), "stop")
+		ri, err := r.h.Cancel(ctx, id, "stop")
 		cancelled <- res{ri, err}
 	}()
-	// Nothing tells when Cancel is queued on the run; give it a moment.
-	time.Sleep(100 * time.Millisecond)
+	// The step ends only once the Cancel is done (it commits while the
+	// step runs) or waits for the run.
+	var c res
+	done := false
+	for !done && !host.CancelWaiting(r.h, id) {
+		select {
+		case c = <-cancelled:
+			done = true
+		case <-time.After(time.Millisecond):
+		}
+	}
 	close(r.block.release)
 	<-called
-	c := <-cancelled
+	if !done {
+		c = <-cancelled
+	}
 	if errors.Is(c.err, host.ErrRunEnded) || c.ri.Status != store.StatusCancelled {
 		t.Errorf("Cancel during a step: %v; run %s", c.err, c.ri.Status)
 	}

@@ -257,3 +257,32 @@ func TestEnginePerPlugin(t *testing.T) {
 		t.Errorf("an unknown engine: %v", err)
 	}
 }
+
+// EngineFor while the Host closes either makes its engine before Close
+// (which closes it) or is refused with ErrClosed, and after Close it is
+// refused: an engine made then would never be closed. Under -race this
+// also checks that Close does not read the Host's engines while EngineFor
+// adds one.
+func TestEngineForDuringClose(t *testing.T) {
+	ctx := context.Background()
+	h, err := host.OpenDir(ctx, t.TempDir(), nil) // wazero by default: wasmtime is made on first use
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := make(chan error, 1)
+	go func() {
+		_, err := h.EngineFor(ctx, host.EngineWasmtime)
+		made <- err
+	}()
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-made; err != nil && !errors.Is(err, host.ErrClosed) {
+		t.Errorf("EngineFor during Close: %v", err)
+	}
+	for _, kind := range []string{host.EngineWasmtime, host.EngineWazero} {
+		if e, err := h.EngineFor(ctx, kind); !errors.Is(err, host.ErrClosed) {
+			t.Errorf("EngineFor(%s) after Close: %v, %v; want ErrClosed", kind, e, err)
+		}
+	}
+}

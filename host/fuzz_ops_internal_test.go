@@ -449,6 +449,10 @@ func fuzzLiveOp(t *testing.T, i int, w *wfInstance, b *batch, op fuzzOp) []byte 
 		// A malformed name is refused before anything else and takes no
 		// position: the refusal depends only on the op, so replay repeats it.
 		refused(abi.StatusBadRequest)
+	case (kind == abi.OpReceive || kind == abi.OpReply) && w.plugin.m.Entry != EntryServe:
+		// Like a malformed name: refused for the plugin's entry alone, so
+		// it takes no position either.
+		refused(abi.StatusNotAllowed)
 	case !kind.InWorkflow():
 		refused(abi.StatusNotAllowed, abi.StatusUnknownOp)
 	case kind == abi.OpInput || kind == abi.OpMetadata:

@@ -195,8 +195,8 @@ type Host struct {
 	// under mu while it is not set.
 	closed bool
 	// engines are the engines by kind ("wazero", "wasmtime"), the default
-	// included; owned those the Host made, which Close closes (reading
-	// owned without mu, once closed is set).
+	// included; owned those the Host made, which Close closes (none is
+	// made once closed is set).
 	engines map[string]Engine
 	owned   []Engine
 	// The plugin registry: loaded plugin versions by name@version, the
@@ -329,7 +329,8 @@ func engineKind(e Engine) string {
 }
 
 // EngineFor returns the host's engine of that name: one of
-// Options.Engines, or wazero or wasmtime (made on first use).
+// Options.Engines, or wazero or wasmtime (made on first use). On a closed
+// Host it returns ErrClosed.
 func (h *Host) EngineFor(ctx context.Context, name string) (Engine, error) {
 	return h.engineFor(ctx, name)
 }
@@ -338,6 +339,9 @@ func (h *Host) EngineFor(ctx context.Context, name string) (Engine, error) {
 func (h *Host) engineFor(ctx context.Context, kind string) (Engine, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed // Close closes the engines it has
+	}
 	if e := h.engines[kind]; e != nil {
 		return e, nil
 	}
@@ -455,8 +459,9 @@ func (h *Host) Close(ctx context.Context) error {
 	for _, cm := range h.compiled {
 		errs = append(errs, cm.Close(ctx))
 	}
+	owned := h.owned
 	h.mu.Unlock()
-	for _, e := range h.owned {
+	for _, e := range owned {
 		errs = append(errs, e.Close(ctx))
 	}
 	if h.leaser != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -157,6 +158,9 @@ func (d *Definition) matches(m host.Manifest) error {
 // (host.Options.Engines).
 func RegisterTool(ctx context.Context, h *host.Host, name string, source []byte) (host.Plugin, error) {
 	he, err := h.EngineFor(ctx, EngineName)
+	if errors.Is(err, host.ErrClosed) {
+		return host.Plugin{}, err
+	}
 	if err != nil {
 		return host.Plugin{}, fmt.Errorf("%w: this host has no JavaScript engine: %v", host.ErrBadManifest, err)
 	}

@@ -258,8 +258,8 @@ func ReadRaw(b []byte, i int) ([]byte, int, bool) {
 // each lone surrogate escape replaced by U+FFFD.
 func ReadString(b []byte, i int) ([]byte, int, bool) {
 	// Most strings are printable ASCII without escapes: those are read
-	// here, in a loop small enough to be inlined into the codecs, the
-	// rest by readString.
+	// here, a table lookup per byte, the rest by readString (with the
+	// scanner).
 	if i < len(b) && b[i] == '"' {
 		j := i + 1
 		for j < len(b) && quick[b[j]] {
@@ -368,8 +368,8 @@ func hex4(h []byte) rune {
 // sign, a fraction or an exponent, at most max. It returns the value and
 // the index after it.
 func ReadUint(b []byte, i int, max uint64) (uint64, int, bool) {
-	// Short numbers without a leading zero are read here, in a loop small
-	// enough to be inlined; the rest by readUint.
+	// Short numbers without a leading zero are read here, without the
+	// overflow checks that only 20 digits need; the rest by readUint.
 	if i < len(b) && b[i]-'1' < 9 {
 		n, j := uint64(b[i]-'0'), i+1
 		for j < len(b) && b[j]-'0' <= 9 && j-i < 19 { // 19 digits cannot overflow
@@ -468,7 +468,8 @@ func Open(b []byte, i int, c byte) (next int, empty, ok bool) {
 // colon after it, returning the index of the member's value.
 func Key(b []byte, i int) (key []byte, next int, ok bool) {
 	// A plain key followed by a colon and no space, as the codecs write
-	// it, is read here, small enough to be inlined; the rest by key.
+	// it, is read here, as ReadString's loop reads it; the rest by
+	// readKey.
 	if i < len(b) && b[i] == '"' {
 		j := i + 1
 		for j < len(b) && quick[b[j]] {
