@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -31,7 +32,7 @@ func TestCorruptValues(t *testing.T) {
 	if err := s.Append(ctxBG, "r", 2, b); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestInvariantCheckerCatchesDamage(t *testing.T) {
 			if _, err := s.PutPlugin(ctxBG, store.Plugin{Name: "p", ModuleHash: "h"}, []byte("m")); err != nil {
 				t.Fatal(err)
 			}
-			conn, err := pgx.Connect(ctxBG, testDSN(t))
+			conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -74,7 +75,7 @@ func TestFencingWaitsForTheRowLock(t *testing.T) {
 	schema := newSchema(t)
 	s := openSchema(t, schema, Options{})
 	mustCreate(t, s, "r")
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestFencingWaitsForTheRowLock(t *testing.T) {
 	waiting := false
 	for range 200 {
 		var n int
-		c2, err := pgx.Connect(ctxBG, testDSN(t))
+		c2, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +144,7 @@ func TestAppendRefusesEventsBeyondTheLog(t *testing.T) {
 	s := openSchema(t, schema, Options{})
 	mustCreate(t, s, "r")
 	q := pgx.Identifier{schema}.Sanitize()
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,36 +5,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 	"github.com/sandflow/sandflow/store/storetest"
 )
-
-// testDSN is the server the tests use, from SANDFLOW_TEST_POSTGRES. Without
-// it the tests skip, unless SANDFLOW_CI=1 says they must run.
-func testDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv("SANDFLOW_TEST_POSTGRES")
-	if dsn == "" {
-		if os.Getenv("SANDFLOW_CI") == "1" {
-			t.Fatal("SANDFLOW_TEST_POSTGRES not set, and SANDFLOW_CI=1 requires the PostgreSQL tests to run")
-		}
-		t.Skip("SANDFLOW_TEST_POSTGRES not set: the PostgreSQL store's tests need a server, named by a URL such as postgres://USER@127.0.0.1:5432/DBNAME")
-	}
-	return dsn
-}
 
 // newSchema makes a schema name of t's own and drops the schema, with
 // everything in it, when t ends, after checking the store's invariants
 // there.
 func newSchema(t testing.TB) string {
 	t.Helper()
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	b := make([]byte, 6)
 	rand.Read(b)
 	schema := "sandflow_test_" + hex.EncodeToString(b)
@@ -61,7 +47,7 @@ func openSchema(t testing.TB, schema string, opts Options) *Store {
 	if opts.MaxConns == 0 {
 		opts.MaxConns = 4
 	}
-	s, err := Open(context.Background(), testDSN(t), &opts)
+	s, err := Open(context.Background(), pgtest.DSN(t), &opts)
 	if err != nil {
 		t.Fatalf("Open(schema %s): %v", schema, err)
 	}

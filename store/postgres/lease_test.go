@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -31,7 +32,7 @@ func leased(b store.Batch, l store.Lease) store.Batch {
 // by seq, and who wrote it (the event data's "by").
 func eventEpochs(t *testing.T, schema, runID string) (epochs []int64, by []string) {
 	t.Helper()
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

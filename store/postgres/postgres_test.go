@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 	"github.com/sandflow/sandflow/store/storetest"
 )
@@ -13,14 +14,14 @@ var ctxBG = context.Background()
 
 // TestConformance runs the suite the embedded store passes.
 func TestConformance(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	storetest.Run(t, opener(Options{}))
 }
 
 // TestSimulationCompressEverything runs the simulation again with nearly
 // every value compressed.
 func TestSimulationCompressEverything(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	storetest.Simulation(t, opener(Options{CompressThreshold: 1}))
 }
 
@@ -29,7 +30,7 @@ func TestSimulationCompressEverything(t *testing.T) {
 // batch is there, whole.
 func TestCrash(t *testing.T) {
 	storetest.Crash(t, func(t *testing.T) string { return newSchema(t) }, func(schema string) (store.Store, error) {
-		s, err := Open(ctxBG, testDSN(t), &Options{Schema: schema, MaxConns: 2})
+		s, err := Open(ctxBG, pgtest.DSN(t), &Options{Schema: schema, MaxConns: 2})
 		if err != nil {
 			return nil, err
 		}

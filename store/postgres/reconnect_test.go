@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandflow/sandflow/internal/pgtest"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -19,7 +20,7 @@ import (
 // application_name is app, and returns how many it killed.
 func terminate(t *testing.T, app string) int {
 	t.Helper()
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func terminate(t *testing.T, app string) int {
 // withApp is the test server's connection string with an
 // application_name that names the store's connections.
 func withApp(t *testing.T, app string) string {
-	dsn := testDSN(t)
+	dsn := pgtest.DSN(t)
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sandflow/sandflow/internal/pgtest"
 )
 
 // Open migrates a new schema once, however many hosts open it at once,
@@ -19,7 +21,7 @@ func TestMigrations(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := Open(ctxBG, testDSN(t), &Options{Schema: schema, MaxConns: 1})
+			s, err := Open(ctxBG, pgtest.DSN(t), &Options{Schema: schema, MaxConns: 1})
 			if err == nil {
 				s.Close()
 			}
@@ -41,7 +43,7 @@ func TestMigrations(t *testing.T) {
 	}
 	s.Close()
 
-	conn, err := pgx.Connect(ctxBG, testDSN(t))
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestMigrations(t *testing.T) {
 	if _, err := conn.Exec(ctxBG, `UPDATE `+q+`.sandflow_schema SET version = $1`, SchemaVersion+1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(ctxBG, testDSN(t), &Options{Schema: schema})
+	_, err = Open(ctxBG, pgtest.DSN(t), &Options{Schema: schema})
 	var se *SchemaError
 	if !errors.Is(err, ErrSchemaTooNew) || !errors.As(err, &se) || se.Found != SchemaVersion+1 || se.Known != SchemaVersion {
 		t.Fatalf("Open of a newer schema = %v, want a *SchemaError{%d, %d}", err, SchemaVersion+1, SchemaVersion)
