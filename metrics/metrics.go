@@ -146,6 +146,31 @@ func Ready(h *host.Host) http.HandlerFunc {
 	}
 }
 
+// runCounts counts the runs by status and tool: from the store's own
+// counts where it keeps them (store.RunCounter), else from every record.
+func runCounts(ctx context.Context, h *host.Host) ([]store.RunCount, error) {
+	if rc, ok := h.Store().(store.RunCounter); ok {
+		return rc.RunCounts(ctx)
+	}
+	runs, err := h.Runs(ctx, store.RunFilter{})
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		status store.RunStatus
+		tool   string
+	}
+	n := map[key]int{}
+	for _, r := range runs {
+		n[key{r.Status, r.Tool}]++
+	}
+	out := make([]store.RunCount, 0, len(n))
+	for k, v := range n {
+		out = append(out, store.RunCount{Status: k.status, Tool: k.tool, N: v})
+	}
+	return out, nil
+}
+
 // hostCollector reads the host's state at each scrape.
 type hostCollector struct{ h *host.Host }
 
@@ -170,18 +195,11 @@ func (c hostCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	failed := 0.0
-	// The store has no count by status and tool: this reads every run
-	// record (see README, "Metrics").
-	if runs, err := c.h.Runs(ctx, store.RunFilter{}); err != nil {
+	if counts, err := runCounts(ctx, c.h); err != nil {
 		failed = 1
 	} else {
-		type key struct{ status, tool string }
-		n := map[key]int{}
-		for _, r := range runs {
-			n[key{string(r.Status), r.Tool}]++
-		}
-		for k, v := range n {
-			ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(v), k.status, k.tool)
+		for _, rc := range counts {
+			ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(rc.N), string(rc.Status), rc.Tool)
 		}
 	}
 	if qs, err := c.h.Questions(ctx, true); err != nil {

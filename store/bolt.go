@@ -952,6 +952,14 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 	}
 }
 
+// RunCounts implements RunCounter, from the run index.
+func (s *Bolt) RunCounts(ctx context.Context) ([]RunCount, error) {
+	if err := s.indexRuns(); err != nil {
+		return nil, err
+	}
+	return s.idx.counts(), nil
+}
+
 // indexRuns builds the runs' index, once. On a writable store it reads the
 // records with the write lock held, so that every write after the read
 // updates the index (apply1) and none falls between.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,3 +151,30 @@ func cmpEntry(a, b *indexEntry) int {
 	}
 	return 1
 }
+
+// counts returns how many runs the index holds by status and tool.
+func (x *runIndex) counts() []RunCount {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	type key struct {
+		status RunStatus
+		tool   string
+	}
+	n := map[key]int{}
+	for _, e := range x.sorted {
+		n[key{e.status, e.tool}]++
+	}
+	out := make([]RunCount, 0, len(n))
+	for k, v := range n {
+		out = append(out, RunCount{Status: k.status, Tool: k.tool, N: v})
+	}
+	slices.SortFunc(out, func(a, b RunCount) int {
+		if a.Status != b.Status {
+			return strings.Compare(string(a.Status), string(b.Status))
+		}
+		return strings.Compare(a.Tool, b.Tool)
+	})
+	return out
+}
+
+var _ RunCounter = (*Bolt)(nil)

@@ -270,3 +270,17 @@ type Plugin struct {
 	CreatedAt  time.Time       `json:"createdAt"`
 	Size       int             `json:"size"`
 }
+
+// RunCounter is a Store that counts its runs by status and tool without
+// reading every record: both stores here are (the embedded one from its
+// run index, PostgreSQL with one aggregate query).
+type RunCounter interface {
+	RunCounts(ctx context.Context) ([]RunCount, error)
+}
+
+// RunCount is how many runs have a status and a tool.
+type RunCount struct {
+	Status RunStatus
+	Tool   string
+	N      int
+}

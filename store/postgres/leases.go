@@ -14,7 +14,10 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-var _ store.Leaser = (*Store)(nil)
+var (
+	_ store.Leaser     = (*Store)(nil)
+	_ store.RunCounter = (*Store)(nil)
+)
 
 // nowNS is the server's clock in Unix nanoseconds: every host measures
 // leases on it, whatever its own clock says.

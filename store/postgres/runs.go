@@ -413,6 +413,26 @@ ORDER BY created_s DESC, created_n DESC, id DESC LIMIT $3`, status, tool, limit,
 	return out, err
 }
 
+// RunCounts implements store.RunCounter: one aggregate over the runs.
+func (s *Store) RunCounts(ctx context.Context) ([]store.RunCount, error) {
+	var out []store.RunCount
+	err := s.read(ctx, func(c *pgx.Conn) error {
+		out = out[:0]
+		rows, err := c.Query(ctx, `SELECT status, tool, count(*) FROM runs GROUP BY status, tool ORDER BY status, tool`)
+		if err != nil {
+			return err
+		}
+		var status, tool []byte
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&status, &tool, &n}, func() error {
+			out = append(out, store.RunCount{Status: store.RunStatus(status), Tool: string(tool), N: int(n)})
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]store.Event, error) {
 	var out []store.Event

@@ -685,6 +685,22 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 	if got := strings.Join(ids, " "); got != "c d e" {
 		t.Errorf("completed runs of x after d completed and e was made: %q, want \"c d e\"", got)
 	}
+	// Counts by status and tool, where the store keeps them.
+	rc, ok := ts.S.(store.RunCounter)
+	if !ok {
+		return
+	}
+	counts, err := rc.RunCounts(ctxBG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range counts {
+		got = append(got, fmt.Sprintf("%s/%s=%d", c.Status, c.Tool, c.N))
+	}
+	if want := "completed/x=3 completed/y=1 running/x=1"; strings.Join(got, " ") != want {
+		t.Errorf("RunCounts = %q, want %q", strings.Join(got, " "), want)
+	}
 }
 
 func testSessions(t *testing.T, open Opener) {
