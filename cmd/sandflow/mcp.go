@@ -52,7 +52,7 @@ server's own MCP options then apply (serve --mcp-call-wait, ...).`,
 			h, err := a.open(ctx)
 			if errors.Is(err, store.ErrLocked) {
 				si, ok := runningServer(a.dataDir)
-				if !ok {
+				if !ok || !confirmServer(si) {
 					return lockedError(a.dataDir, err)
 				}
 				return proxyMCP(ctx, in, out, si.URL+"/mcp", token)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -484,5 +486,58 @@ func TestCLIGoesThroughTheRunningServer(t *testing.T) {
 	}
 	if runs := decode[[]store.Run](t, c.ok("--json", "runs", "list")); len(runs) != 2 {
 		t.Errorf("refused calls created runs: %+v", runs)
+	}
+}
+
+// A serve.json that names a URL where another server answers (as after a
+// crash, when its port and pid went to other processes) gets no token:
+// the command checks the server's instance name first, and exits as on a
+// locked directory.
+func TestCLISendsNoTokenToAServerThatIsNotServe(t *testing.T) {
+	c := newCLI(t)
+	serve := exec.Command(bin, "--data", c.data, "serve", "--addr", "127.0.0.1:0")
+	serr, _ := serve.StderrPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+	}()
+	waitLine(t, serr, "serving", 30*time.Second)
+	var mu sync.Mutex
+	var tokens []string
+	impostor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tokens = append(tokens, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set(instanceHeader, "not-the-one")
+		w.Write([]byte(`{"runs":[]}`))
+	}))
+	defer impostor.Close()
+	si, ok := runningServer(c.data)
+	if !ok || si.Instance == "" {
+		t.Fatalf("serve.json: %+v %v", si, ok)
+	}
+	// Through the real serve first: the check passes.
+	if _, errs, code := c.run("runs", "list"); code != 0 || !strings.Contains(errs, "through the API") {
+		t.Fatalf("runs list through serve: exit %d: %s", code, errs)
+	}
+	stale := si
+	stale.URL = impostor.URL
+	b, _ := json.Marshal(stale)
+	if err := os.WriteFile(filepath.Join(c.data, serveInfoFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(exitLocked, "runs", "list")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tok := range tokens {
+		if tok != "" {
+			t.Errorf("the other server was sent %q", tok)
+		}
+	}
+	if len(tokens) == 0 {
+		t.Error("the command did not ask the other server who it is")
 	}
 }

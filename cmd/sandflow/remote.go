@@ -43,7 +43,7 @@ const maxRemoteAnswer = 600 << 20
 // is set), else the directory's tokens.json.
 func (a *app) server(admin bool) (remote, error) {
 	si, ok := runningServer(a.dataDir)
-	if !ok {
+	if !ok || !confirmServer(si) {
 		return remote{}, errNoServer
 	}
 	env := "SANDFLOW_API_TOKEN"

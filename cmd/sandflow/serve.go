@@ -114,6 +114,7 @@ at once.`,
 
 			var srv *http.Server
 			var api *httpapi.Server
+			instance := randomHex(16)
 			var mcpSrv *mcp.Server
 			if ln != nil {
 				if apiToken == "" && adminToken == "" {
@@ -160,7 +161,7 @@ at once.`,
 				}
 				defer stopConsole(context.Background())
 				srv = httpapi.NewHTTPServer(api)
-				srv.Handler = handler
+				srv.Handler = withInstance(handler, instance)
 				srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 				go func() {
 					if err := srv.Serve(httpapi.LimitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -170,7 +171,7 @@ at once.`,
 			}
 			if ln != nil {
 				// Commands that find the directory locked point at this server.
-				if err := writeServeInfo(a.dataDir, baseURL); err != nil {
+				if err := writeServeInfo(a.dataDir, baseURL, instance); err != nil {
 					logger.Warn("writing "+serveInfoFile, "err", err)
 				}
 				defer os.Remove(filepath.Join(a.dataDir, serveInfoFile))
@@ -257,15 +258,55 @@ const serveInfoFile = "serve.json"
 type serveInfo struct {
 	PID int    `json:"pid"`
 	URL string `json:"url"`
+	// Instance is this serve's own random name, which its /healthz
+	// answers in the Sandflow-Instance header: a command checks it before
+	// it sends a token to the URL (confirmServer), so a serve.json left by
+	// a crash, whose pid and port another process now has, is no way to
+	// hand that process the tokens.
+	Instance string `json:"instance"`
 }
 
-func writeServeInfo(dir, url string) error {
-	b, _ := json.Marshal(serveInfo{PID: os.Getpid(), URL: url})
+// instanceHeader carries a serve's Instance on its /healthz answers.
+const instanceHeader = "Sandflow-Instance"
+
+// withInstance answers /healthz with the serve's instance name.
+func withInstance(next http.Handler, instance string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			w.Header().Set(instanceHeader, instance)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeServeInfo(dir, url, instance string) error {
+	b, _ := json.Marshal(serveInfo{PID: os.Getpid(), URL: url, Instance: instance})
 	tmp := filepath.Join(dir, serveInfoFile+".tmp")
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, serveInfoFile))
+}
+
+// confirmServer asks the URL serve.json names whether it is that serve:
+// its /healthz, without a token, must answer with serve.json's instance
+// name.
+func confirmServer(si serveInfo) bool {
+	if si.Instance == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, si.URL+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.Header.Get(instanceHeader) == si.Instance
 }
 
 // runningServer returns the URL of the API of the sandflow serve that has
