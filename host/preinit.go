@@ -58,7 +58,7 @@ func (b *binding) config(lp *loadedPlugin) InstanceConfig {
 	return InstanceConfig{
 		Clock: b, Random: b, Ops: b,
 		Stdout: bindingWriter{b, false}, Stderr: bindingWriter{b, true},
-		MemoryLimit: lp.limits.MemoryBytes, CPULimit: lp.limits.CPUTime,
+		MemoryLimit: lp.limits.MemoryBytes, CPULimit: lp.limits.CPUTime, Name: lp.m.Name,
 	}
 }
 

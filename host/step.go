@@ -197,6 +197,7 @@ func (h *Host) newStepInstance(ctx context.Context, lp *loadedPlugin) (*stepInst
 		Random:      rand.Reader,
 		Stdout:      stepWriter{s, "stdout"},
 		Stderr:      stepWriter{s, "stderr"},
+		Name:        lp.m.Name,
 		MemoryLimit: lp.limits.MemoryBytes,
 		CPULimit:    lp.limits.CPUTime,
 		Ops:         s,

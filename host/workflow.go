@@ -112,6 +112,7 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 		Stderr:      outWriter{w, "stderr"},
 		MemoryLimit: lp.limits.MemoryBytes,
 		CPULimit:    lp.limits.CPUTime,
+		Name:        lp.m.Name,
 		Ops:         w,
 	})
 	if err != nil {

@@ -284,7 +284,7 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	}
 	park := kind == kindProgram && e.lot.max > 0
 	log := i.replayLog(kind, lim)
-	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
+	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Name: i.cfg.Name, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
 	err = w.send(frameActivate, raw)
 	if err == nil && log != nil {
 		err = w.send(frameLog, log)

@@ -193,8 +193,11 @@ type activation struct {
 	// Kind is what to run: a workflow tool's program (""), or an authored
 	// tool's workflow activation, step attempt or definition.
 	Kind string `json:"kind,omitempty"`
-	// Source is an authored tool's script.
+	// Source is an authored tool's script, and Name its tool: the stack
+	// of a run's error names the script NAME.js (the program's own stacks
+	// say tool.js).
 	Source string `json:"source,omitempty"`
+	Name   string `json:"name,omitempty"`
 	// Seed seeds Math.random; the host draws it from the run's generator.
 	Seed []byte `json:"seed"`
 	// Now is the logical clock at the start, unix ns.

@@ -159,6 +159,9 @@ type toolErrorDetails struct {
 
 var scriptStackPos = regexp.MustCompile(regexp.QuoteMeta(scriptName) + `:(\d+):(\d+)`)
 
+// stackScript finds the script's file name in a stack's frames.
+var stackScript = regexp.MustCompile(`(^|[\s(])` + regexp.QuoteMeta(scriptName) + `:`)
+
 // toolError is the error object a value thrown by a tool's code becomes:
 // its name as the type (FatalError, RetryableError, TypeError, ...), its
 // message, and its stack. Reading them runs the script's getters, which a
@@ -197,6 +200,12 @@ func (s *session) toolError(v goja.Value) (*abi.ErrorObject, error) {
 		if m := scriptStackPos.FindStringSubmatch(d.Stack); m != nil {
 			d.Line, _ = strconv.Atoi(m[1])
 			d.Column, _ = strconv.Atoi(m[2])
+		}
+		// The run's error names the script by its tool. The program
+		// itself sees tool.js in its stacks, as it always has, so that a
+		// run recorded before replays the same.
+		if s.act.Name != "" {
+			d.Stack = stackScript.ReplaceAllString(d.Stack, "${1}"+s.act.Name+".js:")
 		}
 		eo.Details, _ = json.Marshal(d)
 	}

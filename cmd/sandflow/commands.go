@@ -428,8 +428,8 @@ func printRunWith(w io.Writer, ri host.RunInfo, cmd string) {
 
 // printErrorDetails prints where a JavaScript failure happened: its line
 // and column, its code, and its stack, which names an authored tool's
-// script by the tool (the log records it as tool.js) and leaves out the
-// host's own frames. Other details are printed as JSON.
+// script by the tool (histories from before the engine did so name it
+// tool.js) and leaves out the host's own frames. Other details are printed as JSON.
 func printErrorDetails(w io.Writer, tool string, eo *abi.ErrorObject) {
 	if len(eo.Details) == 0 {
 		return

@@ -274,6 +274,18 @@ func TestCLIJavaScriptFailureShowsWhere(t *testing.T) {
 			t.Errorf("the failure lacks %q:\n%s", want, out)
 		}
 	}
+	// The run's error itself names the script by its tool, as --json
+	// shows it (and logs do), not by a file name of the host's.
+	out, _, _ = c.run("--json", "call", "thrower")
+	ri := decode[host.RunInfo](t, out)
+	var d struct {
+		Line, Column int
+		Stack        string
+	}
+	if ri.Error == nil || json.Unmarshal(ri.Error.Details, &d) != nil || d.Line != 6 || d.Column != 11 ||
+		!strings.Contains(d.Stack, "(thrower.js:6:11") || strings.Contains(d.Stack, "tool.js") {
+		t.Errorf("--json: %+v, details %+v", ri.Error, d)
+	}
 }
 
 // A workflow program's syntax error prints its position and code; one that

@@ -68,6 +68,10 @@ type InstanceConfig struct {
 	// CPULimit bounds each Call and the initialisation.
 	CPULimit time.Duration
 	Ops      OpHandler
+	// Name is the tool the instance runs, for the engine's diagnostics
+	// (a JavaScript tool's script is named NAME.js in its stacks); "" when
+	// unknown. The guest does not see it.
+	Name string
 }
 
 // GuestClock supplies the time a guest sees through WASI.
