@@ -644,8 +644,16 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	if fromPool {
 		defer h.refill(lp) // it took an instance from the pool
 	}
+	// An activation run again on another instance (below) is the one
+	// observed, not this attempt too.
+	again := false
 	if o := h.observer(); o != nil {
-		defer observeActivation(o, rs, w, len(rs.ops), time.Now())
+		before, start := len(rs.ops), time.Now()
+		defer func() {
+			if !again {
+				observeActivation(o, rs, w, before, start)
+			}
+		}()
 	}
 	w.begin(b)
 	res, err := w.inst.Call(ctx, abi.RunExport)
@@ -669,6 +677,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
+		again = true
 		return h.activate(ctx, rh)
 	}
 	w.warmed = false
@@ -680,6 +689,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
+		again = true
 		return h.activate(ctx, rh)
 	}
 	if err != nil {
