@@ -166,15 +166,25 @@ func sign(key []byte, agent string, a Approval) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// signStep signs the approvals a turn gave, for its result.
-func (l *Loop) signStep(a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) {
+// approvalsAndKey reads a sign or verify step's approvals, and the key
+// they are signed with.
+func (l *Loop) approvalsAndKey(in abi.StepInput) ([]Approval, []byte, *abi.ErrorObject) {
 	var list []Approval
 	if err := json.Unmarshal(in.Input, &list); err != nil {
-		return nil, fatal("the approvals: %v", err)
+		return nil, nil, fatal("the approvals: %v", err)
 	}
 	key, err := l.secret()
 	if err != nil {
-		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: "the approval secret: " + err.Error()}
+		return nil, nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: "the approval secret: " + err.Error()}
+	}
+	return list, key, nil
+}
+
+// signStep signs the approvals a turn gave, for its result.
+func (l *Loop) signStep(a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) {
+	list, key, eo := l.approvalsAndKey(in)
+	if eo != nil {
+		return nil, eo
 	}
 	for i := range list {
 		list[i].Signature = sign(key, a.Name, list[i])
@@ -185,13 +195,9 @@ func (l *Loop) signStep(a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) 
 // verifyStep checks the signatures of the approvals a turn's history
 // carries.
 func (l *Loop) verifyStep(a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) {
-	var list []Approval
-	if err := json.Unmarshal(in.Input, &list); err != nil {
-		return nil, fatal("the approvals: %v", err)
-	}
-	key, err := l.secret()
-	if err != nil {
-		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: "the approval secret: " + err.Error()}
+	list, key, eo := l.approvalsAndKey(in)
+	if eo != nil {
+		return nil, eo
 	}
 	for _, ap := range list {
 		if !hmac.Equal([]byte(sign(key, a.Name, ap)), []byte(ap.Signature)) {
