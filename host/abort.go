@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"log/slog"
 	"time"
 
@@ -55,7 +56,7 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 		b := newBatch(rs)
 		now := time.Now()
 		index := len(rs.aborts)
-		if _, err := b.pushAt(EvAbortRequested, now, &evData{Reason: reason, Index: index}); err != nil {
+		if _, err := b.pushAt(EvAbortRequested, now, &history.Data{Reason: reason, Index: index}); err != nil {
 			return err
 		}
 		if err := withdrawOpenAsks(rs, b, now); err != nil {
@@ -95,7 +96,7 @@ func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
 	for i, o := range rs.ops {
 		if o != nil && o.kind == abi.OpAsk && !o.settled { // nil: left out of a state image, settled
 			p := uint32(i + 1)
-			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err
 			}
 			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
@@ -113,7 +114,7 @@ func cancelAgentTurns(rs *runState, b *batch, now time.Time) error {
 		for _, p := range rs.pendingAgents() {
 			if o := rs.op(p); o.agent != nil && o.agent.CancelOnAbort {
 				res := abi.AgentResult{Status: abi.AgentCancelled}
-				if _, err := b.pushAt(EvAgentSettled, now, &evData{Op: p, Agent: &res}); err != nil {
+				if _, err := b.pushAt(EvAgentSettled, now, &history.Data{Op: p, Agent: &res}); err != nil {
 					return err
 				}
 				more = true
@@ -151,7 +152,7 @@ func (h *Host) abortExpired(rs *runState, b *batch, index int) error {
 	if err := b.finish(now, abi.InterruptCancelled); err != nil {
 		return err
 	}
-	_, err := b.pushAt(EvRunCancelled, now, &evData{Reason: rs.aborts[index].reason})
+	_, err := b.pushAt(EvRunCancelled, now, &history.Data{Reason: rs.aborts[index].reason})
 	return err
 }
 

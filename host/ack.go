@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"strconv"
 	"strings"
 
@@ -93,7 +94,7 @@ func (h *Host) settleBatch(ctx context.Context, rh *runHandle, ask store.Ask, de
 		return nil, err
 	}
 	b := newBatch(rs)
-	if _, err := b.push(EvAskSettled, &evData{Op: ask.Position, AskID: ask.ID, Answer: &ans}); err != nil {
+	if _, err := b.push(EvAskSettled, &history.Data{Op: ask.Position, AskID: ask.ID, Answer: &ans}); err != nil {
 		return nil, err
 	}
 	b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, ask.Position))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"net/url"
 	"strings"
 	"time"
@@ -180,7 +181,7 @@ func (h *Host) recordAgents(ctx context.Context, rh *runHandle, turns []agentOut
 		if o == nil || o.kind != abi.OpAgent || o.settled {
 			continue // the run moved on (it was cancelled, say)
 		}
-		if _, err := b.push(EvAgentSettled, &evData{Op: t.p, Agent: &t.res}); err != nil {
+		if _, err := b.push(EvAgentSettled, &history.Data{Op: t.p, Agent: &t.res}); err != nil {
 			return err
 		}
 	}

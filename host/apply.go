@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -19,7 +20,7 @@ import (
 // applyRunCreated takes the run's identity from its first event: the seed
 // of its generator, its start time, the plugin version it is pinned to,
 // and its first call (a serve run's others come by call_received).
-func (rs *runState) applyRunCreated(e *store.Event, d *evData) error {
+func (rs *runState) applyRunCreated(e *store.Event, d *history.Data) error {
 	if rs.created != nil {
 		return fmt.Errorf("%w: second %s at event %d", ErrBadHistory, e.Kind, e.Seq)
 	}
@@ -44,7 +45,7 @@ func (rs *runState) applyRunResumed(e *store.Event) {
 // applyStepStarted begins an attempt of a step: attempt 1 creates the
 // step's op; a later one reopens the op, whose last attempt failed with a
 // retry.
-func (rs *runState) applyStepStarted(e *store.Event, d *evData) error {
+func (rs *runState) applyStepStarted(e *store.Event, d *history.Data) error {
 	if o := rs.op(d.Op); o != nil && d.Attempt > 1 {
 		if o.kind != abi.OpStep || o.settled || o.attemptOpen {
 			return fmt.Errorf("%w: event %d starts attempt %d of op %d, which cannot retry", ErrBadHistory, e.Seq, d.Attempt, d.Op)
@@ -64,7 +65,7 @@ func (rs *runState) applyStepStarted(e *store.Event, d *evData) error {
 // step_failed): a completion fulfils the step's future, a failure with a
 // retry time leaves it pending until the next attempt, any other failure
 // rejects it.
-func (rs *runState) applyStepEnded(e *store.Event, d *evData) error {
+func (rs *runState) applyStepEnded(e *store.Event, d *history.Data) error {
 	o, err := rs.existingOp(e, d.Op, abi.OpStep)
 	if err != nil {
 		return err
@@ -87,7 +88,7 @@ func (rs *runState) applyStepEnded(e *store.Event, d *evData) error {
 // applyTimerSet creates a sleep op. A sleep whose time had come when it
 // was made is settled by the guest's own op (Immediate), so the guest sees
 // it at once rather than in the next activation.
-func (rs *runState) applyTimerSet(e *store.Event, d *evData) error {
+func (rs *runState) applyTimerSet(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpSleep, "")
 	if err != nil {
 		return err
@@ -102,7 +103,7 @@ func (rs *runState) applyTimerSet(e *store.Event, d *evData) error {
 }
 
 // applyTimerFired fulfils a sleep's future, once.
-func (rs *runState) applyTimerFired(e *store.Event, d *evData) error {
+func (rs *runState) applyTimerFired(e *store.Event, d *history.Data) error {
 	o, err := rs.existingOp(e, d.Op, abi.OpSleep)
 	if err != nil {
 		return err
@@ -117,14 +118,14 @@ func (rs *runState) applyTimerFired(e *store.Event, d *evData) error {
 // applyAskOpened creates a question's op. One answered as it was asked
 // (no one can answer, or the run is unwinding from an abort) is settled by
 // the guest's own op; any other stays open and is counted in openAsks.
-func (rs *runState) applyAskOpened(e *store.Event, d *evData) error {
+func (rs *runState) applyAskOpened(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpAsk, "")
 	if err != nil {
 		return err
 	}
 	o.askID, o.request = d.AskID, d.Request
 	if d.Answer != nil {
-		o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), d.Op)
+		o.settle(e.Seq, abi.FutureFulfilled, history.EncodeAnswer(d.Answer), d.Op)
 	} else {
 		rs.openAsks++
 	}
@@ -133,7 +134,7 @@ func (rs *runState) applyAskOpened(e *store.Event, d *evData) error {
 
 // applyAskSettled fulfils an open question's future with its answer (an
 // answer, or a withdrawal).
-func (rs *runState) applyAskSettled(e *store.Event, d *evData) error {
+func (rs *runState) applyAskSettled(e *store.Event, d *history.Data) error {
 	o, err := rs.existingOp(e, d.Op, abi.OpAsk)
 	if err != nil {
 		return err
@@ -141,7 +142,7 @@ func (rs *runState) applyAskSettled(e *store.Event, d *evData) error {
 	if o.settled || d.Answer == nil {
 		return fmt.Errorf("%w: question of op %d settled twice or without an answer", ErrBadHistory, d.Op)
 	}
-	o.settle(e.Seq, abi.FutureFulfilled, answerJSON(d.Answer), 0)
+	o.settle(e.Seq, abi.FutureFulfilled, history.EncodeAnswer(d.Answer), 0)
 	rs.openAsks--
 	return nil
 }
@@ -149,7 +150,7 @@ func (rs *runState) applyAskSettled(e *store.Event, d *evData) error {
 // applyHookCreated creates a hook (or a webhook) and its op, answered at
 // once with the token; a token another run held is recorded as the
 // hook's conflict, and every wait on the hook then rejects.
-func (rs *runState) applyHookCreated(e *store.Event, d *evData) error {
+func (rs *runState) applyHookCreated(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpHookCreate, "")
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func (rs *runState) applyHookCreated(e *store.Event, d *evData) error {
 // applyHookNext creates a wait for a hook's next payload: the hook's
 // index-th wait takes its index-th payload, already received or not yet.
 // A wait on a hook in conflict or disposed rejects at once.
-func (rs *runState) applyHookNext(e *store.Event, d *evData) error {
+func (rs *runState) applyHookNext(e *store.Event, d *history.Data) error {
 	h := rs.hooks[d.Hook]
 	if h == nil {
 		return fmt.Errorf("%w: event %d waits on unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
@@ -190,7 +191,7 @@ func (rs *runState) applyHookNext(e *store.Event, d *evData) error {
 
 // applyHookReceived delivers a payload to a live hook: it fulfils the
 // wait that takes it, if the guest has made that wait yet.
-func (rs *runState) applyHookReceived(e *store.Event, d *evData) error {
+func (rs *runState) applyHookReceived(e *store.Event, d *history.Data) error {
 	h := rs.hooks[d.Hook]
 	if h == nil || h.disposed || h.conflict != "" {
 		return fmt.Errorf("%w: event %d delivers to hook %d, which cannot receive", ErrBadHistory, e.Seq, d.Hook)
@@ -204,7 +205,7 @@ func (rs *runState) applyHookReceived(e *store.Event, d *evData) error {
 
 // applyHookDisposed disposes of a hook, by the guest's op or at the run's
 // end (no op): its waits still pending reject.
-func (rs *runState) applyHookDisposed(e *store.Event, d *evData) error {
+func (rs *runState) applyHookDisposed(e *store.Event, d *history.Data) error {
 	h := rs.hooks[d.Hook]
 	if h == nil {
 		return fmt.Errorf("%w: event %d disposes unknown hook %d", ErrBadHistory, e.Seq, d.Hook)
@@ -225,7 +226,7 @@ func (rs *runState) applyHookDisposed(e *store.Event, d *evData) error {
 
 // applyProgress records a progress op; its value is the run's last
 // progress, and the result of a run that completes with null.
-func (rs *runState) applyProgress(e *store.Event, d *evData) error {
+func (rs *runState) applyProgress(e *store.Event, d *history.Data) error {
 	if _, err := rs.newOp(e, d.Op, abi.OpProgress, ""); err != nil {
 		return err
 	}
@@ -236,7 +237,7 @@ func (rs *runState) applyProgress(e *store.Event, d *evData) error {
 // applyOutput counts recorded guest output: the bytes the workflow body
 // has produced so far (a replay skips as many), and those the log holds
 // (against the run's output cap). It may follow the run's end.
-func (rs *runState) applyOutput(d *evData) {
+func (rs *runState) applyOutput(d *history.Data) {
 	if d.Step == 0 {
 		rs.outProduced = d.Produced
 	}
@@ -246,7 +247,7 @@ func (rs *runState) applyOutput(d *evData) {
 // applyRunEnded ends the run completed or failed (run_completed,
 // run_failed), by the guest's complete op or (no op) by the host; the
 // calls still waiting are answered by the end.
-func (rs *runState) applyRunEnded(e *store.Event, d *evData) error {
+func (rs *runState) applyRunEnded(e *store.Event, d *history.Data) error {
 	if d.Op != 0 {
 		if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
 			return err
@@ -263,7 +264,7 @@ func (rs *runState) applyRunEnded(e *store.Event, d *evData) error {
 
 // applyRunCancelled ends the run cancelled: by the host, or (with an op)
 // by the body's own end after an abort, whose result is kept.
-func (rs *runState) applyRunCancelled(e *store.Event, d *evData) error {
+func (rs *runState) applyRunCancelled(e *store.Event, d *history.Data) error {
 	if d.Op != 0 { // the body's own end, after an abort
 		if _, err := rs.newOp(e, d.Op, abi.OpComplete, ""); err != nil {
 			return err
@@ -276,7 +277,7 @@ func (rs *runState) applyRunCancelled(e *store.Event, d *evData) error {
 
 // applyWebhookResponded records the guest's answer to a request of a
 // manual webhook; each request is answered at most once.
-func (rs *runState) applyWebhookResponded(e *store.Event, d *evData) error {
+func (rs *runState) applyWebhookResponded(e *store.Event, d *history.Data) error {
 	h := rs.hooks[d.Hook]
 	if h == nil || h.webhook == nil || !h.webhook.Manual || d.Index < 0 || d.Index >= len(h.received) || h.responses[d.Index] != nil || d.Response == nil {
 		return fmt.Errorf("%w: event %d answers request %d of hook %d, which cannot be answered", ErrBadHistory, e.Seq, d.Index, d.Hook)
@@ -294,7 +295,7 @@ func (rs *runState) applyWebhookResponded(e *store.Event, d *evData) error {
 // applyAgentSent creates an agent op. A message to a session runs as the
 // session's turn when none is running, else waits (queued) for the next
 // turn; a session stays with the agent it began with.
-func (rs *runState) applyAgentSent(e *store.Event, d *evData) error {
+func (rs *runState) applyAgentSent(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpAgent, d.Name)
 	if err != nil {
 		return err
@@ -328,7 +329,7 @@ func (rs *runState) applyAgentSent(e *store.Event, d *evData) error {
 // applyAgentSettled fulfils an agent turn's future with its result. In a
 // session, the messages that went with the turn settle with it, and the
 // messages queued meanwhile become the next turn (endTurn).
-func (rs *runState) applyAgentSettled(e *store.Event, d *evData) error {
+func (rs *runState) applyAgentSettled(e *store.Event, d *history.Data) error {
 	o, err := rs.existingOp(e, d.Op, abi.OpAgent)
 	if err != nil {
 		return err
@@ -373,7 +374,7 @@ func (rs *runState) endTurn(cs *childSession, seq uint64, p uint32, v []byte) {
 
 // applyCallReceived adds a call to a serve run; the receive op that takes
 // it, if the guest has made it, is fulfilled with it.
-func (rs *runState) applyCallReceived(e *store.Event, d *evData) error {
+func (rs *runState) applyCallReceived(e *store.Event, d *history.Data) error {
 	if d.Index != len(rs.calls) {
 		return fmt.Errorf("%w: event %d delivers call %d, expected call %d", ErrBadHistory, e.Seq, d.Index, len(rs.calls))
 	}
@@ -389,7 +390,7 @@ func (rs *runState) applyCallReceived(e *store.Event, d *evData) error {
 
 // applyReceive creates a receive op: the run's i-th takes call i, settled
 // by that call's event when it has arrived.
-func (rs *runState) applyReceive(e *store.Event, d *evData) error {
+func (rs *runState) applyReceive(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpReceive, "")
 	if err != nil {
 		return err
@@ -405,7 +406,7 @@ func (rs *runState) applyReceive(e *store.Event, d *evData) error {
 // applyReplied answers, with the reply's output, the calls among the
 // first d.Index that the guest could have received and that are still
 // waiting; the reply op is settled at once with how many it answered.
-func (rs *runState) applyReplied(e *store.Event, d *evData) error {
+func (rs *runState) applyReplied(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpReply, "")
 	if err != nil {
 		return err
@@ -430,7 +431,7 @@ func (rs *runState) applyReplied(e *store.Event, d *evData) error {
 // applyAbortRequested records an abort: the guest's abort signals still
 // pending fire with its reason, and a serve run's calls still waiting end
 // cancelled.
-func (rs *runState) applyAbortRequested(e *store.Event, d *evData) error {
+func (rs *runState) applyAbortRequested(e *store.Event, d *history.Data) error {
 	if d.Index != len(rs.aborts) {
 		return fmt.Errorf("%w: event %d is abort %d, expected abort %d", ErrBadHistory, e.Seq, d.Index, len(rs.aborts))
 	}
@@ -452,7 +453,7 @@ func (rs *runState) applyAbortRequested(e *store.Event, d *evData) error {
 
 // applySignal creates an abort signal's op; one made after an abort
 // (Reason set) has fired already, by the guest's own op.
-func (rs *runState) applySignal(e *store.Event, d *evData) error {
+func (rs *runState) applySignal(e *store.Event, d *history.Data) error {
 	o, err := rs.newOp(e, d.Op, abi.OpSignal, "")
 	if err != nil {
 		return err
@@ -465,7 +466,7 @@ func (rs *runState) applySignal(e *store.Event, d *evData) error {
 
 // applyOpRefused records a recorded op the host refused: it takes its
 // position, and a replay answers it with the same refusal.
-func (rs *runState) applyOpRefused(e *store.Event, d *evData) error {
+func (rs *runState) applyOpRefused(e *store.Event, d *history.Data) error {
 	kind, ok := abi.OpKindByName(d.Kind)
 	if !ok || !kind.Recorded() || d.Status < uint32(abi.StatusBadRequest) || d.Error == nil {
 		return fmt.Errorf("%w: event %d refuses op kind %q with status %d", ErrBadHistory, e.Seq, d.Kind, d.Status)
@@ -480,6 +481,6 @@ func (rs *runState) applyOpRefused(e *store.Event, d *evData) error {
 
 // applyRunUpgraded pins the run to another plugin version. The record
 // carries the new pin; nothing else in the model changes.
-func (rs *runState) applyRunUpgraded(d *evData) {
+func (rs *runState) applyRunUpgraded(d *history.Data) {
 	rs.pinVersion, rs.pinHash = d.Version, d.ModuleHash
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -271,7 +272,7 @@ func (h *Host) deliver(ctx context.Context, token string, webhook bool,
 		}
 		index := len(hr.received)
 		b := newBatch(rs)
-		if _, err := b.push(EvHookReceived, &evData{Hook: hk.HookID, Index: index, Payload: clone(p)}); err != nil {
+		if _, err := b.push(EvHookReceived, &history.Data{Hook: hk.HookID, Index: index, Payload: clone(p)}); err != nil {
 			return err
 		}
 		if err := h.commit(ctx, rh, b, nil); err != nil {

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"slices"
 	"time"
 
@@ -58,12 +59,12 @@ func (b *batch) storeBatch() store.Batch {
 func newBatch(rs *runState) *batch { return &batch{rs: rs, base: rs.lastSeq} }
 
 // push appends an event of the given kind, stamped now.
-func (b *batch) push(kind string, d *evData) (store.Event, error) {
+func (b *batch) push(kind string, d *history.Data) (store.Event, error) {
 	return b.pushAt(kind, time.Now(), d)
 }
 
-func (b *batch) pushAt(kind string, t time.Time, d *evData) (store.Event, error) {
-	e := mkEvent(kind, t, d)
+func (b *batch) pushAt(kind string, t time.Time, d *history.Data) (store.Event, error) {
+	e := history.NewEvent(kind, t, d)
 	e.Seq = b.rs.lastSeq + 1
 	if err := b.rs.apply(e); err != nil {
 		return e, fmt.Errorf("host: internal error applying %s: %w", kind, err)
@@ -97,11 +98,11 @@ func (b *batch) finish(now time.Time, cause string) error {
 		switch {
 		case o.kind == abi.OpStep && o.attemptOpen:
 			ie := &StepInterruptedError{Step: o.name, Attempt: o.attempt, Cause: cause}
-			if _, err := b.pushAt(EvStepFailed, now, &evData{Op: p, Attempt: o.attempt, Error: ie.Object()}); err != nil {
+			if _, err := b.pushAt(EvStepFailed, now, &history.Data{Op: p, Attempt: o.attempt, Error: ie.Object()}); err != nil {
 				return err
 			}
 		case o.kind == abi.OpAsk && !o.settled:
-			if _, err := b.pushAt(EvAskSettled, now, &evData{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err
 			}
 			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
@@ -121,7 +122,7 @@ func (b *batch) finish(now time.Time, cause string) error {
 		if h.disposed || h.conflict != "" {
 			continue
 		}
-		if _, err := b.pushAt(EvHookDisposed, now, &evData{Hook: id}); err != nil {
+		if _, err := b.pushAt(EvHookDisposed, now, &history.Data{Hook: id}); err != nil {
 			return err
 		}
 		b.releaseHook(h.token)

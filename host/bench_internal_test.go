@@ -179,7 +179,7 @@ func BenchmarkHistoryState(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := hist.state(); err != nil {
+		if _, err := historyState(hist); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host/engine"
+	"github.com/sandflow/sandflow/host/history"
 	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
 )
@@ -62,7 +63,7 @@ var (
 	// no longer holds (engine.ErrInstanceLost); the host replays.
 	ErrInstanceLost = engine.ErrInstanceLost
 	// ErrBadHistory is returned when a history file cannot be read.
-	ErrBadHistory = errors.New("invalid history")
+	ErrBadHistory = history.ErrBadHistory
 	// ErrPluginInUse is returned when deleting a plugin version a run that
 	// has not ended is pinned to.
 	ErrPluginInUse = errors.New("plugin version in use")

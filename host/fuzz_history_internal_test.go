@@ -46,7 +46,7 @@ func FuzzHistoryState(f *testing.F) {
 					t.Fatalf("folding the history panics: %v\n%s", r, debug.Stack())
 				}
 			}()
-			rs, err = hist.state()
+			rs, err = historyState(hist)
 		}()
 		if err != nil {
 			if !errors.Is(err, ErrBadHistory) {

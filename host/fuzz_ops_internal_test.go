@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime/debug"
@@ -171,7 +172,7 @@ func (env *fuzzOpsEnv) newRun(t testing.TB, noAsk bool) *fuzzRun {
 	id := fmt.Sprintf("fuzz-%d", env.n.Add(1))
 	now := time.Now().UTC()
 	seed := bytes.Repeat([]byte{0x5a}, 32)
-	created := mkEvent(EvRunCreated, now, &evData{Tool: "fuzz", Plugin: "fuzz", Version: 1, ModuleHash: "00",
+	created := history.NewEvent(EvRunCreated, now, &history.Data{Tool: "fuzz", Plugin: "fuzz", Version: 1, ModuleHash: "00",
 		Input: json.RawMessage(`{"n":1}`), Seed: hex.EncodeToString(seed), NoAsk: noAsk})
 	created.Seq = 1
 	rec := store.Run{ID: id, Tool: "fuzz", Plugin: "fuzz", Version: 1, ModuleHash: "00",
@@ -182,7 +183,7 @@ func (env *fuzzOpsEnv) newRun(t testing.TB, noAsk bool) *fuzzRun {
 	r := &fuzzRun{rec: rec, created: created}
 	r.rs = r.replayState(t, nil)
 	r.b = newBatch(r.rs)
-	if _, err := r.b.push(EvRunResumed, &evData{Activation: 0}); err != nil {
+	if _, err := r.b.push(EvRunResumed, &history.Data{Activation: 0}); err != nil {
 		t.Fatal(err)
 	}
 	r.w = env.instance(r.rs)
@@ -313,7 +314,7 @@ func fuzzCheckOps(t *testing.T, env *fuzzOpsEnv, noAsk bool, ops []fuzzOp) {
 	}
 	want := fuzzSummary(rs)
 	rh := &runHandle{id: r.rec.ID, rs: rs}
-	if err := env.h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting}); err != nil {
+	if err := env.h.commit(ctx, rh, b, &history.Detail{Waiting: w.waiting}); err != nil {
 		t.Fatalf("the activation's batch does not commit: %v", err)
 	}
 	rh2 := &runHandle{id: r.rec.ID}
@@ -680,7 +681,7 @@ func FuzzAwaitPayload(f *testing.F) {
 		r := env.newRun(t, false)
 		rs, b := r.rs, r.b
 		defer func() { env.release(t, r.rec.ID, rs) }()
-		push := func(kind string, d *evData) {
+		push := func(kind string, d *history.Data) {
 			t.Helper()
 			if _, err := b.push(kind, d); err != nil {
 				t.Fatal(err)
@@ -688,21 +689,21 @@ func FuzzAwaitPayload(f *testing.F) {
 		}
 		now := time.Now().UTC()
 		later := now.Add(time.Hour)
-		push(EvStepStarted, &evData{Op: 1, Name: "a", Input: json.RawMessage(`1`), Attempt: 1})
-		push(EvStepStarted, &evData{Op: 2, Name: "b", Input: json.RawMessage(`2`), Attempt: 1})
-		push(EvTimerSet, &evData{Op: 3, FireAt: &later})
-		push(EvHookCreated, &evData{Op: 4, Token: "mine"})
-		push(EvHookNext, &evData{Op: 5, Hook: 4})
-		push(EvProgress, &evData{Op: 6, Value: json.RawMessage(`1`)})
-		push(EvOpRefused, &evData{Op: 7, Kind: "step", Name: "", Status: uint32(abi.StatusBadRequest), Error: &abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: "x"}})
-		push(EvHookCreated, &evData{Op: 8, Token: "theirs", Conflict: "other"})
-		push(EvHookNext, &evData{Op: 9, Hook: 8})
-		push(EvStepCompleted, &evData{Op: 1, Attempt: 1, Result: json.RawMessage(`{"x":1}`)})
-		push(EvStepFailed, &evData{Op: 2, Attempt: 1, Error: &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "boom"}})
-		push(EvRunResumed, &evData{Activation: 1})
-		push(EvTimerSet, &evData{Op: 10, FireAt: &now, Immediate: true})
-		push(EvStepStarted, &evData{Op: 11, Name: "c", Input: json.RawMessage(`3`), Attempt: 1})
-		push(EvStepCompleted, &evData{Op: 11, Attempt: 1, Result: json.RawMessage(`3`)})
+		push(EvStepStarted, &history.Data{Op: 1, Name: "a", Input: json.RawMessage(`1`), Attempt: 1})
+		push(EvStepStarted, &history.Data{Op: 2, Name: "b", Input: json.RawMessage(`2`), Attempt: 1})
+		push(EvTimerSet, &history.Data{Op: 3, FireAt: &later})
+		push(EvHookCreated, &history.Data{Op: 4, Token: "mine"})
+		push(EvHookNext, &history.Data{Op: 5, Hook: 4})
+		push(EvProgress, &history.Data{Op: 6, Value: json.RawMessage(`1`)})
+		push(EvOpRefused, &history.Data{Op: 7, Kind: "step", Name: "", Status: uint32(abi.StatusBadRequest), Error: &abi.ErrorObject{Type: abi.ErrTypeBadRequest, Message: "x"}})
+		push(EvHookCreated, &history.Data{Op: 8, Token: "theirs", Conflict: "other"})
+		push(EvHookNext, &history.Data{Op: 9, Hook: 8})
+		push(EvStepCompleted, &history.Data{Op: 1, Attempt: 1, Result: json.RawMessage(`{"x":1}`)})
+		push(EvStepFailed, &history.Data{Op: 2, Attempt: 1, Error: &abi.ErrorObject{Type: abi.ErrTypeFatal, Message: "boom"}})
+		push(EvRunResumed, &history.Data{Activation: 1})
+		push(EvTimerSet, &history.Data{Op: 10, FireAt: &now, Immediate: true})
+		push(EvStepStarted, &history.Data{Op: 11, Name: "c", Input: json.RawMessage(`3`), Attempt: 1})
+		push(EvStepCompleted, &history.Data{Op: 11, Attempt: 1, Result: json.RawMessage(`3`)})
 
 		w := env.instance(rs)
 		w.begin(b)

@@ -12,40 +12,14 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"time"
+
+	"github.com/sandflow/sandflow/host/history"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/store"
-)
-
-// HistoryFormat names the history file format.
-const HistoryFormat = "sandflow.history"
-
-// History is a run's log with what is needed to replay it elsewhere. As a
-// file it is JSON, zstd-compressed by ExportHistory; ReadHistory reads
-// either form.
-type History struct {
-	Format  string         `json:"format"`
-	Version int            `json:"version"`
-	Run     store.Run      `json:"run"`
-	Events  []HistoryEvent `json:"events"`
-}
-
-// HistoryEvent is an event in a history file.
-type HistoryEvent struct {
-	Seq  uint64          `json:"seq"`
-	Time time.Time       `json:"time"`
-	Kind string          `json:"kind"`
-	Data json.RawMessage `json:"data"`
-}
-
-// Limits on history files, which may come from anywhere.
-const (
-	maxHistoryBytes  = 512 << 20
-	maxHistoryEvents = 10_000_000
 )
 
 // ExportHistory writes a run's history to w, zstd-compressed.
@@ -83,67 +57,9 @@ func (h *Host) ExportHistory(ctx context.Context, runID string, w io.Writer) err
 	return zw.Close()
 }
 
-// ReadHistory reads a history file, compressed or not. Malformed input is
-// an error wrapping ErrBadHistory.
-func ReadHistory(r io.Reader) (*History, error) {
-	head := make([]byte, 4)
-	n, _ := io.ReadFull(r, head)
-	r = io.MultiReader(bytes.NewReader(head[:n]), r)
-	if n == 4 && bytes.Equal(head, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
-		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(maxHistoryBytes), zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
-		}
-		defer zr.Close()
-		r = zr
-	}
-	data, err := io.ReadAll(io.LimitReader(r, maxHistoryBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
-	}
-	if len(data) > maxHistoryBytes {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBadHistory, maxHistoryBytes)
-	}
-	var hist History
-	if err := json.Unmarshal(data, &hist); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
-	}
-	if hist.Format != HistoryFormat || hist.Version != 1 {
-		return nil, fmt.Errorf("%w: format %q version %d, want %q version 1", ErrBadHistory, hist.Format, hist.Version, HistoryFormat)
-	}
-	if len(hist.Events) == 0 || len(hist.Events) > maxHistoryEvents {
-		return nil, fmt.Errorf("%w: %d events", ErrBadHistory, len(hist.Events))
-	}
-	if store.ValidRunID(hist.Run.ID) != nil {
-		return nil, fmt.Errorf("%w: run id %q", ErrBadHistory, hist.Run.ID)
-	}
-	compactData(hist.Events)
-	return &hist, nil
-}
-
-// compactData rewrites the events' data without the file's indentation,
-// as the store holds it, into one buffer: a replay then reads what a
-// resume from the store reads, and fewer bytes of it. Data is valid JSON
-// here, as json.Unmarshal took it as a RawMessage.
-func compactData(evs []HistoryEvent) {
-	size := 0
-	for _, e := range evs {
-		size += len(e.Data)
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	for i := range evs {
-		start := buf.Len()
-		if err := json.Compact(buf, evs[i].Data); err != nil {
-			buf.Truncate(start)
-			continue // left as it is; the replay reports it
-		}
-		evs[i].Data = buf.Bytes()[start:buf.Len():buf.Len()]
-	}
-}
-
 // state rebuilds the run's state from the history, checking its events and
 // that the run record agrees with them.
-func (hist *History) state() (*runState, error) {
+func historyState(hist *History) (*runState, error) {
 	rs := newRunState(hist.Run)
 	rs.reserve(len(hist.Events), func(i int) string { return hist.Events[i].Kind })
 	for i := range hist.Events {
@@ -162,7 +78,7 @@ func (hist *History) state() (*runState, error) {
 		return nil, fmt.Errorf("%w: the run record ends at event %d, the events at %d", ErrBadHistory, r.LastSeq, rs.lastSeq)
 	case r.Plugin != plugin || r.Version != version || r.ModuleHash != hash:
 		return nil, fmt.Errorf("%w: the run record names %s version %d (module %s), its events %s version %d (module %s)",
-			ErrBadHistory, r.Plugin, r.Version, short(r.ModuleHash), plugin, version, short(hash))
+			ErrBadHistory, r.Plugin, r.Version, history.ShortHash(r.ModuleHash), plugin, version, history.ShortHash(hash))
 	}
 	return rs, nil
 }
@@ -222,7 +138,7 @@ func compareEnd(rs *runState, payload []byte, probed bool) (outcome, detail stri
 		return OutcomeUnchecked, ""
 	}
 	var out abi.Outcome
-	if m := decodeOutcome(payload, &out); m != "" {
+	if m := history.DecodeOutcome(payload, &out); m != "" {
 		// The live op would have been refused, and the history records
 		// an end: the guest cannot have ended this way.
 		return OutcomeDiffers, "the guest's complete payload is malformed: " + m
@@ -294,7 +210,7 @@ func clipJSON(b []byte) string {
 // which must be registered on this host. A divergence is returned as a
 // *NonDeterminismError along with the report so far.
 func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*ReplayReport, error) {
-	rs, err := hist.state()
+	rs, err := historyState(hist)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +219,7 @@ func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*Re
 		lp, err = h.plugin(ctx, hist.Run.Plugin, hist.Run.Version)
 		if err == nil && lp.p.ModuleHash != hist.Run.ModuleHash {
 			err = fmt.Errorf("%w: %s version %d here is module %s, the history's run used %s; give the module to check against",
-				ErrUnknownTool, hist.Run.Plugin, hist.Run.Version, short(lp.p.ModuleHash), short(hist.Run.ModuleHash))
+				ErrUnknownTool, hist.Run.Plugin, hist.Run.Version, history.ShortHash(lp.p.ModuleHash), history.ShortHash(hist.Run.ModuleHash))
 		}
 		if err != nil {
 			return nil, err
@@ -322,7 +238,7 @@ func (h *Host) CheckReplay(ctx context.Context, hist *History, wasm []byte) (*Re
 // JavaScript tool's script, say, against the history of a WebAssembly
 // guest's run.
 func (h *Host) CheckReplayOn(ctx context.Context, hist *History, module []byte, engine string) (*ReplayReport, error) {
-	rs, err := hist.state()
+	rs, err := historyState(hist)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +296,7 @@ func (h *Host) NewReplayChecker(ctx context.Context, module []byte, engine strin
 
 // Check replays hist against the checker's module, as CheckReplayOn does.
 func (c *ReplayChecker) Check(ctx context.Context, hist *History) (*ReplayReport, error) {
-	rs, err := hist.state()
+	rs, err := historyState(hist)
 	if err != nil {
 		return nil, err
 	}
@@ -407,13 +323,6 @@ func (c *ReplayChecker) plugin(ctx context.Context) (*loadedPlugin, error) {
 	}
 	c.lp, c.module = lp, kept
 	return lp, nil
-}
-
-func short(hash string) string {
-	if len(hash) > 12 {
-		return hash[:12]
-	}
-	return hash
 }
 
 // adHocPlugin compiles a module for a replay check without registering it.
@@ -547,7 +456,7 @@ func (h *Host) Upgrade(ctx context.Context, runID string, version int) (RunInfo,
 		from, fromHash := rs.rec.Version, rs.rec.ModuleHash
 		h.dropWarm(ctx, rh)
 		b := newBatch(rs)
-		if _, err := b.push(EvRunUpgraded, &evData{FromVersion: from, FromHash: fromHash, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash}); err != nil {
+		if _, err := b.push(EvRunUpgraded, &history.Data{FromVersion: from, FromHash: fromHash, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash}); err != nil {
 			return err
 		}
 		rs.rec.Version, rs.rec.ModuleHash = lp.p.Version, lp.p.ModuleHash
@@ -560,3 +469,20 @@ func (h *Host) Upgrade(ctx context.Context, runID string, version int) (RunInfo,
 	})
 	return info, rep, err
 }
+
+// HistoryFormat names the history file format.
+const HistoryFormat = history.Format
+
+// History is a run's log with what is needed to replay it elsewhere
+// (package history describes the file).
+type History = history.File
+
+// HistoryEvent is an event in a history file.
+type HistoryEvent = history.Event
+
+// ReadHistory reads a history file, compressed or not. Malformed input is
+// an error wrapping ErrBadHistory.
+func ReadHistory(r io.Reader) (*History, error) { return history.Read(r) }
+
+// DescribeEvent renders one event as a line of a run's timeline.
+func DescribeEvent(e store.Event) string { return history.Describe(e) }

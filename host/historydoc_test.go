@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -105,11 +106,11 @@ func readHistoryDoc(t *testing.T) map[string]*docSection {
 	return secs
 }
 
-// eventKinds returns the Ev* constants of events.go, by parsing it: every
+// eventKinds returns the Kind* constants of history/events.go, by parsing it: every
 // kind the host defines, whoever added it.
 func eventKinds(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "events.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("history", "events.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +123,12 @@ func eventKinds(t *testing.T) map[string]string {
 		for _, s := range gd.Specs {
 			vs := s.(*ast.ValueSpec)
 			for i, n := range vs.Names {
-				if !strings.HasPrefix(n.Name, "Ev") || i >= len(vs.Values) {
+				if !strings.HasPrefix(n.Name, "Kind") || i >= len(vs.Values) {
 					continue
 				}
 				lit, ok := vs.Values[i].(*ast.BasicLit)
 				if !ok || lit.Kind != token.STRING {
-					t.Fatalf("events.go: %s is not a string literal", n.Name)
+					t.Fatalf("history/events.go: %s is not a string literal", n.Name)
 				}
 				v, err := strconv.Unquote(lit.Value)
 				if err != nil {
@@ -138,21 +139,21 @@ func eventKinds(t *testing.T) map[string]string {
 		}
 	}
 	if len(kinds) == 0 {
-		t.Fatal("events.go: no Ev* constants")
+		t.Fatal("history/events.go: no Kind* constants")
 	}
 	return kinds
 }
 
-// evDataFields returns the JSON names of evData's fields, from its tags.
+// evDataFields returns the JSON names of history.Data's fields, from its tags.
 func evDataFields(t *testing.T) map[string]reflect.StructField {
 	t.Helper()
 	out := map[string]reflect.StructField{}
-	rt := reflect.TypeFor[evData]()
+	rt := reflect.TypeFor[history.Data]()
 	for i := range rt.NumField() {
 		f := rt.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" || name == "-" {
-			t.Fatalf("evData.%s has no JSON name", f.Name)
+			t.Fatalf("history.Data.%s has no JSON name", f.Name)
 		}
 		out[name] = f
 	}
@@ -170,8 +171,8 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // TestHistoryDocHasEveryKindAndField checks the history document against
 // the code alone: a section per event kind and none for a kind the host
-// does not have, and every field of evData in some kind's table, each
-// table naming only fields evData has.
+// does not have, and every field of history.Data in some kind's table, each
+// table naming only fields history.Data has.
 func TestHistoryDocHasEveryKindAndField(t *testing.T) {
 	secs := readHistoryDoc(t)
 	kinds := eventKinds(t)
@@ -184,12 +185,12 @@ func TestHistoryDocHasEveryKindAndField(t *testing.T) {
 	documented := map[string]bool{}
 	for _, k := range sortedKeys(secs) {
 		if _, ok := kinds[k]; !ok {
-			t.Errorf("%s has a section for %q, which is no event kind of events.go", historyDoc, k)
+			t.Errorf("%s has a section for %q, which is no event kind of history/events.go", historyDoc, k)
 		}
 		for _, f := range secs[k].order {
 			documented[f] = true
 			if _, ok := fields[f]; !ok {
-				t.Errorf("%s: %s lists field %q, which evData does not have", historyDoc, k, f)
+				t.Errorf("%s: %s lists field %q, which history.Data does not have", historyDoc, k, f)
 			}
 		}
 		if len(secs[k].examples) == 0 {
@@ -213,17 +214,17 @@ func TestHistoryDocHasEveryKindAndField(t *testing.T) {
 	}
 	for _, f := range sortedKeys(fields) {
 		if !documented[f] {
-			t.Errorf("evData field %s (json %q) is in no kind's table in %s", fields[f].Name, f, historyDoc)
+			t.Errorf("history.Data field %s (json %q) is in no kind's table in %s", fields[f].Name, f, historyDoc)
 		}
 	}
 }
 
-// decodeEvStrict decodes event data into evData, refusing fields it does
+// decodeEvStrict decodes event data into history.Data, refusing fields it does
 // not have.
 func decodeEvStrict(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var d evData
+	var d history.Data
 	return dec.Decode(&d)
 }
 
@@ -296,7 +297,7 @@ func TestHistoryDocListsWhatEventsCarry(t *testing.T) {
 		}
 	}
 	// Fields these runs do not make (a shared initialisation needs a
-	// WebAssembly engine, say) are checked against evData only.
+	// WebAssembly engine, say) are checked against history.Data only.
 	t.Logf("documented fields no event here carries: %v", unseen)
 	if path := os.Getenv("SANDFLOW_HISTORYDOC_DUMP"); path != "" {
 		// Examples for the document, from real events.
@@ -327,7 +328,7 @@ func TestReadHistoryIgnoresUnknownFieldsRefusesUnknownKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := h.state()
+	rs, err := historyState(h)
 	if err != nil {
 		t.Fatalf("a history with unknown fields: %v", err)
 	}
@@ -338,7 +339,7 @@ func TestReadHistoryIgnoresUnknownFieldsRefusesUnknownKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err) // the file is read; its events are checked by state
 	}
-	if _, err := h.state(); !errors.Is(err, ErrBadHistory) {
+	if _, err := historyState(h); !errors.Is(err, ErrBadHistory) {
 		t.Fatalf("a history with an unknown kind: %v, want ErrBadHistory", err)
 	}
 	bad := strings.Replace(hist(EvProgress, `{"op":1}`), `"version":1,"futureMember"`, `"version":2,"futureMember"`, 1)
@@ -631,7 +632,7 @@ func docRuns(t *testing.T) []store.Event {
 		t.Fatal(err)
 	}
 	for _, e := range evs {
-		if d, err := decodeEvData(e); err == nil && e.Kind == EvHookCreated && d.Webhook != nil {
+		if d, err := history.Decode(e); err == nil && e.Kind == EvHookCreated && d.Webhook != nil {
 			webhook = d.Token
 		}
 	}
@@ -739,7 +740,7 @@ func docExportRoundTrip(t *testing.T, h *Host, id string, evs []store.Event) {
 			t.Fatalf("run %s: exported event %d is %d %s %s %s, the store's %d %s %s %s", id, i, e.Seq, e.Time, e.Kind, e.Data, s.Seq, s.Time, s.Kind, s.Data)
 		}
 	}
-	if _, err := hist.state(); err != nil {
+	if _, err := historyState(hist); err != nil {
 		t.Fatalf("run %s: its export does not replay into a state: %v", id, err)
 	}
 }

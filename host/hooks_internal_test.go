@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/sandflow/sandflow/host/history"
 	"testing"
 
 	"github.com/sandflow/sandflow/abi"
@@ -31,10 +32,10 @@ func TestHookNextAfterDisposeIsRejected(t *testing.T) {
 	// The activation ends (committed by hand), a payload arrives, and the
 	// next activation disposes of the hook and asks for the next payload.
 	rs := r.rs
-	if _, err := b.push(EvHookReceived, &evData{Hook: 1, Payload: json.RawMessage(`{"late":true}`)}); err != nil {
+	if _, err := b.push(EvHookReceived, &history.Data{Hook: 1, Payload: json.RawMessage(`{"late":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.push(EvRunResumed, &evData{Activation: 1}); err != nil {
+	if _, err := b.push(EvRunResumed, &history.Data{Activation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	w.act = rs.activation()

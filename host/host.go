@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -606,14 +607,14 @@ func (h *Host) newRun(ctx context.Context, tool string, input json.RawMessage, o
 	seed := make([]byte, 32)
 	copy(seed, newSeed())
 	now := time.Now().UTC()
-	d := &evData{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk, Serve: lp.m.Entry == EntryServe, SharedInit: h.sharedInit(lp)}
+	d := &history.Data{Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash, Input: in, Seed: fmt.Sprintf("%x", seed), NoAsk: o.NoAsk, Serve: lp.m.Entry == EntryServe, SharedInit: h.sharedInit(lp)}
 	if agents, err := h.Agents(ctx); err == nil {
 		d.Agents = agents // ctx.agents: replay reads them from here
 	}
 	if h.opts.BaseURL != "" {
 		d.URL, d.BaseURL = h.opts.BaseURL+"/runs/"+id, h.opts.BaseURL
 	}
-	ev := mkEvent(EvRunCreated, now, d)
+	ev := history.NewEvent(EvRunCreated, now, d)
 	ev.Seq = 1
 	rec := store.Run{ID: id, Tool: lp.m.Name, Plugin: lp.p.Name, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash,
 		Status: store.StatusRunning, CreatedAt: now, UpdatedAt: now, LastSeq: 1}
@@ -747,7 +748,7 @@ func (h *Host) Cancel(ctx context.Context, id, reason string) (RunInfo, error) {
 		if reason == "" {
 			reason = "cancelled"
 		}
-		if _, err := b.pushAt(EvRunCancelled, now, &evData{Reason: reason}); err != nil {
+		if _, err := b.pushAt(EvRunCancelled, now, &history.Data{Reason: reason}); err != nil {
 			return err
 		}
 		return h.commit(ctx, rh, b, nil)

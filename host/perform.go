@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -43,7 +44,7 @@ func (w *wfInstance) performStep(name string, payload []byte, p uint32) (store.E
 	if m := checkRetry(req.Retry); m != "" {
 		return badRequest(m)
 	}
-	return pushed(w.batch.push(EvStepStarted, &evData{Op: p, Name: name, Input: clone(nullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry}))
+	return pushed(w.batch.push(EvStepStarted, &history.Data{Op: p, Name: name, Input: clone(nullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry}))
 }
 
 // performSleep sets a timer, for a duration or until a time. One whose
@@ -68,7 +69,7 @@ func (w *wfInstance) performSleep(payload []byte, p uint32) (store.Event, abi.St
 		at = time.UnixMilli(*req.Until).UTC()
 	}
 	b := w.batch
-	d := &evData{Op: p, FireAt: &at, Immediate: !at.After(now)}
+	d := &history.Data{Op: p, FireAt: &at, Immediate: !at.After(now)}
 	ev, err := b.push(EvTimerSet, d)
 	if err == nil && !d.Immediate {
 		b.b.PutTimers = append(b.b.PutTimers, sleepTimer(w.rs.id, p, at))
@@ -86,7 +87,7 @@ func (w *wfInstance) performAsk(payload []byte, p uint32) (store.Event, abi.Stat
 	if m != "" {
 		return badRequest(m)
 	}
-	d := &evData{Op: p, Request: encodeAskRequest(req)}
+	d := &history.Data{Op: p, Request: history.EncodeAskRequest(req)}
 	if _, aborted := rs.abortedNow(); aborted {
 		// Asked while unwinding from an abort: withdrawn at once.
 		d.Answer = &abi.AskAnswer{Status: abi.AnswerCancelled}
@@ -137,7 +138,7 @@ func (w *wfInstance) performHookCreate(ctx context.Context, payload []byte, p ui
 		return store.Event{}, 0, "", err
 	}
 	b := w.batch
-	ev, err := b.push(EvHookCreated, &evData{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder, Webhook: req.Webhook, URL: url})
+	ev, err := b.push(EvHookCreated, &history.Data{Op: p, Token: tok, Metadata: clone(req.Metadata), Conflict: holder, Webhook: req.Webhook, URL: url})
 	if err == nil && holder == "" {
 		b.claimHook(tok, p)
 	}
@@ -158,10 +159,10 @@ func (w *wfInstance) performHookRef(kind abi.OpKind, payload []byte, p uint32) (
 	}
 	b := w.batch
 	if kind == abi.OpHookNext {
-		return pushed(b.push(EvHookNext, &evData{Op: p, Hook: ref.Hook}))
+		return pushed(b.push(EvHookNext, &history.Data{Op: p, Hook: ref.Hook}))
 	}
 	wasDisposed := h.disposed
-	ev, err := b.push(EvHookDisposed, &evData{Op: p, Hook: ref.Hook})
+	ev, err := b.push(EvHookDisposed, &history.Data{Op: p, Hook: ref.Hook})
 	// A second dispose must not release the token: another hook of
 	// this run may hold it by now.
 	if err == nil && h.conflict == "" && !wasDisposed {
@@ -191,7 +192,7 @@ func (w *wfInstance) performWebhookRespond(payload []byte, p uint32) (store.Even
 		return badRequest(m)
 	}
 	resp := req.HTTPResponse
-	return pushed(w.batch.push(EvWebhookResponded, &evData{Op: p, Hook: req.Hook, Index: req.Request, Response: &resp}))
+	return pushed(w.batch.push(EvWebhookResponded, &history.Data{Op: p, Hook: req.Hook, Index: req.Request, Response: &resp}))
 }
 
 // performAgent sends a message to an agent, in a session or not; the
@@ -214,7 +215,7 @@ func (w *wfInstance) performAgent(name string, payload []byte, p uint32) (store.
 	if cs := rs.sessions[req.Session]; req.Session != "" && cs != nil && cs.agent != name {
 		return badRequest(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.agent, name))
 	}
-	d := &evData{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
+	d := &history.Data{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
 	if req.Session != "" || len(req.Parts) > 0 || req.Model != nil || req.CancelOnAbort {
 		extra := req
 		extra.Message, extra.OutputSchema = "", nil
@@ -233,7 +234,7 @@ func (w *wfInstance) performProgress(payload []byte, p uint32) (store.Event, abi
 	if !json.Valid(payload) {
 		return badRequest("payload is not JSON")
 	}
-	return pushed(w.batch.push(EvProgress, &evData{Op: p, Value: clone(payload)}))
+	return pushed(w.batch.push(EvProgress, &history.Data{Op: p, Value: clone(payload)}))
 }
 
 // performReceive makes a serve run's future for its next call.
@@ -241,7 +242,7 @@ func (w *wfInstance) performReceive(payload []byte, p uint32) (store.Event, abi.
 	if len(payload) > 0 {
 		return badRequest("receive takes no payload")
 	}
-	return pushed(w.batch.push(EvReceive, &evData{Op: p}))
+	return pushed(w.batch.push(EvReceive, &history.Data{Op: p}))
 }
 
 // performSignal makes the guest's abort signal: a future that settles
@@ -252,7 +253,7 @@ func (w *wfInstance) performSignal(payload []byte, p uint32) (store.Event, abi.S
 	}
 	// A signal made while the run unwinds from an abort has fired.
 	reason, _ := w.rs.abortedNow()
-	return pushed(w.batch.push(EvSignal, &evData{Op: p, Reason: reason}))
+	return pushed(w.batch.push(EvSignal, &history.Data{Op: p, Reason: reason}))
 }
 
 // performReply answers a serve run's calls received so far that are still
@@ -275,7 +276,7 @@ func (w *wfInstance) performReply(payload []byte, p uint32) (store.Event, abi.St
 			n++
 		}
 	}
-	ev, err := b.push(EvReplied, &evData{Op: p, Payload: clone(req.Output), Answered: n, Index: req.Received})
+	ev, err := b.push(EvReplied, &history.Data{Op: p, Payload: clone(req.Output), Answered: n, Index: req.Received})
 	if err == nil && n > 0 {
 		// The reply withdraws the questions asked about the calls it
 		// answers: every question still open, as each was asked
@@ -293,7 +294,7 @@ func (w *wfInstance) performReply(payload []byte, p uint32) (store.Event, abi.St
 func (w *wfInstance) performComplete(payload []byte, p uint32) (store.Event, abi.Status, string, error) {
 	rs, b := w.rs, w.batch
 	var out abi.Outcome
-	if m := decodeOutcome(payload, &out); m != "" {
+	if m := history.DecodeOutcome(payload, &out); m != "" {
 		return badRequest(m)
 	}
 	if out.Error != nil && out.Error.Type == "" {
@@ -317,10 +318,10 @@ func (w *wfInstance) performComplete(payload []byte, p uint32) (store.Event, abi
 	if unwound {
 		// The body finished unwinding after an abort: the run ends
 		// cancelled, keeping what the body ended with.
-		return pushed(b.pushAt(EvRunCancelled, now, &evData{Op: p, Reason: reason, Result: clone(out.Result), Error: out.Error}))
+		return pushed(b.pushAt(EvRunCancelled, now, &history.Data{Op: p, Reason: reason, Result: clone(out.Result), Error: out.Error}))
 	}
 	if out.Error != nil {
-		return pushed(b.pushAt(EvRunFailed, now, &evData{Op: p, Error: out.Error}))
+		return pushed(b.pushAt(EvRunFailed, now, &history.Data{Op: p, Error: out.Error}))
 	}
 	res := nullIfEmpty(out.Result)
 	if string(res) == "null" && rs.lastProgress != nil {
@@ -330,8 +331,8 @@ func (w *wfInstance) performComplete(payload []byte, p uint32) (store.Event, abi
 		// The tool promises its callers results of this shape (an
 		// MCP client may check them): a result without it fails
 		// the run, keeping the result for whoever looks into it.
-		return pushed(b.pushAt(EvRunFailed, now, &evData{Op: p, Result: clone(res),
+		return pushed(b.pushAt(EvRunFailed, now, &history.Data{Op: p, Result: clone(res),
 			Error: &abi.ErrorObject{Type: abi.ErrTypeOutputSchema, Message: "the result does not match the tool's outputSchema: " + problems}}))
 	}
-	return pushed(b.pushAt(EvRunCompleted, now, &evData{Op: p, Result: clone(res)}))
+	return pushed(b.pushAt(EvRunCompleted, now, &history.Data{Op: p, Result: clone(res)}))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -320,7 +321,7 @@ func (h *Host) refresh(ctx context.Context, rh *runHandle) error {
 		if !bytes.Equal(rec.Detail, rh.rs.rec.Detail) {
 			// Changed without new events: the summary is read again. The
 			// same bytes are the summary the state holds (commit wrote it).
-			rh.rs.detail = runDetail{}
+			rh.rs.detail = history.Detail{}
 			_ = json.Unmarshal(rec.Detail, &rh.rs.detail)
 		}
 		rh.rs.rec = rec
@@ -401,24 +402,24 @@ func (rs *runState) currentStatus() store.RunStatus {
 // commit writes a batch and the run's updated record in one transaction. On
 // failure the cached state is reloaded, so it never holds what the store
 // does not.
-func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *runDetail) error {
+func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *history.Detail) error {
 	rs := rh.rs
 	if detail != nil {
 		rs.detail = *detail
 	}
 	switch rs.status {
 	case store.StatusCompleted:
-		rs.detail = runDetail{Result: rs.result}
+		rs.detail = history.Detail{Result: rs.result}
 	case store.StatusFailed:
-		rs.detail = runDetail{Error: rs.failure}
+		rs.detail = history.Detail{Error: rs.failure}
 	case store.StatusCancelled:
-		rs.detail = runDetail{}
+		rs.detail = history.Detail{}
 	}
 	rec := rs.rec
 	rec.LastSeq = rs.lastSeq
 	rec.UpdatedAt = time.Now().UTC()
 	rec.Status = rs.currentStatus()
-	rec.Detail = detailJSON(rs.detail)
+	rec.Detail = history.EncodeDetail(rs.detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
 	if h.leaser != nil {
@@ -548,7 +549,7 @@ func (h *Host) recordInterrupted(ctx context.Context, rh *runHandle, ps []uint32
 // pushStepFailure pushes the failure of attempt a of the step at p, with
 // its retry (a timer) when the policy gives one.
 func (h *Host) pushStepFailure(b *batch, o *opRec, p uint32, a int, e *abi.ErrorObject, now time.Time) error {
-	d := &evData{Op: p, Attempt: a, Error: e}
+	d := &history.Data{Op: p, Attempt: a, Error: e}
 	if at, retry := retryAt(o.retry, a, e, now); retry {
 		d.RetryAt = &at
 		b.b.PutTimers = append(b.b.PutTimers, retryTimer(b.rs.id, p, a, at))
@@ -634,7 +635,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		defer h.refill(lp)
 	}
 	b := newBatch(rs)
-	if _, err := b.push(EvRunResumed, &evData{Activation: rs.acts()}); err != nil {
+	if _, err := b.push(EvRunResumed, &history.Data{Activation: rs.acts()}); err != nil {
 		return err
 	}
 	w, fromPool, err := h.activationInstance(ctx, rh, lp)
@@ -766,7 +767,7 @@ func (h *Host) activationSuspended(ctx context.Context, rh *runHandle, b *batch,
 	// Output written between the await and the return is recorded too.
 	err := w.flushOutput()
 	if err == nil {
-		err = h.commit(ctx, rh, b, &runDetail{Waiting: w.waiting})
+		err = h.commit(ctx, rh, b, &history.Detail{Waiting: w.waiting})
 	}
 	if err != nil {
 		w.close(ctx)
@@ -808,7 +809,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	var out []byte
 	for _, e := range b.b.Events {
 		if e.Kind == EvOutput {
-			if d, err := decodeEvData(e); err == nil && d.Stream == "stderr" {
+			if d, err := history.Decode(e); err == nil && d.Stream == "stderr" {
 				out = append(out, d.Data...)
 			}
 		}
@@ -853,7 +854,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if len(out) > 0 {
 		data, cut := capOutput(out, lpOutputRoom(rh.rs, h.limitsOf(ctx, rh.rs)))
 		if len(data) > 0 {
-			if _, err := nb.pushAt(EvOutput, now, &evData{Stream: "stderr", Data: string(data), Produced: rh.rs.outProduced, Cut: cut}); err != nil {
+			if _, err := nb.pushAt(EvOutput, now, &history.Data{Stream: "stderr", Data: string(data), Produced: rh.rs.outProduced, Cut: cut}); err != nil {
 				return err
 			}
 		}
@@ -861,7 +862,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if err := nb.finish(now, abi.InterruptRunEnded); err != nil {
 		return err
 	}
-	if _, err := nb.pushAt(EvRunFailed, now, &evData{Error: eo}); err != nil {
+	if _, err := nb.pushAt(EvRunFailed, now, &history.Data{Error: eo}); err != nil {
 		return err
 	}
 	return h.commit(ctx, rh, nb, nil)
@@ -1158,12 +1159,12 @@ func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepA
 		if len(data) == 0 && !cut {
 			continue
 		}
-		if _, err := b.pushAt(EvOutput, now, &evData{Stream: c.stream, Data: string(data), Step: p, Cut: cut}); err != nil {
+		if _, err := b.pushAt(EvOutput, now, &history.Data{Stream: c.stream, Data: string(data), Step: p, Cut: cut}); err != nil {
 			return err
 		}
 	}
 	if out.err == nil {
-		if _, err := b.pushAt(EvStepCompleted, now, &evData{Op: p, Attempt: a.attempt, Result: out.result}); err != nil {
+		if _, err := b.pushAt(EvStepCompleted, now, &history.Data{Op: p, Attempt: a.attempt, Result: out.result}); err != nil {
 			return err
 		}
 	} else if err := h.pushStepFailure(b, o, p, a.attempt, out.err, now); err != nil {

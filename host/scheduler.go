@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"github.com/sandflow/sandflow/host/history"
 	"log/slog"
 	"sync"
 	"time"
@@ -189,14 +190,14 @@ func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
 			}
 		case rs.status.Terminal() || o == nil:
 		case t.Kind == timerSleep && o.kind == abi.OpSleep && !o.settled:
-			if _, err := b.push(EvTimerFired, &evData{Op: t.Position}); err != nil {
+			if _, err := b.push(EvTimerFired, &history.Data{Op: t.Position}); err != nil {
 				return err
 			}
 		case t.Kind == timerRetry && o.kind == abi.OpStep && !o.settled && !o.attemptOpen && !o.retryAt.IsZero() &&
 			t.ID == retryTimer(rs.id, t.Position, o.attempt, o.retryAt).ID:
 			// Only the timer of the attempt that failed last: a stale one
 			// (read twice, say) must not skip a backoff.
-			if _, err := b.push(EvStepStarted, &evData{Op: t.Position, Name: o.name, Attempt: o.attempt + 1}); err != nil {
+			if _, err := b.push(EvStepStarted, &history.Data{Op: t.Position, Name: o.name, Attempt: o.attempt + 1}); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 )
 
 // SendCall sends another call to a serve run (a call with a
@@ -43,7 +44,7 @@ func (h *Host) SendCall(ctx context.Context, runID, callID string, input json.Ra
 		}
 		index = len(rs.calls)
 		b := newBatch(rs)
-		if _, err := b.push(EvCallReceived, &evData{Index: index, CallID: callID, Input: in}); err != nil {
+		if _, err := b.push(EvCallReceived, &history.Data{Index: index, CallID: callID, Input: in}); err != nil {
 			return err
 		}
 		return h.commit(ctx, rh, b, nil)

@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"slices"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 type runState struct {
 	id      string
 	rec     store.Run
-	created *evData
+	created *history.Data
 	// pinVersion and pinHash are the plugin version and module the log
 	// last pinned the run to: run_created's, or the last run_upgraded's
 	// (of those applied: a lazy state has not applied those before its
@@ -56,7 +57,7 @@ type runState struct {
 	// the state is complete (expand).
 	markBase int
 
-	scratch *evData           // apply's decoding buffer
+	scratch *history.Data     // apply's decoding buffer
 	strs    map[string]string // the names apply has decoded, interned
 	slab    []opRec           // ops are taken from it while it lasts (reserve)
 	// scratchFull: the last event decoded into scratch took the slow path,
@@ -81,7 +82,7 @@ type runState struct {
 	// unwinding after an abort), and run_failed for an OutputSchemaError.
 	// A replay check compares the guest's own end with it.
 	endResult json.RawMessage
-	detail    runDetail
+	detail    history.Detail
 }
 
 type marker struct {
@@ -220,23 +221,6 @@ type hookPayload struct {
 	payload json.RawMessage
 }
 
-// runDetail is the host's summary kept in the run record. The log is the
-// truth; the detail only saves work (what to wait for) and answers lists.
-type runDetail struct {
-	Waiting *waitSet         `json:"waiting,omitempty"`
-	Result  json.RawMessage  `json:"result,omitempty"`
-	Error   *abi.ErrorObject `json:"error,omitempty"`
-	// Stalled is why the last attempt to continue the run failed while the
-	// run stayed intact (a non-deterministic plugin, say).
-	Stalled string `json:"stalled,omitempty"`
-}
-
-// waitSet is the unsatisfied await a suspended guest repeats when resumed.
-type waitSet struct {
-	Mode    abi.AwaitMode `json:"mode"`
-	Futures []uint32      `json:"futures"`
-}
-
 func newRunState(rec store.Run) *runState {
 	rs := &runState{id: rec.ID, rec: rec, hooks: map[uint32]*hookRec{}, status: store.StatusRunning}
 	if len(rec.Detail) > 0 {
@@ -250,7 +234,7 @@ func newRunState(rec store.Run) *runState {
 // read to answer a question and to list it.
 func askRequest(o *opRec) (*abi.AskRequest, error) {
 	r := new(abi.AskRequest)
-	if decodeAskFast(o.request, r) {
+	if history.DecodeAskRequest(o.request, r) {
 		return r, nil
 	}
 	*r = abi.AskRequest{}
@@ -314,14 +298,6 @@ func (o *opRec) settle(seq uint64, st abi.FutureState, v []byte, byOp uint32) {
 	o.settled, o.settleSeq, o.state, o.value, o.byGuest, o.settleOp = true, seq, st, v, byOp > 0, byOp
 }
 
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 // apply folds one event into the state. Events must come in order. It
 // checks the event's place in the log, decodes its data into the state's
 // scratch evData, and calls the apply function of its kind (apply.go)
@@ -336,7 +312,7 @@ func (rs *runState) apply(e store.Event) error {
 		return fmt.Errorf("%w: event %d follows event %d", ErrBadHistory, e.Seq, rs.lastSeq)
 	}
 	d := rs.clearScratch()
-	hot, err := decodeEvDataInto(&e, d, rs.strs)
+	hot, err := history.DecodeInto(&e, d, rs.strs)
 	rs.scratchFull = !hot
 	switch {
 	case err != nil:
@@ -415,15 +391,15 @@ func (rs *runState) apply(e store.Event) error {
 // clearScratch returns the state's scratch evData, zeroed for the next
 // event: one evData, reused, for apply keeps values of its fields, never
 // it.
-func (rs *runState) clearScratch() *evData {
+func (rs *runState) clearScratch() *history.Data {
 	if rs.scratch == nil {
-		rs.scratch, rs.strs = new(evData), map[string]string{}
+		rs.scratch, rs.strs = new(history.Data), map[string]string{}
 	}
 	d := rs.scratch
 	if rs.scratchFull {
-		*d = evData{}
+		*d = history.Data{}
 	} else {
-		d.clearHot()
+		d.ClearHot()
 	}
 	return d
 }
@@ -460,7 +436,7 @@ func (rs *runState) visible(o *opRec, act int, cursor uint32) bool {
 }
 
 // satisfied reports whether a wait set is satisfied by everything recorded.
-func (rs *runState) satisfied(w *waitSet) bool {
+func (rs *runState) satisfied(w *history.WaitSet) bool {
 	if w == nil {
 		return true
 	}

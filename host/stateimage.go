@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"hash/crc32"
 	"slices"
 	"sync/atomic"
@@ -166,7 +167,7 @@ func (rs *runState) image() []byte {
 	}
 	last := rs.markers[len(rs.markers)-1]
 	im := stateImage{V: stateImageVersion, Run: rs.id, Seq: rs.lastSeq,
-		Created: mkEvent(EvRunCreated, rs.start, rs.created).Data, Start: rs.start,
+		Created: history.NewEvent(EvRunCreated, rs.start, rs.created).Data, Start: rs.start,
 		Acts: rs.acts(), Last: imageMarker{Seq: last.seq, T: last.t}, Ops: len(rs.ops),
 		SettledBelow: work, OpenAsks: rs.openAsks, OutProduced: rs.outProduced, OutRecorded: rs.outRecorded,
 		Progress: rs.lastProgress}
@@ -426,7 +427,7 @@ func (h *Host) loadImage(ctx context.Context, rec store.Run) *runState {
 // run_resumed event of that activation. The events after the image must
 // then go on from there (apply checks each op's position).
 func (h *Host) checkImage(ctx context.Context, rs *runState) error {
-	at := func(seq uint64) (*evData, string, error) {
+	at := func(seq uint64) (*history.Data, string, error) {
 		evs, err := h.store.Events(ctx, rs.id, seq-1, 1)
 		if err != nil {
 			return nil, "", err
@@ -434,7 +435,7 @@ func (h *Host) checkImage(ctx context.Context, rs *runState) error {
 		if len(evs) != 1 || evs[0].Seq != seq {
 			return nil, "", fmt.Errorf("%w: no event %d", ErrBadHistory, seq)
 		}
-		d, err := decodeEvData(evs[0])
+		d, err := history.Decode(evs[0])
 		return d, evs[0].Kind, err
 	}
 	if n := len(rs.ops); n > 0 {

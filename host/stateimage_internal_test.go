@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
@@ -29,15 +30,15 @@ func synthLog(seed uint64, n int, hook bool) (store.Run, []store.Event) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	var evs []store.Event
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
-	push := func(kind string, d *evData) {
-		e := mkEvent(kind, at(len(evs)), d)
+	push := func(kind string, d *history.Data) {
+		e := history.NewEvent(kind, at(len(evs)), d)
 		e.Seq = uint64(len(evs) + 1)
 		evs = append(evs, e)
 	}
-	push(EvRunCreated, &evData{Tool: "t", Plugin: "p", Version: 1, ModuleHash: "h", Input: json.RawMessage(`{"n":1}`),
+	push(EvRunCreated, &history.Data{Tool: "t", Plugin: "p", Version: 1, ModuleHash: "h", Input: json.RawMessage(`{"n":1}`),
 		Seed: strings.Repeat("ab", 32)})
 	acts := 0
-	push(EvRunResumed, &evData{Activation: acts})
+	push(EvRunResumed, &history.Data{Activation: acts})
 	p := uint32(0)
 	var open []uint32 // questions left open, answered in a later activation
 	var sleeping []uint32
@@ -45,69 +46,69 @@ func synthLog(seed uint64, n int, hook bool) (store.Run, []store.Event) {
 		switch k := r.IntN(20); {
 		case k < 10:
 			p++
-			push(EvStepStarted, &evData{Op: p, Kind: "step", Name: "s", Input: json.RawMessage(fmt.Sprintf(`[%d]`, p)), Attempt: 1})
+			push(EvStepStarted, &history.Data{Op: p, Kind: "step", Name: "s", Input: json.RawMessage(fmt.Sprintf(`[%d]`, p)), Attempt: 1})
 			switch r.IntN(8) {
 			case 0: // retried
 				ra := at(len(evs) + 50)
-				push(EvStepFailed, &evData{Op: p, Attempt: 1, RetryAt: &ra, Error: &abi.ErrorObject{Message: "again"}})
-				push(EvStepStarted, &evData{Op: p, Kind: "step", Name: "s", Attempt: 2})
-				push(EvStepCompleted, &evData{Op: p, Attempt: 2, Result: json.RawMessage(`"late"`)})
+				push(EvStepFailed, &history.Data{Op: p, Attempt: 1, RetryAt: &ra, Error: &abi.ErrorObject{Message: "again"}})
+				push(EvStepStarted, &history.Data{Op: p, Kind: "step", Name: "s", Attempt: 2})
+				push(EvStepCompleted, &history.Data{Op: p, Attempt: 2, Result: json.RawMessage(`"late"`)})
 			case 1:
-				push(EvStepFailed, &evData{Op: p, Attempt: 1, Error: &abi.ErrorObject{Message: "no"}})
+				push(EvStepFailed, &history.Data{Op: p, Attempt: 1, Error: &abi.ErrorObject{Message: "no"}})
 			case 2:
 				if p > uint32(n)-5 { // left running at the end
 					continue
 				}
 				fallthrough
 			default:
-				push(EvStepCompleted, &evData{Op: p, Attempt: 1, Result: json.RawMessage(fmt.Sprintf(`{"v":%d}`, p))})
+				push(EvStepCompleted, &history.Data{Op: p, Attempt: 1, Result: json.RawMessage(fmt.Sprintf(`{"v":%d}`, p))})
 			}
 		case k < 13:
 			p++
 			id := fmt.Sprintf("ask-%d", p)
 			if r.IntN(4) == 0 {
-				push(EvAskOpened, &evData{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"now?"}`),
+				push(EvAskOpened, &history.Data{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"now?"}`),
 					Answer: &abi.AskAnswer{Status: abi.AnswerAnswered, Text: "at once"}})
 			} else {
-				push(EvAskOpened, &evData{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"later?"}`)})
+				push(EvAskOpened, &history.Data{Op: p, AskID: id, Request: json.RawMessage(`{"prompt":"later?"}`)})
 				open = append(open, p)
 			}
 		case k < 14:
 			p++
 			fa := at(len(evs) + 1000)
-			push(EvTimerSet, &evData{Op: p, FireAt: &fa})
+			push(EvTimerSet, &history.Data{Op: p, FireAt: &fa})
 			sleeping = append(sleeping, p)
 		case k < 15:
 			p++
-			push(EvAgentSent, &evData{Op: p, Name: "helper", Input: json.RawMessage(`"do it"`)})
+			push(EvAgentSent, &history.Data{Op: p, Name: "helper", Input: json.RawMessage(`"do it"`)})
 			if r.IntN(3) > 0 {
-				push(EvAgentSettled, &evData{Op: p, Agent: &abi.AgentResult{Status: abi.AgentCompleted, Reply: "done"}})
+				push(EvAgentSettled, &history.Data{Op: p, Agent: &abi.AgentResult{Status: abi.AgentCompleted, Reply: "done"}})
 			}
 		case k < 16:
 			p++
-			push(EvOpRefused, &evData{Op: p, Kind: "step", Name: "bad", Status: uint32(abi.StatusBadRequest),
+			push(EvOpRefused, &history.Data{Op: p, Kind: "step", Name: "bad", Status: uint32(abi.StatusBadRequest),
 				Error: &abi.ErrorObject{Message: "refused"}})
 		case k < 17:
 			p++
-			push(EvProgress, &evData{Op: p, Value: json.RawMessage(fmt.Sprintf(`{"at":%d}`, p))})
-			push(EvOutput, &evData{Stream: "stdout", Data: "x", Produced: int64(p)})
+			push(EvProgress, &history.Data{Op: p, Value: json.RawMessage(fmt.Sprintf(`{"at":%d}`, p))})
+			push(EvOutput, &history.Data{Stream: "stdout", Data: "x", Produced: int64(p)})
 		case k < 18 && hook && p > uint32(n/2):
 			p++
-			push(EvHookCreated, &evData{Op: p, Token: "tok"})
+			push(EvHookCreated, &history.Data{Op: p, Token: "tok"})
 			hook = false
 		default:
 			// A new activation: some waits end before it.
 			for len(open) > 0 && r.IntN(2) == 0 {
 				q := open[0]
 				open = open[1:]
-				push(EvAskSettled, &evData{Op: q, AskID: fmt.Sprintf("ask-%d", q), Answer: &abi.AskAnswer{Status: abi.AnswerAnswered, Text: "later"}})
+				push(EvAskSettled, &history.Data{Op: q, AskID: fmt.Sprintf("ask-%d", q), Answer: &abi.AskAnswer{Status: abi.AnswerAnswered, Text: "later"}})
 			}
 			if len(sleeping) > 0 && r.IntN(2) == 0 {
-				push(EvTimerFired, &evData{Op: sleeping[0]})
+				push(EvTimerFired, &history.Data{Op: sleeping[0]})
 				sleeping = sleeping[1:]
 			}
 			acts++
-			push(EvRunResumed, &evData{Activation: acts})
+			push(EvRunResumed, &history.Data{Activation: acts})
 		}
 	}
 	rec.LastSeq = uint64(len(evs))
@@ -185,7 +186,7 @@ func TestStateImages(t *testing.T) {
 		if json.Unmarshal(b, &hist) != nil {
 			continue
 		}
-		if _, err := hist.state(); err != nil {
+		if _, err := historyState(&hist); err != nil {
 			continue // the bad histories
 		}
 		c := logCase{name: filepath.Base(f), rec: hist.Run}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
 	"math"
 	mrand "math/rand/v2"
 	"time"
@@ -107,7 +108,7 @@ func (s *stepInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []
 			return s.refuse(abi.StatusNotAllowed, "step_complete: the attempt is already complete"), nil
 		}
 		var out abi.Outcome
-		if msg := decodeOutcome(payload, &out); msg != "" {
+		if msg := history.DecodeOutcome(payload, &out); msg != "" {
 			return s.refuse(abi.StatusBadRequest, "step_complete: "+msg), nil
 		}
 		if out.Error == nil && len(out.Result) > s.plugin.limits.PayloadBytes {

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/internal/jsonutil"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -65,7 +67,7 @@ type wfInstance struct {
 	batch     *batch
 	suspended bool
 	completed bool
-	waiting   *waitSet
+	waiting   *history.WaitSet
 	err       error // a host-side failure to report after the call
 	// cpu is the CPU budget ctx carries (cpuOf), found once per ctx: a
 	// replay renews it at every recorded activation.
@@ -360,7 +362,7 @@ func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, pay
 		return nil, err
 	}
 	if st != abi.StatusOK {
-		ev, err = b.push(EvOpRefused, &evData{Op: p, Kind: kind.String(), Name: name, Status: uint32(st),
+		ev, err = b.push(EvOpRefused, &history.Data{Op: p, Kind: kind.String(), Name: name, Status: uint32(st),
 			Error: &abi.ErrorObject{Type: refusalType(st), Message: kind.String() + ": " + msg}})
 		if err != nil {
 			return nil, err
@@ -532,7 +534,7 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 	if opFuture != 0 {
 		futures = []uint32{opFuture} // not w.one, which the next such op reuses
 	}
-	w.waiting = &waitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
+	w.waiting = &history.WaitSet{Mode: mode &^ abi.AwaitBlock, Futures: futures}
 	if !w.checkOnly {
 		if err := w.flushOutput(); err != nil {
 			return nil, err
@@ -679,7 +681,7 @@ func (w *wfInstance) flushOutput() error {
 		if len(data) == 0 && !cut {
 			continue
 		}
-		if _, err := w.batch.push(EvOutput, &evData{Stream: c.stream, Data: string(data), Produced: produced, Cut: cut}); err != nil {
+		if _, err := w.batch.push(EvOutput, &history.Data{Stream: c.stream, Data: string(data), Produced: produced, Cut: cut}); err != nil {
 			return err
 		}
 	}
@@ -694,23 +696,6 @@ func capOutput(b []byte, room int64) ([]byte, bool) {
 		return b[:room], true
 	}
 	return b, false
-}
-
-// decodeStrict decodes a JSON object payload and returns a message saying
-// what is wrong with it, or "".
-func decodeStrict(payload []byte, v any) string {
-	if len(payload) == 0 {
-		return "payload is empty"
-	}
-	dec := json.NewDecoder(strings.NewReader(string(payload)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return "malformed payload: " + err.Error()
-	}
-	if dec.More() {
-		return "malformed payload: trailing data"
-	}
-	return ""
 }
 
 func clone(b []byte) []byte {
@@ -794,7 +779,7 @@ func checkRetry(r *abi.RetryPolicy) string {
 // parseAsk validates an ask request and fills its defaults.
 func parseAsk(payload []byte) (abi.AskRequest, string) {
 	var req abi.AskRequest
-	if !decodeAskFast(payload, &req) {
+	if !history.DecodeAskRequest(payload, &req) {
 		req = abi.AskRequest{}
 		if msg := decodeStrict(payload, &req); msg != "" {
 			return req, msg
@@ -859,3 +844,9 @@ func (w *wfInstance) ReplayLog() *engine.ReplayLog {
 	}
 	return l
 }
+
+// decodeStrict decodes a JSON object payload and returns a message saying
+// what is wrong with it, or "".
+func decodeStrict(payload []byte, v any) string { return jsonutil.DecodeStrict(payload, v) }
+
+func mustJSON(v any) []byte { return jsonutil.Must(v) }

@@ -1,4 +1,4 @@
-package host
+package history
 
 import (
 	"encoding/json"
@@ -16,78 +16,78 @@ import (
 )
 
 // evKinds are the event kinds, for the fuzz tests to choose from.
-var evKinds = []string{EvRunCreated, EvRunResumed, EvStepStarted, EvStepCompleted, EvStepFailed, EvTimerSet, EvTimerFired,
-	EvAskOpened, EvAskSettled, EvHookCreated, EvHookNext, EvHookReceived, EvHookDisposed, EvProgress, EvOutput,
-	EvRunCompleted, EvRunFailed, EvRunCancelled, EvRunUpgraded, EvOpRefused, EvWebhookResponded, EvAgentSent,
-	EvAgentSettled, EvCallReceived, EvReceive, EvReplied, EvAbortRequested, EvSignal}
+var evKinds = []string{KindRunCreated, KindRunResumed, KindStepStarted, KindStepCompleted, KindStepFailed, KindTimerSet, KindTimerFired,
+	KindAskOpened, KindAskSettled, KindHookCreated, KindHookNext, KindHookReceived, KindHookDisposed, KindProgress, KindOutput,
+	KindRunCompleted, KindRunFailed, KindRunCancelled, KindRunUpgraded, KindOpRefused, KindWebhookResponded, KindAgentSent,
+	KindAgentSettled, KindCallReceived, KindReceive, KindReplied, KindAbortRequested, KindSignal}
 
 // evSeeds are event data as the host writes them, near misses, and the
 // inputs hand-written codecs get wrong: -0, 1e400, big integers, invalid
 // UTF-8, lone surrogates, U+2028, HTML characters, raw JSON with white
 // space, duplicate keys, null for every field.
 var evSeeds = []struct{ kind, data string }{
-	{EvRunResumed, `{}`},
-	{EvRunResumed, `{"activation":1}`},
-	{EvRunResumed, `{"activation":2147483647}`},
-	{EvStepStarted, `{"input":[1,"two",{"3":null}],"op":2,"name":"inc","attempt":1}`},
-	{EvStepStarted, `{"op":2,"name":"inc","attempt":1}`},
-	{EvStepStarted, `{"input":0,"op":4294967295,"name":"a b","attempt":3}`},
-	{EvStepCompleted, `{"op":2,"attempt":1,"result":{"a":[true,false,null,-1.5e-3,"x"]}}`},
-	{EvStepCompleted, `{"op":2,"attempt":1}`},
-	{EvStepCompleted, `{"op":7,"attempt":2,"result":"\ud83d\ude00"}`},
-	{EvRunResumed, ` {}`}, {EvRunResumed, `{"activation":1} `}, {EvRunResumed, `{"activation":01}`},
-	{EvRunResumed, `{"activation":1,"activation":2}`}, {EvRunResumed, `{"op":1}`},
-	{EvStepStarted, `{"op":2,"name":"inc","attempt":1,"retry":{"maxAttempts":3}}`},
-	{EvStepStarted, `{"name":"inc","op":2,"attempt":1}`}, {EvStepStarted, `{"op":2,"name":"in\u0063","attempt":1}`},
-	{EvStepStarted, `{"input":1 ,"op":2,"name":"inc","attempt":1}`}, {EvStepStarted, `{"input":,"op":2,"name":"inc","attempt":1}`},
-	{EvStepCompleted, `{"op":2,"attempt":1,"result":1,"result":2}`}, {EvStepCompleted, `{"op":2,"attempt":-1}`},
-	{EvStepCompleted, `{"op":4294967296,"attempt":1}`}, {EvStepCompleted, `{"op":2,"attempt":1,"result":[1,]}`},
-	{EvStepFailed, `{"op":2,"attempt":1,"error":{"type":"Retryable","message":"m","retryable":true,"retryAfterMs":5,"details":{"a":1}},"retryAt":"2026-12-01T10:00:01.5Z"}`},
-	{EvStepStarted, `{"input":{"n":-0,"big":123456789012345678901234567890,"f":1e400},"op":3,"kind":"step","name":"n\u00e4me <&>","attempt":2,"retry":{"maxAttempts":3,"initialBackoffMs":100,"maxBackoffMs":1000,"backoffFactor":1.5}}`},
-	{EvStepStarted, `{"retry":{"backoffFactor":1e400}}`}, {EvStepStarted, `{"retry":{"backoffFactor":-0}}`},
-	{EvStepStarted, `{"retry":{"maxAttempts":3},"retry":{"maxBackoffMs":9}}`}, {EvStepStarted, `{"retry":null}`},
-	{EvTimerSet, `{"op":4,"kind":"sleep","fireAt":"2026-12-01T10:05:00+02:00"}`}, {EvTimerSet, `{"fireAt":"2026-12-01T10:05:00\u002b02:00"}`},
-	{EvTimerSet, `{"op":5,"fireAt":"2026-12-01T10:00:00Z","immediate":true}`}, {EvTimerSet, `{"fireAt":null}`}, {EvTimerSet, `{"fireAt":1}`},
-	{EvTimerSet, `{"fireAt":"2026-13-01T10:00:00Z"}`},
-	{EvOutput, `{"stream":"stdout","data":"hello \u003cworld\u003e\n","produced":12,"step":2}`},
-	{EvOutput, `{"stream":"stderr","data":"cut","produced":-9223372036854775808,"cut":true}`},
-	{EvOutput, `{"data":"\ud800 lone \udc00\ud800 \ud83d\ude00 \u2028` + "\xff\xe2\x80\xa8" + `"}`},
-	{EvOutput, "{\"data\":\"\xed\xa0\x80\"}"}, {EvOutput, `{"produced":1e3}`}, {EvOutput, `{"produced":9223372036854775808}`},
-	{EvHookCreated, `{"op":8,"kind":"hook","token":"tok_1","metadata":{"m":1},"conflict":"","hook":1,"url":"http://h/hooks/tok_1"}`},
-	{EvHookCreated, `{"op":9,"kind":"webhook","token":"tok_2","hook":2,"webhook":{"respondWith":{"status":202},"manual":true}}`},
-	{EvHookReceived, `{"hook":1,"index":0,"payload":  { "p" : "\u00e9" }  }`},
-	{EvProgress, `{"value":{"done":3,"of":10}}`}, {EvProgress, `{"value":null}`},
-	{EvRunUpgraded, `{"version":4,"moduleHash":"cd34","fromVersion":3,"fromHash":"ab12cd"}`},
-	{EvOpRefused, `{"op":12,"kind":"fetch","name":"f","status":3,"error":{"type":"Capability","message":"no"}}`},
-	{EvOpRefused, `{"error":{"type":"a"},"error":{"message":"b"}}`}, {EvOpRefused, `{"error":null}`}, {EvOpRefused, `{"status":-1}`},
-	{EvWebhookResponded, `{"hook":2,"index":0,"response":{"status":200,"body":"aGk=","bodyEncoding":"base64"}}`},
-	{EvAgentSent, `{"op":13,"kind":"agent","name":"echo","agentRequest":{"message":"hi"}}`},
-	{EvAgentSettled, `{"op":13,"agent":{"status":"completed","reply":"hello"}}`},
-	{EvCallReceived, `{"callId":"call_1","input":{"q":1}}`}, {EvReplied, `{"op":16,"answered":2}`},
-	{EvAbortRequested, `{"reason":"operator <asked>"}`}, {EvRunCancelled, `{"reason":"user","Reason":"x"}`},
-	{EvAskOpened, `{"op":3,"askId":"ask_2345abcd","request":{"prompt":"Go on?","options":[{"id":"ok","label":"OK"}]}}`},
-	{EvAskSettled, `{"op":3,"askId":"ask_x","answer":{"status":"answered","optionId":"ok","text":"fine"}}`},
-	{EvAskSettled, `{"answer":{}}`},
-	{EvAskSettled, `{"answer": { "text" : "a" , "status":"s", "text":"b" } , "request":1,"request":[2]}`},
-	{EvAskSettled, `{"answer":{"status":"a"},"answer":{"text":"b"}}`}, {EvAskSettled, `{"answer":null}`},
-	{EvAskSettled, `{"answer":{"status":1}}`}, {EvAskSettled, `{"answer":{"Status":"a"}}`}, {EvAskSettled, `{"answer":[]}`},
-	{EvRunCreated, `{"tool":"greet","plugin":"greet","version":3,"moduleHash":"ab12","input":{"name":"w"},"seed":"00ff","noAsk":true,"serve":true,"sharedInit":true,"agents":[{"name":"echo","description":"answers at once"}],"url":"http://h/runs/run_1","baseUrl":"http://h"}`},
-	{EvRunCreated, `{"agents":[],"sharedInit":false,"tool":"a","tool":"b"}`},
-	{EvRunCreated, `{"agents":[{},{"description":"d","name":"n","name":"m"}], "serve" : false }`},
-	{EvRunCreated, `{"agents":[null]}`}, {EvRunCreated, `{"agents":null}`}, {EvRunCreated, `{"agents":[{"name":1}]}`},
-	{EvRunCreated, `{"agents":[{}],"agents":[]}`}, {EvRunCreated, `{"version":-0}`}, {EvRunCreated, `{"version":"1"}`},
-	{EvRunCreated, `{"tool":null,"plugin":null,"version":null,"moduleHash":null,"input":null,"seed":null,"noAsk":null,"serve":null,"sharedInit":null,"agents":null,"url":null,"baseUrl":null}`},
-	{EvStepFailed, `{"activation":null,"op":null,"kind":null,"name":null,"status":null,"attempt":null,"retry":null,"retryAt":null,"fireAt":null,"immediate":null,"askId":null,"request":null,"answer":null}`},
-	{EvOutput, `{"token":null,"metadata":null,"conflict":null,"hook":null,"index":null,"payload":null,"callId":null,"answered":null,"value":null,"result":null,"error":null,"reason":null}`},
-	{EvOutput, `{"stream":null,"data":null,"produced":null,"step":null,"cut":null,"fromVersion":null,"fromHash":null,"webhook":null,"agent":null,"response":null,"agentRequest":null}`},
-	{EvOutput, `{"error":{"type":null,"message":null,"retryable":null,"retryAfterMs":null,"details":null}}`},
-	{EvStepStarted, `{"retry":{"maxAttempts":null,"initialBackoffMs":null,"maxBackoffMs":null,"backoffFactor":null}}`},
-	{EvAskSettled, `{"answer":{"status":null,"optionId":null,"text":null}}`},
-	{EvRunCreated, `{"agents":[{"name":null,"description":null}]}`},
-	{EvOutput, `{"\u0064ata":"x","op":1}`}, {EvOutput, `{"OP":1}`}, {EvOutput, `{"op":1,}`}, {EvOutput, `{"op":1}x`},
-	{EvOutput, `{"op":1.0}`}, {EvOutput, `{"op":1e2}`}, {EvOutput, `{"op":-0}`}, {EvOutput, `{"op":"1"}`},
-	{EvOutput, `{"input":tru}`}, {EvOutput, `{"input":--1}`}, {EvOutput, `{"input":"\x"}`}, {EvOutput, `[]`}, {EvOutput, `null`},
-	{EvOutput, ``}, {EvOutput, `{`},
+	{KindRunResumed, `{}`},
+	{KindRunResumed, `{"activation":1}`},
+	{KindRunResumed, `{"activation":2147483647}`},
+	{KindStepStarted, `{"input":[1,"two",{"3":null}],"op":2,"name":"inc","attempt":1}`},
+	{KindStepStarted, `{"op":2,"name":"inc","attempt":1}`},
+	{KindStepStarted, `{"input":0,"op":4294967295,"name":"a b","attempt":3}`},
+	{KindStepCompleted, `{"op":2,"attempt":1,"result":{"a":[true,false,null,-1.5e-3,"x"]}}`},
+	{KindStepCompleted, `{"op":2,"attempt":1}`},
+	{KindStepCompleted, `{"op":7,"attempt":2,"result":"\ud83d\ude00"}`},
+	{KindRunResumed, ` {}`}, {KindRunResumed, `{"activation":1} `}, {KindRunResumed, `{"activation":01}`},
+	{KindRunResumed, `{"activation":1,"activation":2}`}, {KindRunResumed, `{"op":1}`},
+	{KindStepStarted, `{"op":2,"name":"inc","attempt":1,"retry":{"maxAttempts":3}}`},
+	{KindStepStarted, `{"name":"inc","op":2,"attempt":1}`}, {KindStepStarted, `{"op":2,"name":"in\u0063","attempt":1}`},
+	{KindStepStarted, `{"input":1 ,"op":2,"name":"inc","attempt":1}`}, {KindStepStarted, `{"input":,"op":2,"name":"inc","attempt":1}`},
+	{KindStepCompleted, `{"op":2,"attempt":1,"result":1,"result":2}`}, {KindStepCompleted, `{"op":2,"attempt":-1}`},
+	{KindStepCompleted, `{"op":4294967296,"attempt":1}`}, {KindStepCompleted, `{"op":2,"attempt":1,"result":[1,]}`},
+	{KindStepFailed, `{"op":2,"attempt":1,"error":{"type":"Retryable","message":"m","retryable":true,"retryAfterMs":5,"details":{"a":1}},"retryAt":"2026-12-01T10:00:01.5Z"}`},
+	{KindStepStarted, `{"input":{"n":-0,"big":123456789012345678901234567890,"f":1e400},"op":3,"kind":"step","name":"n\u00e4me <&>","attempt":2,"retry":{"maxAttempts":3,"initialBackoffMs":100,"maxBackoffMs":1000,"backoffFactor":1.5}}`},
+	{KindStepStarted, `{"retry":{"backoffFactor":1e400}}`}, {KindStepStarted, `{"retry":{"backoffFactor":-0}}`},
+	{KindStepStarted, `{"retry":{"maxAttempts":3},"retry":{"maxBackoffMs":9}}`}, {KindStepStarted, `{"retry":null}`},
+	{KindTimerSet, `{"op":4,"kind":"sleep","fireAt":"2026-12-01T10:05:00+02:00"}`}, {KindTimerSet, `{"fireAt":"2026-12-01T10:05:00\u002b02:00"}`},
+	{KindTimerSet, `{"op":5,"fireAt":"2026-12-01T10:00:00Z","immediate":true}`}, {KindTimerSet, `{"fireAt":null}`}, {KindTimerSet, `{"fireAt":1}`},
+	{KindTimerSet, `{"fireAt":"2026-13-01T10:00:00Z"}`},
+	{KindOutput, `{"stream":"stdout","data":"hello \u003cworld\u003e\n","produced":12,"step":2}`},
+	{KindOutput, `{"stream":"stderr","data":"cut","produced":-9223372036854775808,"cut":true}`},
+	{KindOutput, `{"data":"\ud800 lone \udc00\ud800 \ud83d\ude00 \u2028` + "\xff\xe2\x80\xa8" + `"}`},
+	{KindOutput, "{\"data\":\"\xed\xa0\x80\"}"}, {KindOutput, `{"produced":1e3}`}, {KindOutput, `{"produced":9223372036854775808}`},
+	{KindHookCreated, `{"op":8,"kind":"hook","token":"tok_1","metadata":{"m":1},"conflict":"","hook":1,"url":"http://h/hooks/tok_1"}`},
+	{KindHookCreated, `{"op":9,"kind":"webhook","token":"tok_2","hook":2,"webhook":{"respondWith":{"status":202},"manual":true}}`},
+	{KindHookReceived, `{"hook":1,"index":0,"payload":  { "p" : "\u00e9" }  }`},
+	{KindProgress, `{"value":{"done":3,"of":10}}`}, {KindProgress, `{"value":null}`},
+	{KindRunUpgraded, `{"version":4,"moduleHash":"cd34","fromVersion":3,"fromHash":"ab12cd"}`},
+	{KindOpRefused, `{"op":12,"kind":"fetch","name":"f","status":3,"error":{"type":"Capability","message":"no"}}`},
+	{KindOpRefused, `{"error":{"type":"a"},"error":{"message":"b"}}`}, {KindOpRefused, `{"error":null}`}, {KindOpRefused, `{"status":-1}`},
+	{KindWebhookResponded, `{"hook":2,"index":0,"response":{"status":200,"body":"aGk=","bodyEncoding":"base64"}}`},
+	{KindAgentSent, `{"op":13,"kind":"agent","name":"echo","agentRequest":{"message":"hi"}}`},
+	{KindAgentSettled, `{"op":13,"agent":{"status":"completed","reply":"hello"}}`},
+	{KindCallReceived, `{"callId":"call_1","input":{"q":1}}`}, {KindReplied, `{"op":16,"answered":2}`},
+	{KindAbortRequested, `{"reason":"operator <asked>"}`}, {KindRunCancelled, `{"reason":"user","Reason":"x"}`},
+	{KindAskOpened, `{"op":3,"askId":"ask_2345abcd","request":{"prompt":"Go on?","options":[{"id":"ok","label":"OK"}]}}`},
+	{KindAskSettled, `{"op":3,"askId":"ask_x","answer":{"status":"answered","optionId":"ok","text":"fine"}}`},
+	{KindAskSettled, `{"answer":{}}`},
+	{KindAskSettled, `{"answer": { "text" : "a" , "status":"s", "text":"b" } , "request":1,"request":[2]}`},
+	{KindAskSettled, `{"answer":{"status":"a"},"answer":{"text":"b"}}`}, {KindAskSettled, `{"answer":null}`},
+	{KindAskSettled, `{"answer":{"status":1}}`}, {KindAskSettled, `{"answer":{"Status":"a"}}`}, {KindAskSettled, `{"answer":[]}`},
+	{KindRunCreated, `{"tool":"greet","plugin":"greet","version":3,"moduleHash":"ab12","input":{"name":"w"},"seed":"00ff","noAsk":true,"serve":true,"sharedInit":true,"agents":[{"name":"echo","description":"answers at once"}],"url":"http://h/runs/run_1","baseUrl":"http://h"}`},
+	{KindRunCreated, `{"agents":[],"sharedInit":false,"tool":"a","tool":"b"}`},
+	{KindRunCreated, `{"agents":[{},{"description":"d","name":"n","name":"m"}], "serve" : false }`},
+	{KindRunCreated, `{"agents":[null]}`}, {KindRunCreated, `{"agents":null}`}, {KindRunCreated, `{"agents":[{"name":1}]}`},
+	{KindRunCreated, `{"agents":[{}],"agents":[]}`}, {KindRunCreated, `{"version":-0}`}, {KindRunCreated, `{"version":"1"}`},
+	{KindRunCreated, `{"tool":null,"plugin":null,"version":null,"moduleHash":null,"input":null,"seed":null,"noAsk":null,"serve":null,"sharedInit":null,"agents":null,"url":null,"baseUrl":null}`},
+	{KindStepFailed, `{"activation":null,"op":null,"kind":null,"name":null,"status":null,"attempt":null,"retry":null,"retryAt":null,"fireAt":null,"immediate":null,"askId":null,"request":null,"answer":null}`},
+	{KindOutput, `{"token":null,"metadata":null,"conflict":null,"hook":null,"index":null,"payload":null,"callId":null,"answered":null,"value":null,"result":null,"error":null,"reason":null}`},
+	{KindOutput, `{"stream":null,"data":null,"produced":null,"step":null,"cut":null,"fromVersion":null,"fromHash":null,"webhook":null,"agent":null,"response":null,"agentRequest":null}`},
+	{KindOutput, `{"error":{"type":null,"message":null,"retryable":null,"retryAfterMs":null,"details":null}}`},
+	{KindStepStarted, `{"retry":{"maxAttempts":null,"initialBackoffMs":null,"maxBackoffMs":null,"backoffFactor":null}}`},
+	{KindAskSettled, `{"answer":{"status":null,"optionId":null,"text":null}}`},
+	{KindRunCreated, `{"agents":[{"name":null,"description":null}]}`},
+	{KindOutput, `{"\u0064ata":"x","op":1}`}, {KindOutput, `{"OP":1}`}, {KindOutput, `{"op":1,}`}, {KindOutput, `{"op":1}x`},
+	{KindOutput, `{"op":1.0}`}, {KindOutput, `{"op":1e2}`}, {KindOutput, `{"op":-0}`}, {KindOutput, `{"op":"1"}`},
+	{KindOutput, `{"input":tru}`}, {KindOutput, `{"input":--1}`}, {KindOutput, `{"input":"\x"}`}, {KindOutput, `[]`}, {KindOutput, `null`},
+	{KindOutput, ``}, {KindOutput, `{`},
 }
 
 // checkDecode decodes data both ways: what the fast path takes,
@@ -97,11 +97,11 @@ var evSeeds = []struct{ kind, data string }{
 // It reports whether the fast path took it.
 func checkDecode(t *testing.T, kind string, data []byte) bool {
 	t.Helper()
-	var fast, ref evData
+	var fast, ref Data
 	ok, full := decodeEvFast(kind, data, &fast, map[string]string{})
 	err := json.Unmarshal(data, &ref)
 	if !ok {
-		if !reflect.DeepEqual(fast, evData{}) {
+		if !reflect.DeepEqual(fast, Data{}) {
 			t.Fatalf("%s %q: declined, but set %+v", kind, data, fast)
 		}
 	} else {
@@ -113,18 +113,18 @@ func checkDecode(t *testing.T, kind string, data []byte) bool {
 		}
 		if !full {
 			cleared := fast
-			cleared.clearHot()
-			if !reflect.DeepEqual(cleared, evData{}) {
-				t.Fatalf("%s %q: not full, but clearHot leaves %+v", kind, data, cleared)
+			cleared.ClearHot()
+			if !reflect.DeepEqual(cleared, Data{}) {
+				t.Fatalf("%s %q: not full, but ClearHot leaves %+v", kind, data, cleared)
 			}
 		}
-		var hot evData
+		var hot Data
 		if !decodeHot(data, &hot, nil) || !reflect.DeepEqual(hot, ref) {
 			t.Fatalf("%s %q: the general reader gives %+v", kind, data, hot)
 		}
 	}
-	var into evData
-	_, err2 := decodeEvDataInto(&store.Event{Kind: kind, Data: data}, &into, nil)
+	var into Data
+	_, err2 := DecodeInto(&store.Event{Kind: kind, Data: data}, &into, nil)
 	if (err2 == nil) != (err == nil) || err == nil && !reflect.DeepEqual(into, ref) {
 		t.Fatalf("%s %q: decodeEvDataInto %+v, %v; json.Unmarshal %+v, %v", kind, data, into, err2, ref, err)
 	}
@@ -162,14 +162,14 @@ func TestDecodeEvDataLikeJSON(t *testing.T) {
 // TestDecodeLaid: the layout reader takes what the host's encoder writes
 // for the kinds it reads.
 func TestDecodeLaid(t *testing.T) {
-	for i, d := range []evData{
+	for i, d := range []Data{
 		{Activation: 3}, {},
 		{Input: []byte(`{"n":1}`), Op: 4, Name: "inc", Attempt: 1}, {Op: 4, Name: "in\"c\u00e9", Attempt: 2},
 		{Op: 4, Attempt: 1, Result: []byte(`[1,2]`)}, {Op: 9, Attempt: 1},
 	} {
-		kind := []string{EvRunResumed, EvRunResumed, EvStepStarted, EvStepStarted, EvStepCompleted, EvStepCompleted}[i]
+		kind := []string{KindRunResumed, KindRunResumed, KindStepStarted, KindStepStarted, KindStepCompleted, KindStepCompleted}[i]
 		b, ok := encodeHot(&d)
-		var got evData
+		var got Data
 		if !ok || !decodeLaid(kind, b, &got, nil) || !reflect.DeepEqual(got, d) {
 			t.Errorf("%s %s: the host's encoding is not read back: %+v", kind, b, got)
 		}
@@ -191,7 +191,7 @@ func FuzzDecodeEvData(f *testing.F) {
 // TestDecodeGoldenHistories: every event of the golden histories decodes
 // as json.Unmarshal decodes it.
 func TestDecodeGoldenHistories(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "histories", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden histories: %v", err)
 	}
@@ -201,7 +201,7 @@ func TestDecodeGoldenHistories(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hist, err := ReadHistory(f)
+		hist, err := Read(f)
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -216,7 +216,7 @@ func TestDecodeGoldenHistories(t *testing.T) {
 // json.Marshal's bytes; what it declines holds a payload it leaves to
 // json.Marshal, or a value json.Marshal refuses. What it writes decodes
 // back as json.Unmarshal decodes it.
-func checkEncode(t *testing.T, d *evData) bool {
+func checkEncode(t *testing.T, d *Data) bool {
 	t.Helper()
 	want, err := json.Marshal(d)
 	got, ok := encodeHot(d)
@@ -227,15 +227,15 @@ func checkEncode(t *testing.T, d *evData) bool {
 		t.Fatalf("%+v: declined, json.Marshal writes %s", *d, want)
 	}
 	if ok {
-		checkDecode(t, EvOutput, got)
+		checkDecode(t, KindOutput, got)
 	}
 	return ok
 }
 
-// evFromSeed builds an evData from fuzzed values: the fields r chooses
+// evFromSeed builds an Data from fuzzed values: the fields r chooses
 // get s, raw, n and x, as their types allow.
-func evFromSeed(r *rand.Rand, s string, raw []byte, n int64, x float64) evData {
-	var d evData
+func evFromSeed(r *rand.Rand, s string, raw []byte, n int64, x float64) Data {
+	var d Data
 	str := func() string {
 		if r.IntN(3) == 0 {
 			return ""
@@ -273,10 +273,10 @@ func evFromSeed(r *rand.Rand, s string, raw []byte, n int64, x float64) evData {
 	d.Tool, d.Plugin, d.Version, d.ModuleHash, d.Input, d.Seed = str(), str(), int(num()), str(), rawv(), str()
 	d.NoAsk, d.Serve, d.SharedInit = r.IntN(2) == 0, r.IntN(2) == 0, r.IntN(2) == 0
 	for range r.IntN(3) {
-		d.Agents = append(d.Agents, AgentInfo{Name: str(), Description: str()})
+		d.Agents = append(d.Agents, abi.AgentInfo{Name: str(), Description: str()})
 	}
 	if r.IntN(8) == 0 {
-		d.Agents = []AgentInfo{}
+		d.Agents = []abi.AgentInfo{}
 	}
 	d.URL, d.BaseURL, d.Activation, d.Op, d.Kind, d.Name = str(), str(), int(num()), uint32(num()), str(), str()
 	d.Status, d.Attempt = uint32(num()), int(num())
@@ -324,10 +324,10 @@ var encodeSeeds = []struct {
 }
 
 // TestEncodeEvDataLikeJSON: encodeHot writes json.Marshal's bytes for
-// every field of evData, and declines only what it leaves to json.Marshal.
+// every field of Data, and declines only what it leaves to json.Marshal.
 func TestEncodeEvDataLikeJSON(t *testing.T) {
 	for _, fx := range fixtureEvents {
-		var d evData
+		var d Data
 		if err := json.Unmarshal([]byte(fx.data), &d); err != nil {
 			t.Fatal(err)
 		}
@@ -365,32 +365,32 @@ func FuzzEncodeEvData(f *testing.F) {
 
 // checkDetail: the hand encoders of a run's detail and of an answer
 // write json.Marshal's bytes.
-func checkDetail(t *testing.T, d runDetail, a *abi.AskAnswer) {
+func checkDetail(t *testing.T, d Detail, a *abi.AskAnswer) {
 	t.Helper()
 	want, err := json.Marshal(d)
 	if err == nil {
-		if got := detailJSON(d); string(got) != string(want) {
+		if got := EncodeDetail(d); string(got) != string(want) {
 			t.Fatalf("%+v: detailJSON %s, json.Marshal %s", d, got, want)
 		}
 	}
 	want, err = json.Marshal(a)
-	if got := answerJSON(a); err != nil || string(got) != string(want) {
+	if got := EncodeAnswer(a); err != nil || string(got) != string(want) {
 		t.Fatalf("%+v: answerJSON %s, json.Marshal %s, %v", a, got, want, err)
 	}
 }
 
-func detailFromSeed(r *rand.Rand, s string, raw []byte) (runDetail, *abi.AskAnswer) {
-	d := runDetail{Stalled: s[:r.IntN(len(s)+1)]}
+func detailFromSeed(r *rand.Rand, s string, raw []byte) (Detail, *abi.AskAnswer) {
+	d := Detail{Stalled: s[:r.IntN(len(s)+1)]}
 	if r.IntN(2) == 0 {
 		d.Result = raw
 	}
 	switch r.IntN(4) {
 	case 0:
-		d.Waiting = &waitSet{Mode: abi.AwaitMode(r.IntN(3)), Futures: []uint32{uint32(r.IntN(9)), 1<<32 - 1}}
+		d.Waiting = &WaitSet{Mode: abi.AwaitMode(r.IntN(3)), Futures: []uint32{uint32(r.IntN(9)), 1<<32 - 1}}
 	case 1:
-		d.Waiting = &waitSet{Mode: 1, Futures: []uint32{}}
+		d.Waiting = &WaitSet{Mode: 1, Futures: []uint32{}}
 	case 2:
-		d.Waiting = &waitSet{}
+		d.Waiting = &WaitSet{}
 	}
 	if r.IntN(4) == 0 {
 		d.Error = &abi.ErrorObject{Type: "Fatal", Message: s, Details: raw}
@@ -429,11 +429,11 @@ func FuzzDetailJSON(f *testing.F) {
 // general reader.
 func BenchmarkDecodeHot(b *testing.B) {
 	evs := stepEvents()
-	var d evData
+	var d Data
 	strs := map[string]string{}
 	for b.Loop() {
 		for _, e := range evs {
-			d.clearHot()
+			d.ClearHot()
 			if !decodeHot(e.data, &d, strs) {
 				b.Fatalf("%s: not taken", e.data)
 			}
@@ -446,11 +446,11 @@ func BenchmarkDecodeHot(b *testing.B) {
 // first, as decodeEvDataInto reads them.
 func BenchmarkDecodeLaid(b *testing.B) {
 	evs := stepEvents()
-	var d evData
+	var d Data
 	strs := map[string]string{}
 	for b.Loop() {
 		for _, e := range evs {
-			d.clearHot()
+			d.ClearHot()
 			if !decodeLaid(e.kind, e.data, &d, strs) {
 				b.Fatalf("%s: not taken", e.data)
 			}
@@ -468,15 +468,15 @@ func stepEvents() []kindData {
 	var evs []kindData
 	for i := range 1000 {
 		evs = append(evs,
-			kindData{EvStepStarted, fmt.Appendf(nil, `{"input":%d,"op":%d,"name":"echo","attempt":1}`, i, i+1)},
-			kindData{EvStepCompleted, fmt.Appendf(nil, `{"op":%d,"attempt":1,"result":%d}`, i+1, i)},
-			kindData{EvRunResumed, fmt.Appendf(nil, `{"activation":%d}`, i+1)})
+			kindData{KindStepStarted, fmt.Appendf(nil, `{"input":%d,"op":%d,"name":"echo","attempt":1}`, i, i+1)},
+			kindData{KindStepCompleted, fmt.Appendf(nil, `{"op":%d,"attempt":1,"result":%d}`, i+1, i)},
+			kindData{KindRunResumed, fmt.Appendf(nil, `{"activation":%d}`, i+1)})
 	}
 	return evs
 }
 
 func BenchmarkEncodeEvent(b *testing.B) {
-	d := evData{Op: 7, Kind: "ask", AskID: "ask_0123abcd", Request: json.RawMessage(`{"prompt":"Go on?","options":[{"id":"ok","label":"OK"}]}`)}
+	d := Data{Op: 7, Kind: "ask", AskID: "ask_0123abcd", Request: json.RawMessage(`{"prompt":"Go on?","options":[{"id":"ok","label":"OK"}]}`)}
 	b.Run("hot", func(b *testing.B) {
 		for b.Loop() {
 			if _, ok := encodeHot(&d); !ok {

@@ -1,4 +1,4 @@
-package host
+package history
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	"github.com/sandflow/sandflow/store"
 )
 
-// DescribeEvent renders one event as a line of a run's timeline.
-func DescribeEvent(e store.Event) string {
-	d, err := decodeEvData(e)
+// Describe renders one event as a line of a run's timeline.
+func Describe(e store.Event) string {
+	d, err := Decode(e)
 	if err != nil {
 		return fmt.Sprintf("%s (undecodable: %v)", e.Kind, err)
 	}
@@ -21,41 +21,41 @@ func DescribeEvent(e store.Event) string {
 		op = fmt.Sprintf("op %d ", d.Op)
 	}
 	switch e.Kind {
-	case EvRunCreated:
-		return fmt.Sprintf("run created: tool %s (plugin %s v%d, module %s), input %s", d.Tool, d.Plugin, d.Version, short(d.ModuleHash), clip(d.Input))
-	case EvRunResumed:
+	case KindRunCreated:
+		return fmt.Sprintf("run created: tool %s (plugin %s v%d, module %s), input %s", d.Tool, d.Plugin, d.Version, ShortHash(d.ModuleHash), clip(d.Input))
+	case KindRunResumed:
 		if d.Activation == 0 {
 			return "activation 0: started"
 		}
 		return fmt.Sprintf("activation %d: resumed", d.Activation)
-	case EvStepStarted:
+	case KindStepStarted:
 		if d.Attempt > 1 {
 			return fmt.Sprintf("%sstep %s: attempt %d started", op, d.Name, d.Attempt)
 		}
 		return fmt.Sprintf("%sstep %s started with %s", op, d.Name, clip(d.Input))
-	case EvStepCompleted:
+	case KindStepCompleted:
 		return fmt.Sprintf("%sstep completed (attempt %d): %s", op, d.Attempt, clip(d.Result))
-	case EvStepFailed:
+	case KindStepFailed:
 		msg := fmt.Sprintf("%sstep attempt %d failed: %s", op, d.Attempt, errText(d))
 		if d.RetryAt != nil {
 			return msg + "; retry at " + d.RetryAt.Format(time.RFC3339)
 		}
 		return msg + "; no more attempts"
-	case EvTimerSet:
+	case KindTimerSet:
 		if d.Immediate {
 			return fmt.Sprintf("%ssleep: already due", op)
 		}
 		return fmt.Sprintf("%ssleep until %s", op, d.FireAt.Format(time.RFC3339))
-	case EvTimerFired:
+	case KindTimerFired:
 		return fmt.Sprintf("%stimer fired", op)
-	case EvAskOpened:
+	case KindAskOpened:
 		var req struct{ Prompt string }
 		_ = json.Unmarshal(d.Request, &req)
 		if d.Answer != nil {
 			return fmt.Sprintf("%squestion %q: %s at once", op, firstLine(req.Prompt), d.Answer.Status)
 		}
 		return fmt.Sprintf("%squestion %s opened: %q", op, d.AskID, firstLine(req.Prompt))
-	case EvAskSettled:
+	case KindAskSettled:
 		a := d.Answer
 		switch {
 		case a == nil:
@@ -66,7 +66,7 @@ func DescribeEvent(e store.Event) string {
 			return fmt.Sprintf("%squestion %s answered: %q", op, d.AskID, clip([]byte(a.Text)))
 		}
 		return fmt.Sprintf("%squestion %s %s", op, d.AskID, a.Status)
-	case EvHookCreated:
+	case KindHookCreated:
 		if d.Webhook != nil {
 			return fmt.Sprintf("%swebhook created at %s", op, d.URL)
 		}
@@ -74,25 +74,25 @@ func DescribeEvent(e store.Event) string {
 			return fmt.Sprintf("%shook %s created, but run %s holds the token", op, d.Token, d.Conflict)
 		}
 		return fmt.Sprintf("%shook %s created", op, d.Token)
-	case EvHookNext:
+	case KindHookNext:
 		return fmt.Sprintf("%swaits for the next payload of hook %d", op, d.Hook)
-	case EvHookReceived:
+	case KindHookReceived:
 		return fmt.Sprintf("hook %d received payload %d: %s", d.Hook, d.Index, clip(d.Payload))
-	case EvCallReceived:
+	case KindCallReceived:
 		return fmt.Sprintf("call %d (%s) received: %s", d.Index, d.CallID, clip(d.Input))
-	case EvAbortRequested:
+	case KindAbortRequested:
 		return fmt.Sprintf("abort %d requested: %s", d.Index, d.Reason)
-	case EvSignal:
+	case KindSignal:
 		return fmt.Sprintf("%swaits for an abort", op)
-	case EvReceive:
+	case KindReceive:
 		return fmt.Sprintf("%swaits for the next call", op)
-	case EvReplied:
+	case KindReplied:
 		return fmt.Sprintf("%sreplied to %d call(s): %s", op, d.Answered, clip(d.Payload))
-	case EvHookDisposed:
+	case KindHookDisposed:
 		return fmt.Sprintf("%shook %d disposed", op, d.Hook)
-	case EvProgress:
+	case KindProgress:
 		return fmt.Sprintf("%sprogress: %s", op, clip(d.Value))
-	case EvOutput:
+	case KindOutput:
 		who := "workflow"
 		if d.Step != 0 {
 			who = fmt.Sprintf("step op %d", d.Step)
@@ -102,17 +102,17 @@ func DescribeEvent(e store.Event) string {
 			cut = " [cut at the output limit]"
 		}
 		return fmt.Sprintf("%s %s: %s%s", who, d.Stream, strings.TrimRight(clip([]byte(d.Data)), "\n"), cut)
-	case EvRunCompleted:
+	case KindRunCompleted:
 		return fmt.Sprintf("%srun completed: %s", op, clip(d.Result))
-	case EvRunFailed:
+	case KindRunFailed:
 		return fmt.Sprintf("%srun failed: %s", op, errText(d))
-	case EvRunCancelled:
+	case KindRunCancelled:
 		return "run cancelled: " + d.Reason
-	case EvRunUpgraded:
-		return fmt.Sprintf("run upgraded from version %d (module %s) to version %d (module %s)", d.FromVersion, short(d.FromHash), d.Version, short(d.ModuleHash))
-	case EvAgentSent:
+	case KindRunUpgraded:
+		return fmt.Sprintf("run upgraded from version %d (module %s) to version %d (module %s)", d.FromVersion, ShortHash(d.FromHash), d.Version, ShortHash(d.ModuleHash))
+	case KindAgentSent:
 		return fmt.Sprintf("%sagent %s: sent %s", op, d.Name, clip(d.Input))
-	case EvAgentSettled:
+	case KindAgentSettled:
 		if d.Agent.Status == abi.AgentFailed && d.Agent.Error != nil {
 			return fmt.Sprintf("%sagent turn failed: %s", op, d.Agent.Error.Message)
 		}
@@ -120,15 +120,15 @@ func DescribeEvent(e store.Event) string {
 			return fmt.Sprintf("%sagent turn %s: %s", op, d.Agent.Status, clip(d.Agent.Data))
 		}
 		return fmt.Sprintf("%sagent turn %s: %q", op, d.Agent.Status, clip([]byte(d.Agent.Reply)))
-	case EvWebhookResponded:
+	case KindWebhookResponded:
 		return fmt.Sprintf("%swebhook %d request %d answered with status %d", op, d.Hook, d.Index, d.Response.Status)
-	case EvOpRefused:
+	case KindOpRefused:
 		return fmt.Sprintf("%s%s %s refused: %s", op, d.Kind, d.Name, errText(d))
 	}
 	return e.Kind
 }
 
-func errText(d *evData) string {
+func errText(d *Data) string {
 	if d.Error == nil {
 		return "unknown error"
 	}
@@ -150,4 +150,13 @@ func clip(b []byte) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// ShortHash is a module hash as timelines and messages show it: its first
+// twelve hex digits.
+func ShortHash(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
 }

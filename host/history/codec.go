@@ -1,7 +1,8 @@
-package host
+package history
 
 import (
 	"encoding/json"
+	"github.com/sandflow/sandflow/internal/jsonutil"
 	"math"
 	"time"
 
@@ -9,16 +10,16 @@ import (
 	"github.com/sandflow/sandflow/abi/jsonwire"
 )
 
-// The host's JSON codec of its own records: event data (evData), a run's
+// The host's JSON codec of its own records: event data (Data), a run's
 // detail, a question's answer and request, and a step's outcome. Every
 // event is encoded once, when it is recorded, and decoded at every replay
 // and resume; encoding/json's reflection was most of both. The values
-// are written and read here field by field, in evData's order, with the
+// are written and read here field by field, in Data's order, with the
 // primitives of abi/jsonwire, which write json.Marshal's bytes and read
 // what json.Unmarshal reads; what this codec does not read or write (a
 // few nested payloads of rare kinds, a key it does not know) goes to
 // encoding/json, which also judges what is malformed. The differential
-// fuzz tests in evcodec_internal_test.go hold the two to the same
+// fuzz tests in codec_internal_test.go hold the two to the same
 // results on every input.
 
 // encodeHot encodes d as json.Marshal does, byte for byte, without its
@@ -26,7 +27,7 @@ import (
 // holding a webhook spec, an agent's request or result, or an HTTP
 // response (the payloads of the rarer kinds), or a value json.Marshal
 // refuses.
-func encodeHot(d *evData) ([]byte, bool) {
+func encodeHot(d *Data) ([]byte, bool) {
 	if d.Webhook != nil || d.Agent != nil || d.Response != nil || d.AgentRequest != nil {
 		return nil, false
 	}
@@ -184,9 +185,9 @@ func appendErrorObject(b []byte, e *abi.ErrorObject) ([]byte, bool) {
 	return append(b, '}'), ok
 }
 
-// detailJSON encodes a run's detail, stored with its record at every
+// EncodeDetail encodes a run's detail, stored with its record at every
 // commit, as json.Marshal does.
-func detailJSON(d runDetail) []byte {
+func EncodeDetail(d Detail) []byte {
 	b := make([]byte, 0, 48+len(d.Result)+len(d.Stalled))
 	if w := d.Waiting; w != nil {
 		b = append(b, `,"waiting":{"mode":`...)
@@ -214,67 +215,67 @@ func detailJSON(d runDetail) []byte {
 		b, ok = appendErrorObject(append(b, `,"error":`...), d.Error)
 	}
 	if !ok {
-		return mustJSON(d) // which panics, as it did for such a detail
+		return jsonutil.Must(d) // which panics, as it did for such a detail
 	}
 	b = appendStr(b, `,"stalled":`, d.Stalled)
 	return closeObject(b, 0)
 }
 
-// answerJSON encodes a question's answer, the value of its future, as
+// EncodeAnswer encodes a question's answer, the value of its future, as
 // json.Marshal does.
-func answerJSON(a *abi.AskAnswer) []byte {
+func EncodeAnswer(a *abi.AskAnswer) []byte {
 	if a == nil {
 		return []byte("null")
 	}
 	return appendAnswer(make([]byte, 0, 40+len(a.Status)+len(a.OptionID)+len(a.Text)), a)
 }
 
-// encodeAskRequest encodes req as json.Marshal does, byte for byte.
-func encodeAskRequest(req abi.AskRequest) []byte {
+// EncodeAskRequest encodes req as json.Marshal does, byte for byte.
+func EncodeAskRequest(req abi.AskRequest) []byte {
 	if b, ok := abi.AppendAskRequestJSON(make([]byte, 0, 64+len(req.Prompt)+len(req.Title)+48*len(req.Options)), req); ok {
 		return b
 	}
-	return mustJSON(req)
+	return jsonutil.Must(req)
 }
 
-// decodeEvFast decodes event data into a zero evData (but for what
-// clearHot clears) as json.Unmarshal would, reporting whether it did, and
-// full when it set a field clearHot does not clear. When it did not, it
+// decodeEvFast decodes event data into a zero Data (but for what
+// ClearHot clears) as json.Unmarshal would, reporting whether it did, and
+// full when it set a field ClearHot does not clear. When it did not, it
 // has cleared what it set. Kinds the host writes in one layout
 // (decodeLaid) are matched against it first.
-func decodeEvFast(kind string, b []byte, d *evData, strs map[string]string) (ok, full bool) {
+func decodeEvFast(kind string, b []byte, d *Data, strs map[string]string) (ok, full bool) {
 	if decodeLaid(kind, b, d, strs) {
 		return true, false
 	}
 	ok, full = decodeHotFields(b, d, strs)
 	if !ok {
 		if full {
-			*d = evData{}
+			*d = Data{}
 		} else {
-			d.clearHot()
+			d.ClearHot()
 		}
 	}
 	return ok, full
 }
 
 // decodeHot is decodeEvFast without the layouts: the general reader.
-func decodeHot(b []byte, d *evData, strs map[string]string) bool {
+func decodeHot(b []byte, d *Data, strs map[string]string) bool {
 	ok, full := decodeHotFields(b, d, strs)
 	if !ok {
 		if full {
-			*d = evData{}
+			*d = Data{}
 		} else {
-			d.clearHot()
+			d.ClearHot()
 		}
 	}
 	return ok
 }
 
-// clearHot zeroes the fields of the kinds a long log is mostly made of,
-// which decodeHotFields sets without reporting full: evData is 600 bytes,
+// ClearHot zeroes the fields of the kinds a long log is mostly made of,
+// which decodeHotFields sets without reporting full: Data is 600 bytes,
 // and copying or clearing all of it for every event of a long log was a
 // good part of decoding it.
-func (d *evData) clearHot() {
+func (d *Data) ClearHot() {
 	d.Op, d.Attempt, d.Activation = 0, 0, 0
 	d.Name, d.Kind, d.AskID = "", "", ""
 	d.Input, d.Result, d.Request = nil, nil, nil
@@ -284,10 +285,10 @@ func (d *evData) clearHot() {
 	d.Agents, d.URL, d.BaseURL = nil, "", ""
 }
 
-// decodeHotFields reads an object of evData's keys into d, reporting
-// whether it did, and full when it set a field clearHot does not clear.
+// decodeHotFields reads an object of Data's keys into d, reporting
+// whether it did, and full when it set a field ClearHot does not clear.
 // It may leave d half set when it did not.
-func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool) {
+func decodeHotFields(b []byte, d *Data, strs map[string]string) (ok, full bool) {
 	// The members are walked here rather than by jsonwire.Object, and the
 	// hot keys are read in the loop rather than by a function per member:
 	// a call per member was a good part of this path's time, and it
@@ -336,8 +337,8 @@ func decodeHotFields(b []byte, d *evData, strs map[string]string) (ok, full bool
 }
 
 // decodeCreated reads the value of key at b[i], one of run_created's keys
-// (which clearHot clears too); any other key sets *full.
-func (d *evData) decodeCreated(key, b []byte, i int, strs map[string]string, full *bool) (int, bool) {
+// (which ClearHot clears too); any other key sets *full.
+func (d *Data) decodeCreated(key, b []byte, i int, strs map[string]string, full *bool) (int, bool) {
 	switch string(key) {
 	case "tool":
 		return readStr(b, i, &d.Tool, strs)
@@ -377,7 +378,7 @@ func (d *evData) decodeCreated(key, b []byte, i int, strs map[string]string, ful
 // b[i]; false for a key it does not read (another, a nested payload it
 // leaves to encoding/json, or one spelt in another case, which
 // encoding/json matches).
-func (d *evData) decodeCold(key, b []byte, i int) (int, bool) {
+func (d *Data) decodeCold(key, b []byte, i int) (int, bool) {
 	switch string(key) {
 	case "status":
 		return readU32(b, i, &d.Status)
@@ -583,7 +584,7 @@ func readRetry(b []byte, i int, dst **abi.RetryPolicy) (int, bool) {
 // readAgents reads a run's agents at b[i]: a list of objects of a name
 // and a description. null reads as nil, [] as an empty list, as
 // json.Unmarshal reads them.
-func readAgents(b []byte, i int) ([]AgentInfo, int, bool) {
+func readAgents(b []byte, i int) ([]abi.AgentInfo, int, bool) {
 	if jsonwire.IsNull(b, i) {
 		return nil, i + 4, true
 	}
@@ -591,9 +592,9 @@ func readAgents(b []byte, i int) ([]AgentInfo, int, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	as := []AgentInfo{}
+	as := []abi.AgentInfo{}
 	for more := !empty; more; {
-		var a AgentInfo
+		var a abi.AgentInfo
 		i, ok = jsonwire.Object(b, i, func(key []byte, i int) (int, bool) {
 			switch string(key) {
 			case "name":
@@ -632,25 +633,25 @@ func intern(strs map[string]string, v []byte) string {
 
 // decodeLaid decodes the data of the events a long log is mostly made of
 // (run_resumed, step_started, step_completed) as encodeHot lays them out
-// (compact, in evData's field order), matching each key where it must be
+// (compact, in Data's field order), matching each key where it must be
 // rather than reading keys and looking them up: reading keys was most of
 // decodeHot's time. Values are read by the same readers, so whatever it
 // takes it decodes as decodeHot does (TestDecodeLaid). It reports false
 // for anything else, with the hot fields cleared.
-func decodeLaid(kind string, b []byte, d *evData, strs map[string]string) bool {
+func decodeLaid(kind string, b []byte, d *Data, strs map[string]string) bool {
 	var ok bool
 	switch kind {
-	case EvRunResumed:
+	case KindRunResumed:
 		ok = laidResumed(b, d)
-	case EvStepStarted:
+	case KindStepStarted:
 		ok = laidStepStarted(b, d, strs)
-	case EvStepCompleted:
+	case KindStepCompleted:
 		ok = laidStepCompleted(b, d)
 	default:
 		return false
 	}
 	if !ok {
-		d.clearHot()
+		d.ClearHot()
 	}
 	return ok
 }
@@ -664,7 +665,7 @@ func hasAt(b []byte, i int, s string) bool {
 func endsAt(b []byte, i int) bool { return i == len(b)-1 && b[i] == '}' }
 
 // {} or {"activation":N}
-func laidResumed(b []byte, d *evData) bool {
+func laidResumed(b []byte, d *Data) bool {
 	if len(b) == 2 {
 		return b[0] == '{' && b[1] == '}'
 	}
@@ -677,7 +678,7 @@ func laidResumed(b []byte, d *evData) bool {
 }
 
 // {"input":V,"op":N,"name":"S","attempt":N}, input left out when empty
-func laidStepStarted(b []byte, d *evData, strs map[string]string) bool {
+func laidStepStarted(b []byte, d *Data, strs map[string]string) bool {
 	if len(b) < 2 || b[0] != '{' {
 		return false
 	}
@@ -708,7 +709,7 @@ func laidStepStarted(b []byte, d *evData, strs map[string]string) bool {
 }
 
 // {"op":N,"attempt":N,"result":V}, result left out when empty
-func laidStepCompleted(b []byte, d *evData) bool {
+func laidStepCompleted(b []byte, d *Data) bool {
 	if !hasAt(b, 0, `{"op":`) {
 		return false
 	}
@@ -739,10 +740,10 @@ func laidStepCompleted(b []byte, d *evData) bool {
 // anything else goes to encoding/json, which also judges what is
 // malformed.
 
-// decodeAskFast decodes payload into a zero req if it is in json.Marshal's
+// DecodeAskRequest decodes payload into a zero req if it is in json.Marshal's
 // layout of an AskRequest, reporting whether it was; req is then what
-// decodeStrict would make of it.
-func decodeAskFast(payload []byte, req *abi.AskRequest) bool {
+// jsonutil.DecodeStrict would make of it.
+func DecodeAskRequest(payload []byte, req *abi.AskRequest) bool {
 	p := jsonwire.Reader{B: payload}
 	if !p.Lit(`{"prompt":`) || !p.Str(&req.Prompt) {
 		return false
@@ -783,11 +784,11 @@ func decodeAskFast(payload []byte, req *abi.AskRequest) bool {
 	return p.Lit(`}`) && len(p.B) == 0
 }
 
-// decodeOutcome decodes a complete or step_complete payload, as
-// decodeStrict does. The payload of a result, {"result":v} with v compact
+// DecodeOutcome decodes a complete or step_complete payload, as
+// jsonutil.DecodeStrict does. The payload of a result, {"result":v} with v compact
 // and plain (as the Go SDK writes it), is read by hand; out.Result then
 // aliases payload.
-func decodeOutcome(payload []byte, out *abi.Outcome) string {
+func DecodeOutcome(payload []byte, out *abi.Outcome) string {
 	const head = `{"result":`
 	if len(payload) > len(head)+1 && string(payload[:len(head)]) == head && payload[len(payload)-1] == '}' {
 		if v := payload[len(head) : len(payload)-1]; jsonwire.PlainRaw(v) {
@@ -795,5 +796,5 @@ func decodeOutcome(payload []byte, out *abi.Outcome) string {
 			return ""
 		}
 	}
-	return decodeStrict(payload, out)
+	return jsonutil.DecodeStrict(payload, out)
 }

@@ -1,4 +1,4 @@
-package host
+package history
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/internal/jsonutil"
 )
 
 // checkAskFast decodes payload both ways: when the fast reader takes it,
@@ -16,8 +17,8 @@ import (
 func checkAskFast(t *testing.T, payload []byte) bool {
 	t.Helper()
 	var fast, strict abi.AskRequest
-	ok := decodeAskFast(payload, &fast)
-	msg := decodeStrict(payload, &strict)
+	ok := DecodeAskRequest(payload, &fast)
+	msg := jsonutil.DecodeStrict(payload, &strict)
 	if ok && (msg != "" || !reflect.DeepEqual(fast, strict)) {
 		t.Fatalf("%q:\nfast   %+v\nstrict %+v %s", payload, fast, strict, msg)
 	}
@@ -53,7 +54,7 @@ func TestAskFastLikeJSON(t *testing.T) {
 		if took := checkAskFast(t, b); took != plain {
 			t.Errorf("sample %d (%s): taken by the fast reader %v, want %v", i, b, took, plain)
 		}
-		if got := encodeAskRequest(req); string(got) != string(b) {
+		if got := EncodeAskRequest(req); string(got) != string(b) {
 			t.Errorf("sample %d: encodeAskRequest wrote %s, json.Marshal %s", i, got, b)
 		}
 		if _, ok := abi.AppendAskRequestJSON(nil, req); ok != plain {
@@ -97,7 +98,7 @@ func TestAskFastLikeJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := encodeAskRequest(req); string(got) != string(want) {
+		if got := EncodeAskRequest(req); string(got) != string(want) {
 			t.Fatalf("%+v: encodeAskRequest wrote %s, json.Marshal %s", req, got, want)
 		}
 		checkAskFast(t, want)
@@ -139,25 +140,13 @@ func FuzzAskRequest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := encodeAskRequest(req); string(got) != string(want) {
+		if got := EncodeAskRequest(req); string(got) != string(want) {
 			t.Fatalf("%+v: encodeAskRequest wrote %s, json.Marshal %s", req, got, want)
 		}
 		if !checkAskFast(t, want) {
 			t.Fatalf("%s: json.Marshal's layout declined", want)
 		}
 	})
-}
-
-func BenchmarkParseAsk(b *testing.B) {
-	payload, err := json.Marshal(askSamples()[1])
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, msg := parseAsk(payload); msg != "" {
-			b.Fatal(msg)
-		}
-	}
 }
 
 // The hand reader of outcomes agrees with decodeStrict: on the payloads
@@ -173,8 +162,8 @@ func TestOutcomeFastLikeStrict(t *testing.T) {
 	taken := 0
 	check := func(p []byte) {
 		var fast, strict abi.Outcome
-		fmsg := decodeOutcome(p, &fast)
-		smsg := decodeStrict(p, &strict)
+		fmsg := DecodeOutcome(p, &fast)
+		smsg := jsonutil.DecodeStrict(p, &strict)
 		if fmsg != smsg || !reflect.DeepEqual(fast, strict) && !(len(fast.Result) == 0 && len(strict.Result) == 0 && reflect.DeepEqual(fast.Error, strict.Error)) {
 			t.Fatalf("%q:\nfast   %+v %q\nstrict %+v %q", p, fast, fmsg, strict, smsg)
 		}
