@@ -3,9 +3,11 @@ package host
 import (
 	"context"
 	"fmt"
-	"github.com/sandflow/sandflow/host/history"
 	"log/slog"
 	"time"
+
+	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/store"
@@ -47,15 +49,15 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 	h.mu.Unlock()
 	ri, err := h.withRun(ctx, id, func(rh *runHandle) error {
 		rs := rh.rs
-		if rs.status.Terminal() {
-			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.status)
+		if rs.Status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.Status)
 		}
-		if l := h.limitsOf(ctx, rs); rs.lastSeq >= uint64(l.Events) {
-			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
+		if l := h.limitsOf(ctx, rs); rs.LastSeq >= uint64(l.Events) {
+			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.ID}
 		}
 		b := newBatch(rs)
 		now := time.Now()
-		index := len(rs.aborts)
+		index := len(rs.Aborts)
 		if _, err := b.pushAt(EvAbortRequested, now, &history.Data{Reason: reason, Index: index}); err != nil {
 			return err
 		}
@@ -68,11 +70,11 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 		// Turns it cancelled that are running stop; their outcome is not
 		// recorded (the op has settled).
 		for p, stop := range rh.stopWork {
-			if o := rs.op(p); o != nil && o.settled {
+			if o := rs.Op(p); o != nil && o.Settled {
 				stop()
 			}
 		}
-		b.b.PutTimers = append(b.b.PutTimers, abortTimer(rs.id, index, now.Add(h.abortGrace())))
+		b.b.PutTimers = append(b.b.PutTimers, abortTimer(rs.ID, index, now.Add(h.abortGrace())))
 		return h.commit(ctx, rh, b, nil)
 	})
 	if rh != nil {
@@ -89,14 +91,14 @@ func (h *Host) Abort(ctx context.Context, id, reason string) (RunInfo, error) {
 }
 
 // withdrawOpenAsks settles the run's open questions as cancelled.
-func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
-	if rs.openAsks == 0 {
+func withdrawOpenAsks(rs *state.Run, b *batch, now time.Time) error {
+	if rs.OpenAsks == 0 {
 		return nil
 	}
-	for i, o := range rs.ops {
-		if o != nil && o.kind == abi.OpAsk && !o.settled { // nil: left out of a state image, settled
+	for i, o := range rs.Ops {
+		if o != nil && o.Kind == abi.OpAsk && !o.Settled { // nil: left out of a state image, settled
 			p := uint32(i + 1)
-			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.AskID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err
 			}
 			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
@@ -108,11 +110,11 @@ func withdrawOpenAsks(rs *runState, b *batch, now time.Time) error {
 // cancelAgentTurns ends as cancelled the run's agent turns sent with an
 // abort signal (CancelOnAbort) that have not ended. A session's next turn
 // starts when one ends, so the scan goes on until it finds none.
-func cancelAgentTurns(rs *runState, b *batch, now time.Time) error {
+func cancelAgentTurns(rs *state.Run, b *batch, now time.Time) error {
 	for more := true; more; {
 		more = false
-		for _, p := range rs.pendingAgents() {
-			if o := rs.op(p); o.agent != nil && o.agent.CancelOnAbort {
+		for _, p := range rs.PendingAgents() {
+			if o := rs.Op(p); o.Agent != nil && o.Agent.CancelOnAbort {
 				res := abi.AgentResult{Status: abi.AgentCancelled}
 				if _, err := b.pushAt(EvAgentSettled, now, &history.Data{Op: p, Agent: &res}); err != nil {
 					return err
@@ -134,16 +136,16 @@ func (h *Host) abortGrace() time.Duration {
 // abortExpired is what an abort's timer does when it fires: a run still
 // going is cancelled, unless it is a serve run that went back to receive
 // after the abort.
-func (h *Host) abortExpired(rs *runState, b *batch, index int) error {
-	if rs.status.Terminal() || index >= len(rs.aborts) || index != len(rs.aborts)-1 {
+func (h *Host) abortExpired(rs *state.Run, b *batch, index int) error {
+	if rs.Status.Terminal() || index >= len(rs.Aborts) || index != len(rs.Aborts)-1 {
 		return nil // ended, or a later abort has its own timer
 	}
-	if _, ok := rs.unwound(); !ok {
+	if _, ok := rs.Unwound(); !ok {
 		return nil // back to receive: the task stays available
 	}
-	if ws := rs.detail.Waiting; ws != nil {
+	if ws := rs.Detail.Waiting; ws != nil {
 		for _, p := range ws.Futures {
-			if o := rs.op(p); o != nil && o.kind == abi.OpReceive && !o.settled {
+			if o := rs.Op(p); o != nil && o.Kind == abi.OpReceive && !o.Settled {
 				return nil // waiting for its next call: nothing to unwind
 			}
 		}
@@ -152,34 +154,6 @@ func (h *Host) abortExpired(rs *runState, b *batch, index int) error {
 	if err := b.finish(now, abi.InterruptCancelled); err != nil {
 		return err
 	}
-	_, err := b.pushAt(EvRunCancelled, now, &history.Data{Reason: rs.aborts[index].reason})
+	_, err := b.pushAt(EvRunCancelled, now, &history.Data{Reason: rs.Aborts[index].Reason})
 	return err
-}
-
-// unwound reports whether a run that ends now ends after an abort it was
-// unwinding from, and the abort's reason: the last abort was not a steer
-// (a steered execute call's outcome stands), and a serve run has not gone
-// back to receive since (its task stayed available, and later calls
-// answer to the body's end).
-func (rs *runState) unwound() (string, bool) {
-	reason, ok := rs.abortedNow()
-	return reason, ok && reason != "steer"
-}
-
-// abortedNow reports whether the run's current work was aborted, and
-// why: it has an abort, and (a serve run) has not gone back to receive
-// since. Questions it asks now are withdrawn at once, and signals it
-// makes have fired.
-func (rs *runState) abortedNow() (string, bool) {
-	n := len(rs.aborts)
-	if n == 0 {
-		return "", false
-	}
-	at := rs.aborts[n-1].seq
-	for _, p := range rs.receives {
-		if rs.op(p).seq > at {
-			return "", false
-		}
-	}
-	return rs.aborts[n-1].reason, true
 }

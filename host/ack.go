@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"strconv"
 	"strings"
 
@@ -78,14 +79,14 @@ func (h *Host) openAsk(ctx context.Context, askID string) (store.Ask, error) {
 // the batch that settles it. Nothing is applied when it fails.
 func (h *Host) settleBatch(ctx context.Context, rh *runHandle, ask store.Ask, decide func(abi.AskRequest, Limits) (abi.AskAnswer, error)) (*batch, error) {
 	rs := rh.rs
-	o := rs.op(ask.Position)
-	if o == nil || o.kind != abi.OpAsk || o.askID != ask.ID {
+	o := rs.Op(ask.Position)
+	if o == nil || o.Kind != abi.OpAsk || o.AskID != ask.ID {
 		return nil, fmt.Errorf("%w: %s is not in run %s's log", ErrUnknownAsk, ask.ID, ask.RunID)
 	}
-	if o.settled || rs.status.Terminal() {
+	if o.Settled || rs.Status.Terminal() {
 		return nil, fmt.Errorf("%w: %s", ErrAskClosed, ask.ID)
 	}
-	req, err := askRequest(o)
+	req, err := state.AskRequest(o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: question %s: %v", ErrBadHistory, ask.ID, err)
 	}
@@ -117,8 +118,8 @@ func (h *Host) AgentTurnRecorded(ctx context.Context, turnID string) (bool, erro
 	_, err = h.withRun(ctx, turnID[:i], func(rh *runHandle) error {
 		// Under the run's lock nothing is carried: the state is what is
 		// committed.
-		o := rh.rs.op(uint32(p))
-		recorded = rh.rs.status.Terminal() || (o != nil && o.kind == abi.OpAgent && o.settled)
+		o := rh.rs.Op(uint32(p))
+		recorded = rh.rs.Status.Terminal() || (o != nil && o.Kind == abi.OpAgent && o.Settled)
 		return nil
 	})
 	return recorded, err

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sandflow/sandflow/host/history"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/internal/schema"
@@ -172,13 +174,13 @@ type agentOutcome struct {
 // recordAgents records turns that ended, in one commit.
 func (h *Host) recordAgents(ctx context.Context, rh *runHandle, turns []agentOutcome) error {
 	rs := rh.rs
-	if rs.status.Terminal() {
+	if rs.Status.Terminal() {
 		return nil // cancelled while the turns ran
 	}
 	b := newBatch(rs)
 	for _, t := range turns {
-		o := rs.op(t.p)
-		if o == nil || o.kind != abi.OpAgent || o.settled {
+		o := rs.Op(t.p)
+		if o == nil || o.Kind != abi.OpAgent || o.Settled {
 			continue // the run moved on (it was cancelled, say)
 		}
 		if _, err := b.push(EvAgentSettled, &history.Data{Op: t.p, Agent: &t.res}); err != nil {
@@ -244,4 +246,37 @@ func checkFileURL(data string) string {
 		return "a file's data must be an http(s) URL (inline bytes and base64 are refused); upload the file and send its URL"
 	}
 	return ""
+}
+
+// agentTurn is the turn of the agent op at position p, with the session's
+// earlier exchanges.
+func agentTurn(rs *state.Run, p uint32) AgentTurn {
+	o := rs.Op(p)
+	req := rs.AgentRequest(p)
+	t := AgentTurn{RunID: rs.ID, TurnID: state.StepID(rs.ID, p), Agent: o.Name, Message: req.Message, Parts: req.Parts,
+		OutputSchema: o.Request, Model: req.Model}
+	key := o.Session()
+	cs := rs.Sessions[key]
+	if key == "" || cs == nil {
+		return t
+	}
+	t.SessionID = rs.ID + ":" + key
+	for _, j := range cs.Joined[p] {
+		t.More = append(t.More, rs.AgentRequest(j))
+	}
+	// A session's model is the one its first message set.
+	if t.Model == nil {
+		t.Model = rs.AgentRequest(state.FirstOf(cs, p)).Model
+	}
+	for _, first := range cs.Turns {
+		x := AgentExchange{Messages: []abi.AgentRequest{rs.AgentRequest(first)}}
+		for _, j := range cs.Joined[first] {
+			x.Messages = append(x.Messages, rs.AgentRequest(j))
+		}
+		var res abi.AgentResult
+		_ = json.Unmarshal(rs.Op(first).Value, &res)
+		x.Reply, x.Data = res.Reply, res.Data
+		t.History = append(t.History, x)
+	}
+	return t
 }

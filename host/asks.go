@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -166,7 +167,7 @@ func (h *Host) ResumeHook(ctx context.Context, token string, payload json.RawMes
 		return RunInfo{}, fmt.Errorf("%w: hook payload is not JSON", ErrBadInput)
 	}
 	delivered := false
-	info, err := h.deliver(ctx, token, false, func(rh *runHandle, hr *hookRec) (json.RawMessage, error) {
+	info, err := h.deliver(ctx, token, false, func(rh *runHandle, hr *state.Hook) (json.RawMessage, error) {
 		return payload, nil
 	}, func(rh *runHandle, _ uint32, _ int) error {
 		delivered = true
@@ -188,7 +189,7 @@ func (h *Host) DeliverHook(ctx context.Context, token string, payload json.RawMe
 	if !json.Valid(payload) {
 		return RunInfo{}, fmt.Errorf("%w: hook payload is not JSON", ErrBadInput)
 	}
-	return h.deliver(ctx, token, false, func(*runHandle, *hookRec) (json.RawMessage, error) {
+	return h.deliver(ctx, token, false, func(*runHandle, *state.Hook) (json.RawMessage, error) {
 		return payload, nil
 	}, func(*runHandle, uint32, int) error { return nil })
 }
@@ -213,13 +214,13 @@ type WebhookDelivery struct {
 // run's log is full.
 func (h *Host) DeliverWebhook(ctx context.Context, token string, req abi.WebhookRequest) (WebhookDelivery, error) {
 	var d WebhookDelivery
-	_, err := h.deliver(ctx, token, true, func(rh *runHandle, hr *hookRec) (json.RawMessage, error) {
-		req.Index = len(hr.received)
+	_, err := h.deliver(ctx, token, true, func(rh *runHandle, hr *state.Hook) (json.RawMessage, error) {
+		req.Index = len(hr.Received)
 		return json.Marshal(req)
 	}, func(rh *runHandle, hook uint32, index int) error {
 		d = WebhookDelivery{RunID: rh.id, Hook: hook, Index: index}
-		if hr := rh.rs.hooks[hook]; !hr.webhook.Manual {
-			d.Response = hr.webhook.RespondWith
+		if hr := rh.rs.Hooks[hook]; !hr.Webhook.Manual {
+			d.Response = hr.Webhook.RespondWith
 			if d.Response == nil {
 				d.Response = &abi.HTTPResponse{Status: 202}
 			}
@@ -234,8 +235,8 @@ func (h *Host) DeliverWebhook(ctx context.Context, token string, req abi.Webhook
 func (h *Host) WebhookResponse(ctx context.Context, runID string, hook uint32, index int) (*abi.HTTPResponse, error) {
 	var resp *abi.HTTPResponse
 	_, err := h.withRun(ctx, runID, func(rh *runHandle) error {
-		if hr := rh.rs.hooks[hook]; hr != nil {
-			resp = hr.responses[index]
+		if hr := rh.rs.Hooks[hook]; hr != nil {
+			resp = hr.Responses[index]
 		}
 		return nil
 	})
@@ -245,7 +246,7 @@ func (h *Host) WebhookResponse(ctx context.Context, runID string, hook uint32, i
 // deliver records a payload to the hook holding token, made by payload
 // under the run's lock, then calls after with the run still locked.
 func (h *Host) deliver(ctx context.Context, token string, webhook bool,
-	payload func(*runHandle, *hookRec) (json.RawMessage, error), after func(*runHandle, uint32, int) error) (RunInfo, error) {
+	payload func(*runHandle, *state.Hook) (json.RawMessage, error), after func(*runHandle, uint32, int) error) (RunInfo, error) {
 	hk, err := h.store.Hook(ctx, token)
 	if err != nil {
 		if errors.Is(err, store.ErrHookNotFound) {
@@ -255,8 +256,8 @@ func (h *Host) deliver(ctx context.Context, token string, webhook bool,
 	}
 	return h.withRun(ctx, hk.RunID, func(rh *runHandle) error {
 		rs := rh.rs
-		hr := rs.hooks[hk.HookID]
-		if rs.status.Terminal() || hr == nil || hr.token != token || hr.disposed || hr.conflict != "" || (hr.webhook != nil) != webhook {
+		hr := rs.Hooks[hk.HookID]
+		if rs.Status.Terminal() || hr == nil || hr.Token != token || hr.Disposed || hr.Conflict != "" || (hr.Webhook != nil) != webhook {
 			return fmt.Errorf("%w: %q", ErrUnknownHook, token)
 		}
 		p, err := payload(rh, hr)
@@ -267,10 +268,10 @@ func (h *Host) deliver(ctx context.Context, token string, webhook bool,
 		if len(p) > l.PayloadBytes {
 			return &LimitError{Limit: "payload", Max: int64(l.PayloadBytes), What: "hook payload"}
 		}
-		if rs.lastSeq >= uint64(l.Events) {
-			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.id}
+		if rs.LastSeq >= uint64(l.Events) {
+			return &LimitError{Limit: "events", Max: int64(l.Events), What: "run " + rs.ID}
 		}
-		index := len(hr.received)
+		index := len(hr.Received)
 		b := newBatch(rs)
 		if _, err := b.push(EvHookReceived, &history.Data{Hook: hk.HookID, Index: index, Payload: clone(p)}); err != nil {
 			return err
@@ -284,8 +285,8 @@ func (h *Host) deliver(ctx context.Context, token string, webhook bool,
 
 // limitsOf returns the limits of the run's plugin version, or the host's
 // when it cannot be loaded.
-func (h *Host) limitsOf(ctx context.Context, rs *runState) Limits {
-	if lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version); err == nil {
+func (h *Host) limitsOf(ctx context.Context, rs *state.Run) Limits {
+	if lp, err := h.plugin(ctx, rs.Rec.Plugin, rs.Rec.Version); err == nil {
 		return lp.limits
 	}
 	return h.limits

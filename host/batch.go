@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"slices"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // run's state as they are pushed, so later ops see them, and the whole
 // batch is committed in one store transaction.
 type batch struct {
-	rs   *runState
+	rs   *state.Run
 	base uint64 // the run's last seq before the batch
 	b    store.Batch
 	// hooks is the last claim (hookID > 0) or release (0) of each token in
@@ -48,7 +49,7 @@ func (b *batch) storeBatch() store.Batch {
 	sb.ReleaseHooks, sb.ClaimHooks = nil, nil
 	for _, tok := range b.tokens {
 		if id := b.hooks[tok]; id > 0 {
-			sb.ClaimHooks = append(sb.ClaimHooks, store.Hook{Token: tok, RunID: b.rs.id, HookID: id})
+			sb.ClaimHooks = append(sb.ClaimHooks, store.Hook{Token: tok, RunID: b.rs.ID, HookID: id})
 		} else {
 			sb.ReleaseHooks = append(sb.ReleaseHooks, tok)
 		}
@@ -56,7 +57,7 @@ func (b *batch) storeBatch() store.Batch {
 	return sb
 }
 
-func newBatch(rs *runState) *batch { return &batch{rs: rs, base: rs.lastSeq} }
+func newBatch(rs *state.Run) *batch { return &batch{rs: rs, base: rs.LastSeq} }
 
 // push appends an event of the given kind, stamped now.
 func (b *batch) push(kind string, d *history.Data) (store.Event, error) {
@@ -65,8 +66,8 @@ func (b *batch) push(kind string, d *history.Data) (store.Event, error) {
 
 func (b *batch) pushAt(kind string, t time.Time, d *history.Data) (store.Event, error) {
 	e := history.NewEvent(kind, t, d)
-	e.Seq = b.rs.lastSeq + 1
-	if err := b.rs.apply(e); err != nil {
+	e.Seq = b.rs.LastSeq + 1
+	if err := b.rs.Apply(e); err != nil {
 		return e, fmt.Errorf("host: internal error applying %s: %w", kind, err)
 	}
 	b.b.Events = append(b.b.Events, e)
@@ -90,48 +91,48 @@ func (b *batch) empty() bool {
 // or InterruptRunEnded), so that every attempt the log begins, it ends.
 func (b *batch) finish(now time.Time, cause string) error {
 	rs := b.rs
-	for i, o := range rs.ops {
+	for i, o := range rs.Ops {
 		p := uint32(i + 1)
-		if o == nil || o.refused != 0 { // nil: left out of a state image, settled
+		if o == nil || o.Refused != 0 { // nil: left out of a state image, settled
 			continue
 		}
 		switch {
-		case o.kind == abi.OpStep && o.attemptOpen:
-			ie := &StepInterruptedError{Step: o.name, Attempt: o.attempt, Cause: cause}
-			if _, err := b.pushAt(EvStepFailed, now, &history.Data{Op: p, Attempt: o.attempt, Error: ie.Object()}); err != nil {
+		case o.Kind == abi.OpStep && o.AttemptOpen:
+			ie := &StepInterruptedError{Step: o.Name, Attempt: o.Attempt, Cause: cause}
+			if _, err := b.pushAt(EvStepFailed, now, &history.Data{Op: p, Attempt: o.Attempt, Error: ie.Object()}); err != nil {
 				return err
 			}
-		case o.kind == abi.OpAsk && !o.settled:
-			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.askID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
+		case o.Kind == abi.OpAsk && !o.Settled:
+			if _, err := b.pushAt(EvAskSettled, now, &history.Data{Op: p, AskID: o.AskID, Answer: &abi.AskAnswer{Status: abi.AnswerCancelled}}); err != nil {
 				return err
 			}
 			b.b.PutAsks = append(b.b.PutAsks, closedAsk(rs, o, p))
-		case o.kind == abi.OpSleep && !o.settled:
-			b.b.DeleteTimers = append(b.b.DeleteTimers, sleepTimer(rs.id, p, o.fireAt))
-		case o.kind == abi.OpStep && !o.settled && !o.retryAt.IsZero():
-			b.b.DeleteTimers = append(b.b.DeleteTimers, retryTimer(rs.id, p, o.attempt, o.retryAt))
+		case o.Kind == abi.OpSleep && !o.Settled:
+			b.b.DeleteTimers = append(b.b.DeleteTimers, sleepTimer(rs.ID, p, o.FireAt))
+		case o.Kind == abi.OpStep && !o.Settled && !o.RetryAt.IsZero():
+			b.b.DeleteTimers = append(b.b.DeleteTimers, retryTimer(rs.ID, p, o.Attempt, o.RetryAt))
 		}
 	}
-	ids := make([]uint32, 0, len(rs.hooks))
-	for id := range rs.hooks {
+	ids := make([]uint32, 0, len(rs.Hooks))
+	for id := range rs.Hooks {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // a stable log, whatever the map order
 	for _, id := range ids {
-		h := rs.hooks[id]
-		if h.disposed || h.conflict != "" {
+		h := rs.Hooks[id]
+		if h.Disposed || h.Conflict != "" {
 			continue
 		}
 		if _, err := b.pushAt(EvHookDisposed, now, &history.Data{Hook: id}); err != nil {
 			return err
 		}
-		b.releaseHook(h.token)
+		b.releaseHook(h.Token)
 	}
 	return nil
 }
 
-func closedAsk(rs *runState, o *opRec, p uint32) store.Ask {
-	return store.Ask{ID: o.askID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: false, Request: o.request, CreatedAt: o.t}
+func closedAsk(rs *state.Run, o *state.Op, p uint32) store.Ask {
+	return store.Ask{ID: o.AskID, RunID: rs.ID, Tool: rs.Rec.Tool, Position: p, Open: false, Request: o.Request, CreatedAt: o.Time}
 }
 
 func sleepTimer(runID string, p uint32, at time.Time) store.Timer {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"path/filepath"
 	"testing"
 
@@ -46,14 +47,14 @@ func benchHost(b testing.TB, opts *Options) (*Host, *loadedPlugin) {
 
 // stepsHistory runs the kitchen guest through n sequential steps and
 // returns the completed run's state.
-func stepsHistory(b testing.TB, h *Host, n int) *runState {
+func stepsHistory(b testing.TB, h *Host, n int) *state.Run {
 	b.Helper()
 	ctx := context.Background()
 	ri, err := h.Call(ctx, "kitchen", json.RawMessage(`{"mode":"steps","n":`+itoa(n)+`}`), nil)
 	if err != nil || ri.Status != store.StatusCompleted {
 		b.Fatalf("%+v %v", ri, err)
 	}
-	var rs *runState
+	var rs *state.Run
 	if _, err := h.withRun(ctx, ri.ID, func(rh *runHandle) error { rs = rh.rs; return nil }); err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func BenchmarkReplayOpHost(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p := uint32(i%1000) + 1
-		w.cursor, w.act = p-1, rs.op(p).act
+		w.cursor, w.act = p-1, rs.Op(p).Act
 		body, err := w.Op(ctx, abi.OpStep, name, payload)
 		if err != nil || len(body) < 8 {
 			b.Fatal(err)
@@ -102,8 +103,8 @@ func BenchmarkReplay1000Steps(b *testing.B) {
 		b.StartTimer()
 		res, err := w.inst.Call(ctx, abi.RunExport)
 		b.StopTimer()
-		if err != nil || res != abi.RunDone || w.cursor != uint32(len(rs.ops)) {
-			b.Fatalf("replay: res %d err %v cursor %d of %d", res, err, w.cursor, len(rs.ops))
+		if err != nil || res != abi.RunDone || w.cursor != uint32(len(rs.Ops)) {
+			b.Fatalf("replay: res %d err %v cursor %d of %d", res, err, w.cursor, len(rs.Ops))
 		}
 		w.close(ctx)
 		b.StartTimer()
@@ -170,7 +171,7 @@ func BenchmarkHistoryState(b *testing.B) {
 	h, _ := benchHost(b, nil)
 	rs := stepsHistory(b, h, 10000)
 	var buf bytes.Buffer
-	if err := h.ExportHistory(context.Background(), rs.id, &buf); err != nil {
+	if err := h.ExportHistory(context.Background(), rs.ID, &buf); err != nil {
 		b.Fatal(err)
 	}
 	hist, err := ReadHistory(&buf)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -39,7 +40,7 @@ func FuzzHistoryState(f *testing.F) {
 		if err != nil {
 			return // FuzzReadHistory checks ReadHistory's refusals
 		}
-		var rs *runState
+		var rs *state.Run
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -57,46 +58,46 @@ func FuzzHistoryState(f *testing.F) {
 			}
 			return
 		}
-		if rs.lastSeq != hist.Events[len(hist.Events)-1].Seq {
-			t.Fatalf("the state is at event %d, the history ends at %d", rs.lastSeq, hist.Events[len(hist.Events)-1].Seq)
+		if rs.LastSeq != hist.Events[len(hist.Events)-1].Seq {
+			t.Fatalf("the state is at event %d, the history ends at %d", rs.LastSeq, hist.Events[len(hist.Events)-1].Seq)
 		}
-		for i, o := range rs.ops {
-			if o.kind == 0 || !o.kind.Recorded() {
-				t.Fatalf("op %d has kind %s, which is not recorded", i+1, o.kind)
+		for i, o := range rs.Ops {
+			if o.Kind == 0 || !o.Kind.Recorded() {
+				t.Fatalf("op %d has kind %s, which is not recorded", i+1, o.Kind)
 			}
-			if o.settled && (o.state != abi.FutureFulfilled && o.state != abi.FutureRejected || !json.Valid(o.value)) {
-				t.Fatalf("op %d settled as %s with value %q", i+1, o.state, o.value)
+			if o.Settled && (o.State != abi.FutureFulfilled && o.State != abi.FutureRejected || !json.Valid(o.Value)) {
+				t.Fatalf("op %d settled as %s with value %q", i+1, o.State, o.Value)
 			}
 		}
-		for id, h := range rs.hooks {
-			if o := rs.op(id); o == nil || o.kind != abi.OpHookCreate {
+		for id, h := range rs.Hooks {
+			if o := rs.Op(id); o == nil || o.Kind != abi.OpHookCreate {
 				t.Fatalf("hook %d is not a hook_create op", id)
 			}
-			for _, p := range h.nexts {
-				if o := rs.op(p); o == nil || o.hook != id {
+			for _, p := range h.Nexts {
+				if o := rs.Op(p); o == nil || o.Hook != id {
 					t.Fatalf("hook %d lists op %d, which is not its hook_next", id, p)
 				}
 			}
 		}
 		// A state with an image loads from it, and completes to the
 		// folded state.
-		if img := rs.image(); img != nil {
+		if img := rs.Image(); img != nil {
 			evs := make([]store.Event, len(hist.Events))
 			for i, he := range hist.Events {
 				evs[i] = store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}
 			}
-			lz, err := stateFromImage(hist.Run, store.State{Seq: rs.lastSeq, Data: img}, func(n int) ([]store.Event, error) { return evs[:n], nil })
+			lz, err := state.FromImage(hist.Run, store.State{Seq: rs.LastSeq, Data: img}, func(n int) ([]store.Event, error) { return evs[:n], nil })
 			if err != nil {
 				t.Fatalf("the state's own image does not load: %v", err)
 			}
-			if err := lz.expand(); err != nil {
+			if err := lz.Expand(); err != nil {
 				t.Fatalf("the state loaded from its image does not complete: %v", err)
 			}
 			if a, b := stateDump(lz), stateDump(rs); a != b {
 				t.Fatalf("the state loaded from its image completes to\n%s\nnot\n%s", a, b)
 			}
 		}
-		_ = rs.currentStatus()
+		_ = rs.CurrentStatus()
 		ri := (&Host{}).info(rs)
 		if _, err := json.Marshal(ri); err != nil {
 			t.Fatalf("the run's info does not encode: %v", err)

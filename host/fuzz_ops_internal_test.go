@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime/debug"
@@ -162,7 +163,7 @@ var fuzzLimits = func() Limits {
 type fuzzRun struct {
 	rec     store.Run
 	created store.Event
-	rs      *runState
+	rs      *state.Run
 	b       *batch
 	w       *wfInstance
 }
@@ -192,29 +193,29 @@ func (env *fuzzOpsEnv) newRun(t testing.TB, noAsk bool) *fuzzRun {
 }
 
 // replayState rebuilds the run's state from its first event and evs.
-func (r *fuzzRun) replayState(t testing.TB, evs []store.Event) *runState {
+func (r *fuzzRun) replayState(t testing.TB, evs []store.Event) *state.Run {
 	t.Helper()
-	rs := newRunState(r.rec)
+	rs := state.New(r.rec)
 	for _, e := range append([]store.Event{r.created}, evs...) {
-		if err := rs.apply(e); err != nil {
+		if err := rs.Apply(e); err != nil {
 			t.Fatalf("the recorded log does not replay: event %d (%s %s): %v", e.Seq, e.Kind, e.Data, err)
 		}
 	}
 	return rs
 }
 
-func (env *fuzzOpsEnv) instance(rs *runState) *wfInstance {
-	w := &wfInstance{h: env.h, rs: rs, plugin: &loadedPlugin{limits: fuzzLimits}, limits: fuzzLimits, rng: rand.NewChaCha8(rs.seed)}
-	w.clock.advance(rs.start)
+func (env *fuzzOpsEnv) instance(rs *state.Run) *wfInstance {
+	w := &wfInstance{h: env.h, rs: rs, plugin: &loadedPlugin{limits: fuzzLimits}, limits: fuzzLimits, rng: rand.NewChaCha8(rs.Seed)}
+	w.clock.advance(rs.Start)
 	return w
 }
 
 // release frees the hook tokens the run claimed and drops its timers, so
 // fuzz iterations do not see each other's.
-func (env *fuzzOpsEnv) release(t testing.TB, id string, rs *runState) {
+func (env *fuzzOpsEnv) release(t testing.TB, id string, rs *state.Run) {
 	var toks []string
-	for _, h := range rs.hooks {
-		toks = append(toks, h.token)
+	for _, h := range rs.Hooks {
+		toks = append(toks, h.Token)
 	}
 	timers, err := env.st.DueTimers(env.ctx, fuzzFarFuture, 0)
 	if err != nil {
@@ -257,7 +258,7 @@ func fuzzCheckOps(t *testing.T, env *fuzzOpsEnv, noAsk bool, ops []fuzzOp) {
 	follow := func(i int) {
 		t.Helper()
 		for _, e := range b.b.Events[applied:] {
-			if err := rs2.apply(e); err != nil {
+			if err := rs2.Apply(e); err != nil {
 				t.Fatalf("op %d: the recorded log does not replay: event %d (%s %s): %v", i, e.Seq, e.Kind, e.Data, err)
 			}
 		}
@@ -331,7 +332,7 @@ func fuzzCheckOps(t *testing.T, env *fuzzOpsEnv, noAsk bool, ops []fuzzOp) {
 // run: a timer for every pending sleep and no other (none once the run
 // ended), every live hook's token claimed for it, every question recorded
 // open or closed as its op is.
-func (env *fuzzOpsEnv) checkIndexes(t *testing.T, rs *runState) {
+func (env *fuzzOpsEnv) checkIndexes(t *testing.T, rs *state.Run) {
 	t.Helper()
 	timers, err := env.st.DueTimers(env.ctx, fuzzFarFuture, 0)
 	if err != nil {
@@ -339,36 +340,36 @@ func (env *fuzzOpsEnv) checkIndexes(t *testing.T, rs *runState) {
 	}
 	var got, want []string
 	for _, tm := range timers {
-		if tm.RunID == rs.id {
+		if tm.RunID == rs.ID {
 			got = append(got, tm.ID)
 		}
 	}
-	for i, o := range rs.ops {
-		if !rs.status.Terminal() && o.kind == abi.OpSleep && o.refused == 0 && !o.settled {
-			want = append(want, sleepTimer(rs.id, uint32(i+1), o.fireAt).ID)
+	for i, o := range rs.Ops {
+		if !rs.Status.Terminal() && o.Kind == abi.OpSleep && o.Refused == 0 && !o.Settled {
+			want = append(want, sleepTimer(rs.ID, uint32(i+1), o.FireAt).ID)
 		}
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("the store holds timers %q for run %s (%s), want %q", got, rs.id, rs.status, want)
+		t.Errorf("the store holds timers %q for run %s (%s), want %q", got, rs.ID, rs.Status, want)
 	}
-	for id, h := range rs.hooks {
-		if h.disposed || h.conflict != "" {
+	for id, h := range rs.Hooks {
+		if h.Disposed || h.Conflict != "" {
 			continue
 		}
-		hk, err := env.st.Hook(env.ctx, h.token)
-		if err != nil || hk.RunID != rs.id || hk.HookID != id {
-			t.Errorf("live hook %d of run %s has token %q, which the store gives to %+v (%v)", id, rs.id, h.token, hk, err)
+		hk, err := env.st.Hook(env.ctx, h.Token)
+		if err != nil || hk.RunID != rs.ID || hk.HookID != id {
+			t.Errorf("live hook %d of run %s has token %q, which the store gives to %+v (%v)", id, rs.ID, h.Token, hk, err)
 		}
 	}
-	for i, o := range rs.ops {
-		if o.kind != abi.OpAsk || o.askID == "" {
+	for i, o := range rs.Ops {
+		if o.Kind != abi.OpAsk || o.AskID == "" {
 			continue
 		}
-		a, err := env.st.Ask(env.ctx, o.askID)
-		if err != nil || a.RunID != rs.id || a.Position != uint32(i+1) || a.Open != !o.settled {
-			t.Errorf("question %s of op %d (settled: %v) is stored as %+v (%v)", o.askID, i+1, o.settled, a, err)
+		a, err := env.st.Ask(env.ctx, o.AskID)
+		if err != nil || a.RunID != rs.ID || a.Position != uint32(i+1) || a.Open != !o.Settled {
+			t.Errorf("question %s of op %d (settled: %v) is stored as %+v (%v)", o.AskID, i+1, o.Settled, a, err)
 		}
 	}
 	if t.Failed() {
@@ -460,8 +461,8 @@ func fuzzLiveOp(t *testing.T, i int, w *wfInstance, b *batch, op fuzzOp) []byte 
 		if st != abi.StatusOK || future != 0 || !json.Valid(payload) {
 			t.Fatalf("op %d (%s): answer %s future %d payload %q", i, kind, st, future, payload)
 		}
-		if kind == abi.OpInput && !bytes.Equal(payload, w.rs.created.Input) {
-			t.Fatalf("op %d: input %s, the run's input is %s", i, payload, w.rs.created.Input)
+		if kind == abi.OpInput && !bytes.Equal(payload, w.rs.Created.Input) {
+			t.Fatalf("op %d: input %s, the run's input is %s", i, payload, w.rs.Created.Input)
 		}
 		if len(b.b.Events) != events || w.cursor != cursor {
 			t.Fatalf("op %d (%s) recorded something", i, kind)
@@ -473,18 +474,18 @@ func fuzzLiveOp(t *testing.T, i int, w *wfInstance, b *batch, op fuzzOp) []byte 
 		}
 	default: // a recorded op: it takes the next position, refused or not
 		p := cursor + 1
-		o := w.rs.op(p)
-		if w.cursor != p || o == nil || len(w.rs.ops) != int(p) || len(b.b.Events) <= events {
-			t.Fatalf("op %d (%s): live op did not take position %d (cursor %d, %d ops, %d new events)", i, kind, p, w.cursor, len(w.rs.ops), len(b.b.Events)-events)
+		o := w.rs.Op(p)
+		if w.cursor != p || o == nil || len(w.rs.Ops) != int(p) || len(b.b.Events) <= events {
+			t.Fatalf("op %d (%s): live op did not take position %d (cursor %d, %d ops, %d new events)", i, kind, p, w.cursor, len(w.rs.Ops), len(b.b.Events)-events)
 		}
-		if o.kind != kind {
-			t.Fatalf("op %d: position %d holds a %s, the guest asked for %s", i, p, o.kind, kind)
+		if o.Kind != kind {
+			t.Fatalf("op %d: position %d holds a %s, the guest asked for %s", i, p, o.Kind, kind)
 		}
 		futureOp := kind == abi.OpStep || kind == abi.OpSleep || kind == abi.OpAsk || kind == abi.OpHookNext
 		switch {
 		case st.IsRefusal():
-			if o.refused != st || future != 0 {
-				t.Fatalf("op %d (%s): refusal %s with future %d recorded as %s", i, kind, st, future, o.refused)
+			if o.Refused != st || future != 0 {
+				t.Fatalf("op %d (%s): refusal %s with future %d recorded as %s", i, kind, st, future, o.Refused)
 			}
 		case st == abi.StatusPending && futureOp, st == abi.StatusRejected && futureOp:
 			if future != p {
@@ -501,7 +502,7 @@ func fuzzLiveOp(t *testing.T, i int, w *wfInstance, b *batch, op fuzzOp) []byte 
 		default:
 			t.Fatalf("op %d (%s): status %s", i, kind, st)
 		}
-		if kind == abi.OpComplete && st == abi.StatusOK && (!w.completed || !w.rs.status.Terminal()) {
+		if kind == abi.OpComplete && st == abi.StatusOK && (!w.completed || !w.rs.Status.Terminal()) {
 			t.Fatalf("op %d: complete answered ok, but the run did not end", i)
 		}
 	}
@@ -564,14 +565,14 @@ func fuzzCheckAwaitAnswer(t *testing.T, i int, w *wfInstance, req []byte, st abi
 	var want []uint32
 	settled, rejected := 0, false
 	for _, f := range listed {
-		o := w.rs.op(f)
+		o := w.rs.Op(f)
 		if o == nil || f > w.cursor {
 			t.Fatalf("op %d (await): answered %s listing future %d, which the guest was never given", i, st, f)
 		}
-		if w.rs.visible(o, w.act, w.cursor) {
+		if w.rs.Visible(o, w.act, w.cursor) {
 			want = append(want, f)
 			settled++
-			rejected = rejected || o.state == abi.FutureRejected
+			rejected = rejected || o.State == abi.FutureRejected
 		}
 	}
 	sat := settled == len(listed) || rejected || mode&^abi.AwaitBlock == abi.AwaitAny && settled > 0
@@ -595,9 +596,9 @@ func fuzzCheckAwaitAnswer(t *testing.T, i int, w *wfInstance, req []byte, st abi
 			t.Fatalf("op %d (await): answer ends before the entry of future %d", i, f)
 		}
 		gf, gs, n := binary.LittleEndian.Uint32(payload), abi.FutureState(binary.LittleEndian.Uint32(payload[4:])), binary.LittleEndian.Uint32(payload[8:])
-		o := w.rs.op(f)
-		if gf != f || gs != o.state || uint64(n) > uint64(len(payload)-12) || !bytes.Equal(payload[12:12+n], o.value) {
-			t.Fatalf("op %d (await): entry for future %d is (%d, %s, %d bytes), want (%d, %s, %q)", i, f, gf, gs, n, f, o.state, o.value)
+		o := w.rs.Op(f)
+		if gf != f || gs != o.State || uint64(n) > uint64(len(payload)-12) || !bytes.Equal(payload[12:12+n], o.Value) {
+			t.Fatalf("op %d (await): entry for future %d is (%d, %s, %d bytes), want (%d, %s, %q)", i, f, gf, gs, n, f, o.State, o.Value)
 		}
 		payload = payload[12+n:]
 	}
@@ -608,44 +609,44 @@ func fuzzCheckAwaitAnswer(t *testing.T, i int, w *wfInstance, req []byte, st abi
 
 // fuzzCheckEnded checks what ending a run implies: no question left open,
 // no hook left live.
-func fuzzCheckEnded(t *testing.T, rs *runState) {
+func fuzzCheckEnded(t *testing.T, rs *state.Run) {
 	t.Helper()
-	if !rs.status.Terminal() {
-		t.Fatalf("completed, but the run is %s", rs.status)
+	if !rs.Status.Terminal() {
+		t.Fatalf("completed, but the run is %s", rs.Status)
 	}
-	for i, o := range rs.ops {
-		if o.kind == abi.OpAsk && o.refused == 0 && !o.settled {
+	for i, o := range rs.Ops {
+		if o.Kind == abi.OpAsk && o.Refused == 0 && !o.Settled {
 			t.Fatalf("the run ended with question %d open", i+1)
 		}
 	}
-	for id, h := range rs.hooks {
-		if !h.disposed && h.conflict == "" {
+	for id, h := range rs.Hooks {
+		if !h.Disposed && h.Conflict == "" {
 			t.Fatalf("the run ended with hook %d live", id)
 		}
 	}
 }
 
 // fuzzSummary renders what the run's state holds, for comparing states.
-func fuzzSummary(rs *runState) string {
+func fuzzSummary(rs *state.Run) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "seq=%d status=%s markers=%d+%d out=%d/%d progress=%s result=%s failure=%v\n",
-		rs.lastSeq, rs.status, rs.markBase, len(rs.markers), rs.outProduced, rs.outRecorded, rs.lastProgress, rs.result, rs.failure)
-	for _, m := range rs.markers {
-		fmt.Fprintf(&sb, "marker %d %s\n", m.seq, m.t.Format(time.RFC3339Nano))
+		rs.LastSeq, rs.Status, rs.MarkBase, len(rs.Markers), rs.OutProduced, rs.OutRecorded, rs.LastProgress, rs.Result, rs.Failure)
+	for _, m := range rs.Markers {
+		fmt.Fprintf(&sb, "marker %d %s\n", m.Seq, m.Time.Format(time.RFC3339Nano))
 	}
-	for i, o := range rs.ops {
+	for i, o := range rs.Ops {
 		fmt.Fprintf(&sb, "op %d %s %q seq=%d t=%s act=%d settled=%v/%d/%v %s %q refused=%d attempt=%d/%v hook=%d/%d ask=%q fire=%s\n",
-			i+1, o.kind, o.name, o.seq, o.t.Format(time.RFC3339Nano), o.act, o.settled, o.settleSeq, o.byGuest, o.state, o.value,
-			o.refused, o.attempt, o.attemptOpen, o.hook, o.index, o.askID, o.fireAt.Format(time.RFC3339Nano))
+			i+1, o.Kind, o.Name, o.Seq, o.Time.Format(time.RFC3339Nano), o.Act, o.Settled, o.SettleSeq, o.ByGuest, o.State, o.Value,
+			o.Refused, o.Attempt, o.AttemptOpen, o.Hook, o.Index, o.AskID, o.FireAt.Format(time.RFC3339Nano))
 	}
-	ids := make([]uint32, 0, len(rs.hooks))
-	for id := range rs.hooks {
+	ids := make([]uint32, 0, len(rs.Hooks))
+	for id := range rs.Hooks {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		h := rs.hooks[id]
-		fmt.Fprintf(&sb, "hook %d %q conflict=%q disposed=%v received=%d nexts=%v\n", id, h.token, h.conflict, h.disposed, len(h.received), h.nexts)
+		h := rs.Hooks[id]
+		fmt.Fprintf(&sb, "hook %d %q conflict=%q disposed=%v received=%d nexts=%v\n", id, h.Token, h.Conflict, h.Disposed, len(h.Received), h.Nexts)
 	}
 	return sb.String()
 }

@@ -149,8 +149,8 @@ func TestRegressionHookClaimOutlivesFailedActivation(t *testing.T) {
 	if err := env.h.failActivation(ctx, rh, r.b, r.w, &GuestError{Message: "trap"}); err != nil {
 		t.Fatal(err)
 	}
-	if !rh.rs.status.Terminal() {
-		t.Fatalf("the run is %s after a failed activation", rh.rs.status)
+	if !rh.rs.Status.Terminal() {
+		t.Fatalf("the run is %s after a failed activation", rh.rs.Status)
 	}
 	holder, err := env.st.ClaimHook(ctx, "order-123", "another-run", 1)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"io"
 	"reflect"
 	"slices"
@@ -59,23 +60,23 @@ func (h *Host) ExportHistory(ctx context.Context, runID string, w io.Writer) err
 
 // state rebuilds the run's state from the history, checking its events and
 // that the run record agrees with them.
-func historyState(hist *History) (*runState, error) {
-	rs := newRunState(hist.Run)
-	rs.reserve(len(hist.Events), func(i int) string { return hist.Events[i].Kind })
+func historyState(hist *History) (*state.Run, error) {
+	rs := state.New(hist.Run)
+	rs.Reserve(len(hist.Events), func(i int) string { return hist.Events[i].Kind })
 	for i := range hist.Events {
 		he := &hist.Events[i]
-		if err := rs.apply(store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}); err != nil {
+		if err := rs.Apply(store.Event{Seq: he.Seq, Time: he.Time, Kind: he.Kind, Data: he.Data}); err != nil {
 			return nil, err
 		}
 	}
-	plugin, version, hash := "", rs.pinVersion, rs.pinHash
-	if rs.created != nil {
-		plugin = rs.created.Plugin
+	plugin, version, hash := "", rs.PinVersion, rs.PinHash
+	if rs.Created != nil {
+		plugin = rs.Created.Plugin
 	}
 	r := hist.Run
 	switch {
-	case r.LastSeq != rs.lastSeq:
-		return nil, fmt.Errorf("%w: the run record ends at event %d, the events at %d", ErrBadHistory, r.LastSeq, rs.lastSeq)
+	case r.LastSeq != rs.LastSeq:
+		return nil, fmt.Errorf("%w: the run record ends at event %d, the events at %d", ErrBadHistory, r.LastSeq, rs.LastSeq)
 	case r.Plugin != plugin || r.Version != version || r.ModuleHash != hash:
 		return nil, fmt.Errorf("%w: the run record names %s version %d (module %s), its events %s version %d (module %s)",
 			ErrBadHistory, r.Plugin, r.Version, history.ShortHash(r.ModuleHash), plugin, version, history.ShortHash(hash))
@@ -133,7 +134,7 @@ const (
 // compareEnd compares the complete op a checked guest replayed (its
 // payload, or probed when it sent the op without one) with the run's
 // recorded end.
-func compareEnd(rs *runState, payload []byte, probed bool) (outcome, detail string) {
+func compareEnd(rs *state.Run, payload []byte, probed bool) (outcome, detail string) {
 	if probed {
 		return OutcomeUnchecked, ""
 	}
@@ -145,34 +146,34 @@ func compareEnd(rs *runState, payload []byte, probed bool) (outcome, detail stri
 	}
 	var wantRes json.RawMessage
 	var wantErr *abi.ErrorObject
-	gotRes := nullIfEmpty(out.Result)
-	switch rs.status {
+	gotRes := state.NullIfEmpty(out.Result)
+	switch rs.Status {
 	case store.StatusCompleted:
-		wantRes = rs.result
-		if out.Error == nil && string(gotRes) == "null" && rs.lastProgress != nil {
-			gotRes = rs.lastProgress // as the live op makes it
+		wantRes = rs.Result
+		if out.Error == nil && string(gotRes) == "null" && rs.LastProgress != nil {
+			gotRes = rs.LastProgress // as the live op makes it
 		}
 	case store.StatusFailed:
-		wantErr = rs.failure
-		if wantErr.Type == abi.ErrTypeOutputSchema && rs.endResult != nil {
+		wantErr = rs.Failure
+		if wantErr.Type == abi.ErrTypeOutputSchema && rs.EndResult != nil {
 			// The body completed; the host failed the run for its result.
-			wantRes, wantErr = rs.endResult, nil
-			if out.Error == nil && string(gotRes) == "null" && rs.lastProgress != nil {
-				gotRes = rs.lastProgress
+			wantRes, wantErr = rs.EndResult, nil
+			if out.Error == nil && string(gotRes) == "null" && rs.LastProgress != nil {
+				gotRes = rs.LastProgress
 			}
 		}
 	case store.StatusCancelled:
-		wantRes, wantErr = nullIfEmpty(rs.endResult), rs.failure
+		wantRes, wantErr = state.NullIfEmpty(rs.EndResult), rs.Failure
 	default:
-		return OutcomeDiffers, fmt.Sprintf("the guest completed where the history's run is %s", rs.status)
+		return OutcomeDiffers, fmt.Sprintf("the guest completed where the history's run is %s", rs.Status)
 	}
 	switch {
 	case wantErr == nil && out.Error != nil:
 		return OutcomeDiffers, fmt.Sprintf("the history has result %s, the guest failed with %s", clipJSON(wantRes), clipJSON(mustJSON(out.Error)))
 	case wantErr != nil && out.Error == nil:
 		return OutcomeDiffers, fmt.Sprintf("the history has error %s, the guest completed with %s", clipJSON(mustJSON(wantErr)), clipJSON(gotRes))
-	case wantErr != nil && !sameJSON(mustJSON(wantErr), mustJSON(errOrUnknown(out.Error))):
-		return OutcomeDiffers, fmt.Sprintf("the history has error %s, the guest's is %s", clipJSON(mustJSON(wantErr)), clipJSON(mustJSON(errOrUnknown(out.Error))))
+	case wantErr != nil && !sameJSON(mustJSON(wantErr), mustJSON(state.ErrOrUnknown(out.Error))):
+		return OutcomeDiffers, fmt.Sprintf("the history has error %s, the guest's is %s", clipJSON(mustJSON(wantErr)), clipJSON(mustJSON(state.ErrOrUnknown(out.Error))))
 	case wantRes != nil && !sameJSON(wantRes, gotRes):
 		return OutcomeDiffers, fmt.Sprintf("the history has result %s, the guest's is %s", clipJSON(wantRes), clipJSON(gotRes))
 	}
@@ -396,13 +397,13 @@ type adHocEntry struct {
 	lp     *loadedPlugin
 }
 
-func (h *Host) checkReplay(ctx context.Context, rs *runState, lp *loadedPlugin) (*ReplayReport, error) {
-	rep := &ReplayReport{RunID: rs.id, Module: lp.p.ModuleHash, RecordedOps: len(rs.ops), Activations: rs.acts()}
-	if rs.acts() == 0 {
+func (h *Host) checkReplay(ctx context.Context, rs *state.Run, lp *loadedPlugin) (*ReplayReport, error) {
+	rep := &ReplayReport{RunID: rs.ID, Module: lp.p.ModuleHash, RecordedOps: len(rs.Ops), Activations: rs.Acts()}
+	if rs.Acts() == 0 {
 		rep.End = "suspended"
 		return rep, nil
 	}
-	if rs.created != nil && rs.created.SharedInit {
+	if rs.Created != nil && rs.Created.SharedInit {
 		defer h.refill(lp) // it may have taken a pooled instance
 	}
 	w, err := h.newWorkflowInstance(ctx, rs, lp, true)
@@ -443,24 +444,24 @@ func (h *Host) Upgrade(ctx context.Context, runID string, version int) (RunInfo,
 	var rep *ReplayReport
 	info, err := h.withRun(ctx, runID, func(rh *runHandle) error {
 		rs := rh.rs
-		if rs.status.Terminal() {
-			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, runID, rs.status)
+		if rs.Status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, runID, rs.Status)
 		}
-		lp, err := h.plugin(ctx, rs.rec.Plugin, version)
+		lp, err := h.plugin(ctx, rs.Rec.Plugin, version)
 		if err != nil {
 			return err
 		}
 		if rep, err = h.checkReplay(ctx, rs, lp); err != nil {
 			return err
 		}
-		from, fromHash := rs.rec.Version, rs.rec.ModuleHash
+		from, fromHash := rs.Rec.Version, rs.Rec.ModuleHash
 		h.dropWarm(ctx, rh)
 		b := newBatch(rs)
 		if _, err := b.push(EvRunUpgraded, &history.Data{FromVersion: from, FromHash: fromHash, Version: lp.p.Version, ModuleHash: lp.p.ModuleHash}); err != nil {
 			return err
 		}
-		rs.rec.Version, rs.rec.ModuleHash = lp.p.Version, lp.p.ModuleHash
-		d := rs.detail
+		rs.Rec.Version, rs.Rec.ModuleHash = lp.p.Version, lp.p.ModuleHash
+		d := rs.Detail
 		d.Stalled = ""
 		if err := h.commit(ctx, rh, b, &d); err != nil {
 			return err

@@ -332,8 +332,8 @@ func TestReadHistoryIgnoresUnknownFieldsRefusesUnknownKinds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a history with unknown fields: %v", err)
 	}
-	if string(rs.lastProgress) != `{"n":1}` || rs.created.Tool != "t" {
-		t.Fatalf("the known fields were not read: progress %s, tool %q", rs.lastProgress, rs.created.Tool)
+	if string(rs.LastProgress) != `{"n":1}` || rs.Created.Tool != "t" {
+		t.Fatalf("the known fields were not read: progress %s, tool %q", rs.LastProgress, rs.Created.Tool)
 	}
 	h, err = ReadHistory(strings.NewReader(hist("future_kind", `{"op":1}`)))
 	if err != nil {

@@ -38,7 +38,7 @@ func TestHookNextAfterDisposeIsRejected(t *testing.T) {
 	if _, err := b.push(EvRunResumed, &history.Data{Activation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	w.act = rs.activation()
+	w.act = rs.Activation()
 	if st, _ := op(abi.OpHookDispose, `{"hook":1}`); st != abi.StatusOK {
 		t.Fatalf("hook_dispose: %s", st)
 	}

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -491,9 +492,9 @@ func (h *Host) wakeScheduler() {
 
 // metadata is the run's metadata, all of it from the log, so that it is
 // the same on replay whatever the host's configuration is by then.
-func metadata(rs *runState, stepID string) abi.Metadata {
-	return abi.Metadata{WorkflowName: rs.created.Tool, WorkflowRunID: rs.id, WorkflowStartedAt: rs.start.UTC().Format(time.RFC3339Nano),
-		URL: rs.created.URL, StepID: stepID, Agents: rs.created.Agents}
+func metadata(rs *state.Run, stepID string) abi.Metadata {
+	return abi.Metadata{WorkflowName: rs.Created.Tool, WorkflowRunID: rs.ID, WorkflowStartedAt: rs.Start.UTC().Format(time.RFC3339Nano),
+		URL: rs.Created.URL, StepID: stepID, Agents: rs.Created.Agents}
 }
 
 // CallOptions are the options of Call. The zero value is the default.
@@ -736,8 +737,8 @@ func (h *Host) Cancel(ctx context.Context, id, reason string) (RunInfo, error) {
 	h.mu.Unlock()
 	return h.withRun(ctx, id, func(rh *runHandle) error {
 		rs := rh.rs
-		if rs.status.Terminal() {
-			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.status)
+		if rs.Status.Terminal() {
+			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, id, rs.Status)
 		}
 		h.dropWarm(ctx, rh)
 		b := newBatch(rs)

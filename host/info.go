@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/json"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -90,31 +91,31 @@ func (ri RunInfo) Err() error {
 	return &RunError{Type: ri.Error.Type, Message: ri.Error.Message, Retryable: ri.Error.Retryable}
 }
 
-func (h *Host) info(rs *runState) RunInfo {
+func (h *Host) info(rs *state.Run) RunInfo {
 	if rs == nil {
 		return RunInfo{}
 	}
 	ri := RunInfo{
-		ID: rs.id, Tool: rs.rec.Tool, Version: rs.rec.Version, ModuleHash: rs.rec.ModuleHash,
-		Status: rs.rec.Status, CreatedAt: rs.rec.CreatedAt, UpdatedAt: rs.rec.UpdatedAt,
-		Result: rs.result, Error: rs.failure, Progress: rs.lastProgress, Stalled: rs.detail.Stalled,
+		ID: rs.ID, Tool: rs.Rec.Tool, Version: rs.Rec.Version, ModuleHash: rs.Rec.ModuleHash,
+		Status: rs.Rec.Status, CreatedAt: rs.Rec.CreatedAt, UpdatedAt: rs.Rec.UpdatedAt,
+		Result: rs.Result, Error: rs.Failure, Progress: rs.LastProgress, Stalled: rs.Detail.Stalled,
 	}
-	if n := len(rs.aborts); n > 0 {
-		ri.Aborted = rs.aborts[n-1].reason
+	if n := len(rs.Aborts); n > 0 {
+		ri.Aborted = rs.Aborts[n-1].Reason
 	}
-	if (rs.created != nil && rs.created.Serve) || len(rs.receives) > 0 || len(rs.calls) > 1 {
-		ri.Calls = make([]CallInfo, len(rs.calls))
-		for i, c := range rs.calls {
-			ci := CallInfo{Index: i, CallID: c.id, Status: "working", Answer: c.by}
+	if (rs.Created != nil && rs.Created.Serve) || len(rs.Receives) > 0 || len(rs.Calls) > 1 {
+		ri.Calls = make([]CallInfo, len(rs.Calls))
+		for i, c := range rs.Calls {
+			ci := CallInfo{Index: i, CallID: c.ID, Status: "working", Answer: c.By}
 			switch {
-			case c.cancelled:
+			case c.Cancelled:
 				ci.Status = "cancelled"
-			case c.answered:
-				ci.Status, ci.Output = "completed", c.output
-			case rs.status == store.StatusCompleted:
-				ci.Status, ci.Output = "completed", rs.result
-			case rs.status.Terminal():
-				ci.Status, ci.Error = string(rs.status), rs.failure
+			case c.Answered:
+				ci.Status, ci.Output = "completed", c.Output
+			case rs.Status == store.StatusCompleted:
+				ci.Status, ci.Output = "completed", rs.Result
+			case rs.Status.Terminal():
+				ci.Status, ci.Error = string(rs.Status), rs.Failure
 			}
 			ri.Calls[i] = ci
 		}
@@ -124,51 +125,51 @@ func (h *Host) info(rs *runState) RunInfo {
 	}
 	seen := map[uint32]bool{}
 	add := func(p uint32) {
-		o := rs.op(p)
-		if o == nil || o.settled || seen[p] {
+		o := rs.Op(p)
+		if o == nil || o.Settled || seen[p] {
 			return
 		}
 		seen[p] = true
 		w := Wait{Position: p}
-		switch o.kind {
+		switch o.Kind {
 		case abi.OpAsk:
-			w.Kind, w.AskID = "ask", o.askID
-			if req, err := askRequest(o); err == nil {
+			w.Kind, w.AskID = "ask", o.AskID
+			if req, err := state.AskRequest(o); err == nil {
 				w.Prompt = req.Prompt
 			}
 		case abi.OpSleep:
-			t := o.fireAt
+			t := o.FireAt
 			w.Kind, w.Until = "sleep", &t
 		case abi.OpHookNext:
 			w.Kind = "hook"
-			if hk := rs.hooks[o.hook]; hk != nil {
-				w.Token = hk.token
-				if hk.webhook != nil {
-					w.Kind, w.URL = "webhook", hk.url
+			if hk := rs.Hooks[o.Hook]; hk != nil {
+				w.Token = hk.Token
+				if hk.Webhook != nil {
+					w.Kind, w.URL = "webhook", hk.URL
 				}
 			}
 		case abi.OpAgent:
-			w.Kind, w.Agent = "agent", o.name
+			w.Kind, w.Agent = "agent", o.Name
 		case abi.OpReceive:
 			w.Kind = "receive"
 		case abi.OpSignal:
 			return // always there, and only an abort settles it
 		case abi.OpStep:
-			w.Kind, w.Step, w.Attempt = "step", o.name, o.attempt
-			if !o.attemptOpen && !o.retryAt.IsZero() {
-				t := o.retryAt
+			w.Kind, w.Step, w.Attempt = "step", o.Name, o.Attempt
+			if !o.AttemptOpen && !o.RetryAt.IsZero() {
+				t := o.RetryAt
 				w.Kind, w.Until = "step_retry", &t
 			}
 		}
 		ri.Waiting = append(ri.Waiting, w)
 	}
-	for _, p := range rs.runnableSteps() {
+	for _, p := range rs.RunnableSteps() {
 		add(p)
 	}
-	for _, p := range rs.pendingAgents() {
+	for _, p := range rs.PendingAgents() {
 		add(p)
 	}
-	if ws := rs.detail.Waiting; ws != nil {
+	if ws := rs.Detail.Waiting; ws != nil {
 		for _, p := range ws.Futures {
 			add(p)
 		}

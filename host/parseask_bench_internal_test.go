@@ -19,4 +19,3 @@ func BenchmarkParseAsk(b *testing.B) {
 		}
 	}
 }
-

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"time"
 
 	"github.com/sandflow/sandflow/abi"
@@ -44,7 +45,7 @@ func (w *wfInstance) performStep(name string, payload []byte, p uint32) (store.E
 	if m := checkRetry(req.Retry); m != "" {
 		return badRequest(m)
 	}
-	return pushed(w.batch.push(EvStepStarted, &history.Data{Op: p, Name: name, Input: clone(nullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry}))
+	return pushed(w.batch.push(EvStepStarted, &history.Data{Op: p, Name: name, Input: clone(state.NullIfEmpty(req.Input)), Attempt: 1, Retry: req.Retry}))
 }
 
 // performSleep sets a timer, for a duration or until a time. One whose
@@ -72,7 +73,7 @@ func (w *wfInstance) performSleep(payload []byte, p uint32) (store.Event, abi.St
 	d := &history.Data{Op: p, FireAt: &at, Immediate: !at.After(now)}
 	ev, err := b.push(EvTimerSet, d)
 	if err == nil && !d.Immediate {
-		b.b.PutTimers = append(b.b.PutTimers, sleepTimer(w.rs.id, p, at))
+		b.b.PutTimers = append(b.b.PutTimers, sleepTimer(w.rs.ID, p, at))
 		w.h.wakeScheduler()
 	}
 	return pushed(ev, err)
@@ -88,17 +89,17 @@ func (w *wfInstance) performAsk(payload []byte, p uint32) (store.Event, abi.Stat
 		return badRequest(m)
 	}
 	d := &history.Data{Op: p, Request: history.EncodeAskRequest(req)}
-	if _, aborted := rs.abortedNow(); aborted {
+	if _, aborted := rs.AbortedNow(); aborted {
 		// Asked while unwinding from an abort: withdrawn at once.
 		d.Answer = &abi.AskAnswer{Status: abi.AnswerCancelled}
-	} else if rs.created.NoAsk {
+	} else if rs.Created.NoAsk {
 		d.Answer = &abi.AskAnswer{Status: abi.AnswerUnavailable}
 	} else {
 		d.AskID = newTimedID("ask_", 8)
 	}
 	ev, err := b.push(EvAskOpened, d)
 	if err == nil && d.AskID != "" {
-		b.b.PutAsks = append(b.b.PutAsks, store.Ask{ID: d.AskID, RunID: rs.id, Tool: rs.rec.Tool, Position: p, Open: true, Request: d.Request, CreatedAt: ev.Time})
+		b.b.PutAsks = append(b.b.PutAsks, store.Ask{ID: d.AskID, RunID: rs.ID, Tool: rs.Rec.Tool, Position: p, Open: true, Request: d.Request, CreatedAt: ev.Time})
 	}
 	return pushed(ev, err)
 }
@@ -125,7 +126,7 @@ func (w *wfInstance) performHookCreate(ctx context.Context, payload []byte, p ui
 			return badRequest(m)
 		}
 		tok = newID("whk_", 16) // 128 bits: the token is the URL's only secret
-		url = w.rs.created.BaseURL + abi.WebhookPath(tok)
+		url = w.rs.Created.BaseURL + abi.WebhookPath(tok)
 	case tok == "":
 		tok = newID("hook_", 16) // 128 bits
 	default:
@@ -153,7 +154,7 @@ func (w *wfInstance) performHookRef(kind abi.OpKind, payload []byte, p uint32) (
 	if m := decodeStrict(payload, &ref); m != "" {
 		return badRequest(m)
 	}
-	h := w.rs.hooks[ref.Hook]
+	h := w.rs.Hooks[ref.Hook]
 	if h == nil || ref.Hook > w.cursor {
 		return refusal(abi.StatusNotFound, fmt.Sprintf("no hook %d", ref.Hook))
 	}
@@ -161,12 +162,12 @@ func (w *wfInstance) performHookRef(kind abi.OpKind, payload []byte, p uint32) (
 	if kind == abi.OpHookNext {
 		return pushed(b.push(EvHookNext, &history.Data{Op: p, Hook: ref.Hook}))
 	}
-	wasDisposed := h.disposed
+	wasDisposed := h.Disposed
 	ev, err := b.push(EvHookDisposed, &history.Data{Op: p, Hook: ref.Hook})
 	// A second dispose must not release the token: another hook of
 	// this run may hold it by now.
-	if err == nil && h.conflict == "" && !wasDisposed {
-		b.releaseHook(h.token)
+	if err == nil && h.Conflict == "" && !wasDisposed {
+		b.releaseHook(h.Token)
 	}
 	return pushed(ev, err)
 }
@@ -177,15 +178,15 @@ func (w *wfInstance) performWebhookRespond(payload []byte, p uint32) (store.Even
 	if m := decodeStrict(payload, &req); m != "" {
 		return badRequest(m)
 	}
-	h := w.rs.hooks[req.Hook]
+	h := w.rs.Hooks[req.Hook]
 	switch {
 	case h == nil || req.Hook > w.cursor:
 		return refusal(abi.StatusNotFound, fmt.Sprintf("no hook %d", req.Hook))
-	case h.webhook == nil || !h.webhook.Manual:
+	case h.Webhook == nil || !h.Webhook.Manual:
 		return badRequest(fmt.Sprintf("hook %d is not a manual webhook", req.Hook))
-	case req.Request < 0 || req.Request >= len(h.received):
+	case req.Request < 0 || req.Request >= len(h.Received):
 		return refusal(abi.StatusNotFound, fmt.Sprintf("webhook %d has no request %d", req.Hook, req.Request))
-	case h.responses[req.Request] != nil:
+	case h.Responses[req.Request] != nil:
 		return badRequest(fmt.Sprintf("request %d of webhook %d is already answered", req.Request, req.Hook))
 	}
 	if m := checkResponse(&req.HTTPResponse); m != "" {
@@ -212,8 +213,8 @@ func (w *wfInstance) performAgent(name string, payload []byte, p uint32) (store.
 	if m := checkAgentRequest(&req); m != "" {
 		return badRequest(m)
 	}
-	if cs := rs.sessions[req.Session]; req.Session != "" && cs != nil && cs.agent != name {
-		return badRequest(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.agent, name))
+	if cs := rs.Sessions[req.Session]; req.Session != "" && cs != nil && cs.Agent != name {
+		return badRequest(fmt.Sprintf("session %q is with agent %s, not %s", req.Session, cs.Agent, name))
 	}
 	d := &history.Data{Op: p, Name: name, Input: mustJSON(req.Message), Request: clone(req.OutputSchema)}
 	if req.Session != "" || len(req.Parts) > 0 || req.Model != nil || req.CancelOnAbort {
@@ -222,7 +223,7 @@ func (w *wfInstance) performAgent(name string, payload []byte, p uint32) (store.
 		d.AgentRequest = &extra
 	}
 	ev, err := b.push(EvAgentSent, d)
-	if _, aborted := rs.abortedNow(); err == nil && aborted && req.CancelOnAbort {
+	if _, aborted := rs.AbortedNow(); err == nil && aborted && req.CancelOnAbort {
 		// Sent with an abort signal that has fired: never sent.
 		err = cancelAgentTurns(rs, b, ev.Time)
 	}
@@ -252,7 +253,7 @@ func (w *wfInstance) performSignal(payload []byte, p uint32) (store.Event, abi.S
 		return badRequest("signal takes no payload")
 	}
 	// A signal made while the run unwinds from an abort has fired.
-	reason, _ := w.rs.abortedNow()
+	reason, _ := w.rs.AbortedNow()
 	return pushed(w.batch.push(EvSignal, &history.Data{Op: p, Reason: reason}))
 }
 
@@ -267,12 +268,12 @@ func (w *wfInstance) performReply(payload []byte, p uint32) (store.Event, abi.St
 	if !json.Valid(req.Output) {
 		return badRequest("output is required: any JSON value")
 	}
-	if req.Received < 0 || req.Received > rs.receivable() {
-		return badRequest(fmt.Sprintf("received is %d, but the run's receive futures have taken %d calls", req.Received, rs.receivable()))
+	if req.Received < 0 || req.Received > rs.Receivable() {
+		return badRequest(fmt.Sprintf("received is %d, but the run's receive futures have taken %d calls", req.Received, rs.Receivable()))
 	}
 	n := 0
 	for i := range req.Received {
-		if !rs.calls[i].answered {
+		if !rs.Calls[i].Answered {
 			n++
 		}
 	}
@@ -307,7 +308,7 @@ func (w *wfInstance) performComplete(payload []byte, p uint32) (store.Event, abi
 		return refusal(abi.StatusTooLarge, fmt.Sprintf("result of %d bytes is over the limit of %d", len(out.Result), w.limits.PayloadBytes))
 	}
 	now := time.Now()
-	reason, unwound := rs.unwound()
+	reason, unwound := rs.Unwound()
 	cause := abi.InterruptRunEnded
 	if unwound {
 		cause = abi.InterruptCancelled
@@ -323,9 +324,9 @@ func (w *wfInstance) performComplete(payload []byte, p uint32) (store.Event, abi
 	if out.Error != nil {
 		return pushed(b.pushAt(EvRunFailed, now, &history.Data{Op: p, Error: out.Error}))
 	}
-	res := nullIfEmpty(out.Result)
-	if string(res) == "null" && rs.lastProgress != nil {
-		res = rs.lastProgress
+	res := state.NullIfEmpty(out.Result)
+	if string(res) == "null" && rs.LastProgress != nil {
+		res = rs.LastProgress
 	}
 	if problems := w.outputProblems(res); problems != "" {
 		// The tool promises its callers results of this shape (an

@@ -46,7 +46,7 @@ func BenchmarkReplayBreakdown(b *testing.B) {
 		b.StopTimer()
 		w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: true, rng: newRNG(rs)}
 		t := &timedOps{inner: w}
-		w.clock.advance(rs.start)
+		w.clock.advance(rs.Start)
 		inst, err := lp.cm.Instantiate(ctx, InstanceConfig{Clock: &w.clock, Random: w.rng, Stdout: outWriter{w, "stdout"}, Stderr: outWriter{w, "stderr"},
 			MemoryLimit: lp.limits.MemoryBytes, CPULimit: lp.limits.CPUTime, Ops: t})
 		if err != nil {

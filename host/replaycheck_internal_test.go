@@ -19,7 +19,7 @@ func TestReplayCheckerFindsItsModuleAgain(t *testing.T) {
 	ctx := context.Background()
 	rs := stepsHistory(t, h, 3)
 	var buf bytes.Buffer
-	if err := h.ExportHistory(ctx, rs.id, &buf); err != nil {
+	if err := h.ExportHistory(ctx, rs.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	hist, err := ReadHistory(&buf)
@@ -64,12 +64,12 @@ func TestReadHistoryCompactsData(t *testing.T) {
 	h, _ := benchHost(t, nil)
 	ctx := context.Background()
 	rs := stepsHistory(t, h, 3)
-	evs, err := h.store.Events(ctx, rs.id, 0, 0)
+	evs, err := h.store.Events(ctx, rs.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := h.ExportHistory(ctx, rs.id, &buf); err != nil {
+	if err := h.ExportHistory(ctx, rs.ID, &buf); err != nil {
 		t.Fatal(err)
 	}
 	zr, err := zstd.NewReader(bytes.NewReader(buf.Bytes()))

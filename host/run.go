@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandflow/sandflow/host/history"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/store"
@@ -34,7 +36,7 @@ type runHandle struct {
 	// rs is the run's state (nil until loaded), guarded by mu.
 	// retireLocked reads it under Host.mu alone, once refs is 0: no one
 	// holds the handle then, so no one can hold mu.
-	rs   *runState
+	rs   *state.Run
 	refs int // guarded by Host.mu
 
 	// warm and elem are guarded by Host.mu: a parked instance is not in use.
@@ -147,13 +149,13 @@ func (rh *runHandle) publishAborts() {
 	if rh.rs == nil {
 		return
 	}
-	n := len(rh.rs.aborts)
+	n := len(rh.rs.Aborts)
 	if cur := rh.aborts.Load(); cur != nil && cur.n == n {
 		return
 	}
 	seen := &abortsSeen{n: n}
 	if n > 0 {
-		seen.reason = rh.rs.aborts[n-1].reason
+		seen.reason = rh.rs.Aborts[n-1].Reason
 	}
 	rh.aborts.Store(seen)
 }
@@ -198,11 +200,11 @@ const maxIdleOps = 1 << 18
 // or beyond maxIdleOps ops in all, are forgotten. Called with h.mu held
 // (rh.mu need not be).
 func (h *Host) retireLocked(rh *runHandle) {
-	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.status.Terminal() || len(rh.rs.ops) > maxIdleOps {
+	if h.opts.IdleRuns < 0 || rh.rs == nil || rh.rs.Status.Terminal() || len(rh.rs.Ops) > maxIdleOps {
 		delete(h.runs, rh.id)
 		return
 	}
-	rh.idle, rh.idleOps = h.idle.PushFront(rh), len(rh.rs.ops)
+	rh.idle, rh.idleOps = h.idle.PushFront(rh), len(rh.rs.Ops)
 	h.idleOps += rh.idleOps
 	for h.idle.Len() > h.opts.IdleRuns || h.idleOps > maxIdleOps {
 		v := h.idle.Remove(h.idle.Back()).(*runHandle)
@@ -246,7 +248,7 @@ func (h *Host) park(ctx context.Context, rh *runHandle, w *wfInstance) {
 		return
 	}
 	var evicted []*wfInstance
-	w.parkedBytes, w.parkedSeq = 0, rh.rs.lastSeq
+	w.parkedBytes, w.parkedSeq = 0, rh.rs.LastSeq
 	if m, ok := w.inst.(interface{ MemorySize() uint64 }); ok {
 		w.parkedBytes = m.MemorySize()
 	}
@@ -317,14 +319,14 @@ func (h *Host) refresh(ctx context.Context, rh *runHandle) error {
 		}
 		return err
 	}
-	if rh.rs != nil && rh.rs.lastSeq == rec.LastSeq {
-		if !bytes.Equal(rec.Detail, rh.rs.rec.Detail) {
+	if rh.rs != nil && rh.rs.LastSeq == rec.LastSeq {
+		if !bytes.Equal(rec.Detail, rh.rs.Rec.Detail) {
 			// Changed without new events: the summary is read again. The
 			// same bytes are the summary the state holds (commit wrote it).
-			rh.rs.detail = history.Detail{}
-			_ = json.Unmarshal(rec.Detail, &rh.rs.detail)
+			rh.rs.Detail = history.Detail{}
+			_ = json.Unmarshal(rec.Detail, &rh.rs.Detail)
 		}
-		rh.rs.rec = rec
+		rh.rs.Rec = rec
 		return nil
 	}
 	return h.reload(ctx, rh, rec)
@@ -334,7 +336,7 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	h.dropWarm(ctx, rh)
 	rh.rs = nil
 	var evs []store.Event
-	var rs *runState
+	var rs *state.Run
 	if p := rh.pending; p != nil {
 		// Not stored yet: what Call made is the whole of it.
 		rec, evs = p.rec, []store.Event{p.created}
@@ -356,26 +358,26 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 		}
 	}
 	if rs == nil {
-		rs = newRunState(rec)
-		rs.reserve(len(evs), func(i int) string { return evs[i].Kind })
+		rs = state.New(rec)
+		rs.Reserve(len(evs), func(i int) string { return evs[i].Kind })
 		for _, e := range evs {
-			if err := rs.apply(e); err != nil {
+			if err := rs.Apply(e); err != nil {
 				return fmt.Errorf("run %s: %w", rh.id, err)
 			}
 		}
 	}
-	if rs.lastSeq != rec.LastSeq {
-		return fmt.Errorf("%w: run %s record says seq %d, log ends at %d", ErrBadHistory, rh.id, rec.LastSeq, rs.lastSeq)
+	if rs.LastSeq != rec.LastSeq {
+		return fmt.Errorf("%w: run %s record says seq %d, log ends at %d", ErrBadHistory, rh.id, rec.LastSeq, rs.LastSeq)
 	}
 	if c := rh.carry; c != nil {
 		// Not stored yet: applied again on top of what is.
 		err := error(nil)
-		if c.base != rs.lastSeq {
-			err = fmt.Errorf("host: run %s carries events after %d, the log ends at %d", rh.id, c.base, rs.lastSeq)
+		if c.base != rs.LastSeq {
+			err = fmt.Errorf("host: run %s carries events after %d, the log ends at %d", rh.id, c.base, rs.LastSeq)
 		}
 		for _, e := range c.b.Events {
 			if err == nil {
-				err = rs.apply(e)
+				err = rs.Apply(e)
 			}
 		}
 		if err != nil {
@@ -388,54 +390,43 @@ func (h *Host) reload(ctx context.Context, rh *runHandle, rec store.Run) error {
 	return nil
 }
 
-// currentStatus says where a run stands from its state.
-func (rs *runState) currentStatus() store.RunStatus {
-	switch {
-	case rs.status.Terminal():
-		return rs.status
-	case len(rs.runnableSteps()) > 0, len(rs.pendingAgents()) > 0, rs.acts() == 0, rs.satisfied(rs.detail.Waiting):
-		return store.StatusRunning
-	}
-	return store.StatusWaiting
-}
-
 // commit writes a batch and the run's updated record in one transaction. On
 // failure the cached state is reloaded, so it never holds what the store
 // does not.
 func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *history.Detail) error {
 	rs := rh.rs
 	if detail != nil {
-		rs.detail = *detail
+		rs.Detail = *detail
 	}
-	switch rs.status {
+	switch rs.Status {
 	case store.StatusCompleted:
-		rs.detail = history.Detail{Result: rs.result}
+		rs.Detail = history.Detail{Result: rs.Result}
 	case store.StatusFailed:
-		rs.detail = history.Detail{Error: rs.failure}
+		rs.Detail = history.Detail{Error: rs.Failure}
 	case store.StatusCancelled:
-		rs.detail = history.Detail{}
+		rs.Detail = history.Detail{}
 	}
-	rec := rs.rec
-	rec.LastSeq = rs.lastSeq
+	rec := rs.Rec
+	rec.LastSeq = rs.LastSeq
 	rec.UpdatedAt = time.Now().UTC()
-	rec.Status = rs.currentStatus()
-	rec.Detail = history.EncodeDetail(rs.detail)
+	rec.Status = rs.CurrentStatus()
+	rec.Detail = history.EncodeDetail(rs.Detail)
 	sb := b.storeBatch()
 	sb.Run = &rec
 	if h.leaser != nil {
 		l := rh.lease.held
 		sb.Lease = &l
 	}
-	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.ops) >= h.opts.Snapshots &&
-		(rs.imageSeq == 0 || rs.lastSeq >= rs.imageSeq+stateEvery) {
-		if data := rs.image(); data != nil {
-			sb.PutState = &store.State{Seq: rs.lastSeq, Data: data}
+	if rec.Status == store.StatusWaiting && h.opts.Snapshots >= 0 && len(rs.Ops) >= h.opts.Snapshots &&
+		(rs.ImageSeq == 0 || rs.LastSeq >= rs.ImageSeq+state.ImageEvery) {
+		if data := rs.Image(); data != nil {
+			sb.PutState = &store.State{Seq: rs.LastSeq, Data: data}
 		}
 	}
 	base := b.base
 	if c := rh.carry; c != nil {
 		if b.base != c.base+uint64(len(c.b.Events)) {
-			return fmt.Errorf("host: run %s: a batch after event %d, the carried events end at %d", rs.id, b.base, c.base+uint64(len(c.b.Events)))
+			return fmt.Errorf("host: run %s: a batch after event %d, the carried events end at %d", rs.ID, b.base, c.base+uint64(len(c.b.Events)))
 		}
 		base = c.base
 		sb.Events = append(append([]store.Event(nil), c.b.Events...), sb.Events...)
@@ -451,7 +442,7 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *hist
 			rh.pending = nil
 		}
 	} else {
-		err = h.store.Append(ctx, rs.id, base, sb)
+		err = h.store.Append(ctx, rs.ID, base, sb)
 	}
 	if o := h.observer(); o != nil && err == nil {
 		o.Commit(len(sb.Events), time.Since(start))
@@ -465,32 +456,32 @@ func (h *Host) commit(ctx context.Context, rh *runHandle, b *batch, detail *hist
 		}
 		return err
 	}
-	rs.rec = rec
-	rs.stored()
+	rs.Rec = rec
+	rs.Stored()
 	if sb.PutState != nil {
-		rs.imageSeq = rs.lastSeq
+		rs.ImageSeq = rs.LastSeq
 	}
 	rh.noteStarted(b.started)
 	rh.publishAborts()
 	info := h.info(rs)
 	rh.snap.Store(&info)
-	h.notify(rs.id)
+	h.notify(rs.ID)
 	return nil
 }
 
 // noteStarted notes the step attempts a committed batch started as this
 // handle's to run.
 func (rh *runHandle) noteStarted(ps []uint32) {
-	if rh.rs.status.Terminal() {
+	if rh.rs.Status.Terminal() {
 		rh.fresh = nil
 		return
 	}
 	for _, p := range ps {
-		if o := rh.rs.op(p); o != nil && o.attemptOpen {
+		if o := rh.rs.Op(p); o != nil && o.AttemptOpen {
 			if rh.fresh == nil {
 				rh.fresh = map[uint32]int{}
 			}
-			rh.fresh[p] = o.attempt
+			rh.fresh[p] = o.Attempt
 		}
 	}
 }
@@ -500,7 +491,7 @@ func (rh *runHandle) noteStarted(ps []uint32) {
 func (rh *runHandle) interrupted(steps []uint32) (fresh, cut []uint32) {
 	all := true
 	for _, p := range steps {
-		if a, ok := rh.fresh[p]; !ok || a != rh.rs.op(p).attempt {
+		if a, ok := rh.fresh[p]; !ok || a != rh.rs.Op(p).Attempt {
 			all = false
 			break
 		}
@@ -509,7 +500,7 @@ func (rh *runHandle) interrupted(steps []uint32) (fresh, cut []uint32) {
 		return steps, nil // the usual case: no allocation
 	}
 	for _, p := range steps {
-		if a, ok := rh.fresh[p]; ok && a == rh.rs.op(p).attempt {
+		if a, ok := rh.fresh[p]; ok && a == rh.rs.Op(p).Attempt {
 			fresh = append(fresh, p)
 		} else {
 			cut = append(cut, p)
@@ -524,19 +515,19 @@ func (rh *runHandle) interrupted(steps []uint32) (fresh, cut []uint32) {
 // The attempt numbers move on, so a step sees that it runs again.
 func (h *Host) recordInterrupted(ctx context.Context, rh *runHandle, ps []uint32, cause string) error {
 	rs := rh.rs
-	if rs.status.Terminal() {
+	if rs.Status.Terminal() {
 		return nil
 	}
 	b := newBatch(rs)
 	now := time.Now()
 	for _, p := range ps {
-		o := rs.op(p)
-		if o == nil || !o.attemptOpen {
+		o := rs.Op(p)
+		if o == nil || !o.AttemptOpen {
 			continue
 		}
 		delete(rh.fresh, p)
-		ie := &StepInterruptedError{Step: o.name, Attempt: o.attempt, Cause: cause}
-		if err := h.pushStepFailure(b, o, p, o.attempt, ie.Object(), now); err != nil {
+		ie := &StepInterruptedError{Step: o.Name, Attempt: o.Attempt, Cause: cause}
+		if err := h.pushStepFailure(b, o, p, o.Attempt, ie.Object(), now); err != nil {
 			return err
 		}
 	}
@@ -548,11 +539,11 @@ func (h *Host) recordInterrupted(ctx context.Context, rh *runHandle, ps []uint32
 
 // pushStepFailure pushes the failure of attempt a of the step at p, with
 // its retry (a timer) when the policy gives one.
-func (h *Host) pushStepFailure(b *batch, o *opRec, p uint32, a int, e *abi.ErrorObject, now time.Time) error {
+func (h *Host) pushStepFailure(b *batch, o *state.Op, p uint32, a int, e *abi.ErrorObject, now time.Time) error {
 	d := &history.Data{Op: p, Attempt: a, Error: e}
-	if at, retry := retryAt(o.retry, a, e, now); retry {
+	if at, retry := state.RetryAt(o.Retry, a, e, now); retry {
 		d.RetryAt = &at
-		b.b.PutTimers = append(b.b.PutTimers, retryTimer(b.rs.id, p, a, at))
+		b.b.PutTimers = append(b.b.PutTimers, retryTimer(b.rs.ID, p, a, at))
 	}
 	if _, err := b.pushAt(EvStepFailed, now, d); err != nil {
 		return err
@@ -576,7 +567,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			// A failed commit's reload failed too (the store went away).
 			return fmt.Errorf("host: run %s: its state could not be read again after a failed commit", rh.id)
 		}
-		if rs.status.Terminal() {
+		if rs.Status.Terminal() {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -585,7 +576,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 		if rh.cancelling.Load() > 0 {
 			return nil // a Cancel is waiting; it ends the run
 		}
-		if steps, agents := rh.notInFlight(rs.runnableSteps()), rh.notInFlight(rs.pendingAgents()); len(steps)+len(agents) > 0 {
+		if steps, agents := rh.notInFlight(rs.RunnableSteps()), rh.notInFlight(rs.PendingAgents()); len(steps)+len(agents) > 0 {
 			// The work runs without the lock: nothing is carried then.
 			if err := h.settleCarry(ctx, rh); err != nil {
 				return err
@@ -605,7 +596,7 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 			}
 			continue
 		}
-		if rs.acts() > 0 && !rs.satisfied(rs.detail.Waiting) {
+		if rs.Acts() > 0 && !rs.Satisfied(rs.Detail.Waiting) {
 			return nil
 		}
 		if err := h.activate(ctx, rh); err != nil {
@@ -626,16 +617,16 @@ func (h *Host) drive(ctx context.Context, rh *runHandle) error {
 // Called with rh.mu held.
 func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	rs := rh.rs
-	lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
+	lp, err := h.plugin(ctx, rs.Rec.Plugin, rs.Rec.Version)
 	if err != nil {
 		return err
 	}
-	if rs.created != nil && rs.created.SharedInit {
+	if rs.Created != nil && rs.Created.SharedInit {
 		// After the activation: a refill now would compete with it.
 		defer h.refill(lp)
 	}
 	b := newBatch(rs)
-	if _, err := b.push(EvRunResumed, &history.Data{Activation: rs.acts()}); err != nil {
+	if _, err := b.push(EvRunResumed, &history.Data{Activation: rs.Acts()}); err != nil {
 		return err
 	}
 	w, fromPool, err := h.activationInstance(ctx, rh, lp)
@@ -649,7 +640,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 	// observed, not this attempt too.
 	again := false
 	if o := h.observer(); o != nil {
-		before, start := len(rs.ops), time.Now()
+		before, start := len(rs.Ops), time.Now()
 		defer func() {
 			if !again {
 				observeActivation(o, rs, w, before, start)
@@ -686,7 +677,7 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 		// Replay is the truth: before failing the run on a restored
 		// instance, the activation runs again on one that replays.
 		w.close(ctx)
-		h.distrust(rs.id, rs.lastSeq)
+		h.distrust(rs.ID, rs.LastSeq)
 		if rerr := h.reload(ctx, rh, store.Run{}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
@@ -709,21 +700,21 @@ func (h *Host) activate(ctx context.Context, rh *runHandle) error {
 // observeActivation tells o of an activation of w that began at start,
 // when the log held before ops: how w came by the run's state, and how
 // much of the log it replayed.
-func observeActivation(o Observer, rs *runState, w *wfInstance, before int, start time.Time) {
+func observeActivation(o Observer, rs *state.Run, w *wfInstance, before int, start time.Time) {
 	resume := ResumeReplay
 	switch {
 	case w.warmed:
 		resume = ResumeParked
 	case w.restored:
 		resume = ResumeSnapshot
-	case rs.acts() <= 1:
+	case rs.Acts() <= 1:
 		resume = ResumeFresh
 	}
 	replayed := before - int(w.startCursor)
 	if replayed < 0 || resume == ResumeParked {
 		replayed = 0
 	}
-	o.Activation(rs.rec.Tool, resume, replayed, time.Since(start))
+	o.Activation(rs.Rec.Tool, resume, replayed, time.Since(start))
 }
 
 // activationInstance is the instance an activation runs on: the run's
@@ -750,7 +741,7 @@ func (h *Host) activationInstance(ctx context.Context, rh *runHandle, lp *loaded
 	}
 	if w != nil {
 		h.snaps.restored.Add(1)
-		return w, rs.created == nil || !rs.created.SharedInit, nil
+		return w, rs.Created == nil || !rs.Created.SharedInit, nil
 	}
 	if w, err = h.newWorkflowInstance(ctx, rs, lp, false); err != nil {
 		return nil, false, err
@@ -779,7 +770,7 @@ func (h *Host) activationSuspended(ctx context.Context, rh *runHandle, b *batch,
 	case h.opts.MaxWarm < 0:
 		// Not parked: the next resume restores this instead of
 		// replaying.
-		h.recycle(ctx, w, h.snapshotAfter(ctx, w, rs.lastSeq, len(rs.ops)))
+		h.recycle(ctx, w, h.snapshotAfter(ctx, w, rs.LastSeq, len(rs.Ops)))
 	default:
 		h.park(ctx, rh, w)
 	}
@@ -832,7 +823,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if !(errors.As(cause, &le) || errors.As(cause, &ge) || errors.As(cause, &pe)) {
 		var nd *NonDeterminismError
 		if errors.As(cause, &nd) {
-			d := rh.rs.detail
+			d := rh.rs.Detail
 			d.Stalled = nd.Error()
 			nb := newBatch(rh.rs)
 			if err := h.commit(ctx, rh, nb, &d); err != nil {
@@ -854,7 +845,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	if len(out) > 0 {
 		data, cut := capOutput(out, lpOutputRoom(rh.rs, h.limitsOf(ctx, rh.rs)))
 		if len(data) > 0 {
-			if _, err := nb.pushAt(EvOutput, now, &history.Data{Stream: "stderr", Data: string(data), Produced: rh.rs.outProduced, Cut: cut}); err != nil {
+			if _, err := nb.pushAt(EvOutput, now, &history.Data{Stream: "stderr", Data: string(data), Produced: rh.rs.OutProduced, Cut: cut}); err != nil {
 				return err
 			}
 		}
@@ -868,7 +859,7 @@ func (h *Host) failActivation(ctx context.Context, rh *runHandle, b *batch, w *w
 	return h.commit(ctx, rh, nb, nil)
 }
 
-func lpOutputRoom(rs *runState, l Limits) int64 { return l.OutputBytes - rs.outRecorded }
+func lpOutputRoom(rs *state.Run, l Limits) int64 { return l.OutputBytes - rs.OutRecorded }
 
 // notInFlight drops the ops another driver is running.
 func (rh *runHandle) notInFlight(ps []uint32) []uint32 {
@@ -911,7 +902,7 @@ func (h *Host) runWork(ctx context.Context, rh *runHandle, steps, agents []uint3
 	var lp *loadedPlugin
 	if len(steps) > 0 {
 		var err error
-		if lp, err = h.plugin(ctx, rs.rec.Plugin, rs.rec.Version); err != nil {
+		if lp, err = h.plugin(ctx, rs.Rec.Plugin, rs.Rec.Version); err != nil {
 			return err
 		}
 	}
@@ -983,7 +974,7 @@ type workDone struct {
 type workRound struct {
 	h     *Host
 	rh    *runHandle
-	rs    *runState // rh's state when the work began
+	rs    *state.Run // rh's state when the work began
 	ctx   context.Context
 	cut   context.CancelFunc // cuts ctx off: the host closes, or the run ended
 	steps []uint32
@@ -1003,16 +994,16 @@ func (r *workRound) startSteps(lp *loadedPlugin) {
 	h, rh, rs := r.h, r.rh, r.rs
 	sem := make(chan struct{}, h.opts.StepConcurrency)
 	for _, p := range r.steps {
-		o := rs.op(p)
+		o := rs.Op(p)
 		delete(rh.fresh, p) // begun: from here on, cut off if not ended
-		a := &stepAttempt{runID: rs.id, op: p, name: o.name, input: o.input, attempt: o.attempt,
-			meta: mustJSON(metadata(rs, stepID(rs.id, p))), rh: rh, abortsBefore: rs.abortsBefore(o.seq)}
+		a := &stepAttempt{runID: rs.ID, op: p, name: o.Name, input: o.Input, attempt: o.Attempt,
+			meta: mustJSON(metadata(rs, state.StepID(rs.ID, p))), rh: rh, abortsBefore: rs.AbortsBefore(o.Seq)}
 		run := func() {
 			sem <- struct{}{}
 			start := time.Now()
 			out := h.execStep(r.ctx, lp, a)
 			if o := h.observer(); o != nil {
-				o.Step(rs.rec.Tool, time.Since(start), out.err != nil)
+				o.Step(rs.Rec.Tool, time.Since(start), out.err != nil)
 			}
 			<-sem
 			r.done <- workDone{p: p, a: a, out: out}
@@ -1035,7 +1026,7 @@ func (r *workRound) startAgents() {
 		rh.stopWork = map[uint32]context.CancelFunc{}
 	}
 	for _, p := range r.agents {
-		t := r.rs.agentTurn(p)
+		t := agentTurn(r.rs, p)
 		actx, stop := context.WithCancel(r.ctx)
 		rh.stopWork[p] = stop
 		go func() {
@@ -1053,7 +1044,7 @@ func (r *workRound) collect() (cutOff []uint32, ended bool, firstErr error) {
 	for taken, total := 0, len(r.steps)+len(r.agents); taken < total; {
 		d := r.next()
 		taken++
-		if !ended && r.rh.rs.status.Terminal() {
+		if !ended && r.rh.rs.Status.Terminal() {
 			ended = true
 			r.cut()
 		}
@@ -1147,8 +1138,8 @@ func (r *workRound) endWork(cutOff []uint32, firstErr error) error {
 
 func (h *Host) recordStep(ctx context.Context, rh *runHandle, p uint32, a *stepAttempt, out stepOutcome) error {
 	rs := rh.rs
-	o := rs.op(p)
-	if rs.status.Terminal() || o == nil || !o.attemptOpen || o.attempt != a.attempt {
+	o := rs.Op(p)
+	if rs.Status.Terminal() || o == nil || !o.AttemptOpen || o.Attempt != a.attempt {
 		return nil // the run moved on (it was cancelled, say)
 	}
 	b := newBatch(rs)

@@ -182,22 +182,22 @@ func (h *Host) fireTimer(ctx context.Context, t store.Timer) (RunInfo, error) {
 		rs := rh.rs
 		b := newBatch(rs)
 		b.b.DeleteTimers = append(b.b.DeleteTimers, t)
-		o := rs.op(t.Position)
+		o := rs.Op(t.Position)
 		switch {
 		case t.Kind == timerAbort:
 			if err := h.abortExpired(rs, b, int(t.Position)); err != nil {
 				return err
 			}
-		case rs.status.Terminal() || o == nil:
-		case t.Kind == timerSleep && o.kind == abi.OpSleep && !o.settled:
+		case rs.Status.Terminal() || o == nil:
+		case t.Kind == timerSleep && o.Kind == abi.OpSleep && !o.Settled:
 			if _, err := b.push(EvTimerFired, &history.Data{Op: t.Position}); err != nil {
 				return err
 			}
-		case t.Kind == timerRetry && o.kind == abi.OpStep && !o.settled && !o.attemptOpen && !o.retryAt.IsZero() &&
-			t.ID == retryTimer(rs.id, t.Position, o.attempt, o.retryAt).ID:
+		case t.Kind == timerRetry && o.Kind == abi.OpStep && !o.Settled && !o.AttemptOpen && !o.RetryAt.IsZero() &&
+			t.ID == retryTimer(rs.ID, t.Position, o.Attempt, o.RetryAt).ID:
 			// Only the timer of the attempt that failed last: a stale one
 			// (read twice, say) must not skip a backoff.
-			if _, err := b.push(EvStepStarted, &history.Data{Op: t.Position, Name: o.name, Attempt: o.attempt + 1}); err != nil {
+			if _, err := b.push(EvStepStarted, &history.Data{Op: t.Position, Name: o.Name, Attempt: o.Attempt + 1}); err != nil {
 				return err
 			}
 		}

@@ -22,10 +22,10 @@ func (h *Host) SendCall(ctx context.Context, runID, callID string, input json.Ra
 	index := 0
 	_, err := h.withRun(ctx, runID, func(rh *runHandle) error {
 		rs := rh.rs
-		if rs.status.Terminal() {
-			return fmt.Errorf("%w: %s is %s", ErrRunEnded, runID, rs.status)
+		if rs.Status.Terminal() {
+			return fmt.Errorf("%w: %s is %s", ErrRunEnded, runID, rs.Status)
 		}
-		lp, err := h.plugin(ctx, rs.rec.Plugin, rs.rec.Version)
+		lp, err := h.plugin(ctx, rs.Rec.Plugin, rs.Rec.Version)
 		if err != nil {
 			return err
 		}
@@ -36,13 +36,13 @@ func (h *Host) SendCall(ctx context.Context, runID, callID string, input json.Ra
 		if err != nil {
 			return err
 		}
-		if rs.lastSeq >= uint64(lp.limits.Events) {
-			return &LimitError{Limit: "events", Max: int64(lp.limits.Events), What: "run " + rs.id}
+		if rs.LastSeq >= uint64(lp.limits.Events) {
+			return &LimitError{Limit: "events", Max: int64(lp.limits.Events), What: "run " + rs.ID}
 		}
 		if callID == "" {
-			callID = fmt.Sprintf("%s:%d", runID, len(rs.calls))
+			callID = fmt.Sprintf("%s:%d", runID, len(rs.Calls))
 		}
-		index = len(rs.calls)
+		index = len(rs.Calls)
 		b := newBatch(rs)
 		if _, err := b.push(EvCallReceived, &history.Data{Index: index, CallID: callID, Input: in}); err != nil {
 			return err

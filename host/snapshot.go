@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"hash/crc32"
 	"sync"
 	"sync/atomic"
@@ -169,7 +170,7 @@ func (h *Host) snapshotAfter(ctx context.Context, w *wfInstance, seq uint64, ops
 	h.drivers.Add(1)
 	h.snapWG.Add(1)
 	h.mu.Unlock()
-	id := w.rs.id
+	id := w.rs.ID
 	go func() {
 		defer h.drivers.Done()
 		defer h.snapWG.Done()
@@ -197,7 +198,7 @@ func (h *Host) saveSnapshot(ctx context.Context, w *wfInstance) {
 	if err != nil || img == nil {
 		return
 	}
-	if h.store.PutSnapshot(ctx, w.rs.id, store.Snapshot{Seq: w.parkedSeq, Data: img.encode()}) == nil {
+	if h.store.PutSnapshot(ctx, w.rs.ID, store.Snapshot{Seq: w.parkedSeq, Data: img.encode()}) == nil {
 		h.snaps.taken.Add(1)
 	}
 }
@@ -219,7 +220,7 @@ func (h *Host) snapshot(ctx context.Context, w *wfInstance) (*snapImage, error) 
 	}
 	mem := s.Memory()
 	img := snapImage{
-		run: w.rs.id, module: moduleKey(w.plugin), base: base.crc, baseLen: uint64(len(base.mem)),
+		run: w.rs.ID, module: moduleKey(w.plugin), base: base.crc, baseLen: uint64(len(base.mem)),
 		act: w.act, cursor: w.cursor, clock: w.clock.now, rng: rng, outProduced: w.outProduced,
 		memSize: uint64(len(mem)), globals: s.Globals(),
 	}
@@ -412,21 +413,21 @@ func (r *snapReader) u64() uint64 {
 // restore makes the run's workflow instance from its snapshot. It returns
 // nil, nil when there is no snapshot to use, and an error wrapping
 // errSnapshot when the one there cannot be used: the caller replays.
-func (h *Host) restore(ctx context.Context, rs *runState, lp *loadedPlugin) (*wfInstance, error) {
+func (h *Host) restore(ctx context.Context, rs *state.Run, lp *loadedPlugin) (*wfInstance, error) {
 	if h.opts.Snapshots < 0 {
 		return nil, nil
 	}
 	if !canSnapshot(lp) {
 		return nil, nil
 	}
-	snap, err := h.store.Snapshot(ctx, rs.id)
+	snap, err := h.store.Snapshot(ctx, rs.ID)
 	if errors.Is(err, store.ErrSnapshotNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if h.distrusted(rs.id, snap.Seq) {
+	if h.distrusted(rs.ID, snap.Seq) {
 		return nil, nil
 	}
 	img, err := decodeSnapshot(snap.Data, lp.limits.MemoryBytes)
@@ -434,18 +435,18 @@ func (h *Host) restore(ctx context.Context, rs *runState, lp *loadedPlugin) (*wf
 		return nil, err
 	}
 	switch {
-	case img.run != rs.id:
+	case img.run != rs.ID:
 		return nil, fmt.Errorf("%w: taken of run %q", errSnapshot, img.run)
 	case img.module != moduleKey(lp):
 		return nil, fmt.Errorf("%w: taken of %s, the run is on %s", errSnapshot, img.module, moduleKey(lp))
-	case snap.Seq > rs.lastSeq || img.act > rs.activation() || int(img.cursor) > len(rs.ops):
+	case snap.Seq > rs.LastSeq || img.act > rs.Activation() || int(img.cursor) > len(rs.Ops):
 		return nil, fmt.Errorf("%w: it is ahead of the log (event %d, activation %d, op %d)", errSnapshot, snap.Seq, img.act, img.cursor)
 	}
-	if int(img.cursor) < len(rs.ops) || img.act+1 < rs.activation() {
+	if int(img.cursor) < len(rs.Ops) || img.act+1 < rs.Activation() {
 		// The guest replays what came after its snapshot (the activation
 		// being begun aside), which a state loaded from an image may have
 		// left out.
-		if err := rs.expand(); err != nil {
+		if err := rs.Expand(); err != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
@@ -117,11 +118,11 @@ func synthLog(seed uint64, n int, hook bool) (store.Run, []store.Event) {
 }
 
 // foldAll is the state of the whole of evs, folded from the start.
-func foldAll(t *testing.T, rec store.Run, evs []store.Event) *runState {
+func foldAll(t *testing.T, rec store.Run, evs []store.Event) *state.Run {
 	t.Helper()
-	rs := newRunState(rec)
+	rs := state.New(rec)
 	for _, e := range evs {
-		if err := rs.apply(e); err != nil {
+		if err := rs.Apply(e); err != nil {
 			t.Fatalf("folding event %d (%s): %v", e.Seq, e.Kind, err)
 		}
 	}
@@ -130,29 +131,29 @@ func foldAll(t *testing.T, rec store.Run, evs []store.Event) *runState {
 
 // stateDump is everything a state knows, in a form that compares times
 // by instant: ops, markers, hooks, calls and counters.
-func stateDump(rs *runState) string {
+func stateDump(rs *state.Run) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "id %s seq %d status %s result %s failure %v\n", rs.id, rs.lastSeq, rs.status, rs.result, rs.failure)
-	fmt.Fprintf(&b, "start %s seed %x openAsks %d out %d/%d progress %s\n", rs.start.UTC().Format(time.RFC3339Nano), rs.seed, rs.openAsks, rs.outProduced, rs.outRecorded, rs.lastProgress)
-	fmt.Fprintf(&b, "created %s\n", mustJSON(rs.created))
-	for i := range rs.markBase {
+	fmt.Fprintf(&b, "id %s seq %d status %s result %s failure %v\n", rs.ID, rs.LastSeq, rs.Status, rs.Result, rs.Failure)
+	fmt.Fprintf(&b, "start %s seed %x openAsks %d out %d/%d progress %s\n", rs.Start.UTC().Format(time.RFC3339Nano), rs.Seed, rs.OpenAsks, rs.OutProduced, rs.OutRecorded, rs.LastProgress)
+	fmt.Fprintf(&b, "created %s\n", mustJSON(rs.Created))
+	for i := range rs.MarkBase {
 		fmt.Fprintf(&b, "marker %d: left out\n", i)
 	}
-	for i, m := range rs.markers {
-		fmt.Fprintf(&b, "marker %d: %d %s\n", rs.markBase+i, m.seq, m.t.UTC().Format(time.RFC3339Nano))
+	for i, m := range rs.Markers {
+		fmt.Fprintf(&b, "marker %d: %d %s\n", rs.MarkBase+i, m.Seq, m.Time.UTC().Format(time.RFC3339Nano))
 	}
-	for i, o := range rs.ops {
+	for i, o := range rs.Ops {
 		fmt.Fprintf(&b, "op %d: %s\n", i+1, opDump(o))
 	}
-	fmt.Fprintf(&b, "hooks %d sessions %d calls %+v receives %v aborts %v\n", len(rs.hooks), len(rs.sessions), rs.calls, rs.receives, rs.aborts)
+	fmt.Fprintf(&b, "hooks %d sessions %d calls %+v receives %v aborts %v\n", len(rs.Hooks), len(rs.Sessions), rs.Calls, rs.Receives, rs.Aborts)
 	return b.String()
 }
 
-func opDump(o *opRec) string {
+func opDump(o *state.Op) string {
 	if o == nil {
 		return "left out"
 	}
-	io := toImageOp(0, o)
+	io := state.ToImageOp(0, o)
 	for _, t := range []*time.Time{&io.T, &io.RetryAt, &io.FireAt} {
 		*t = t.UTC()
 	}
@@ -201,28 +202,28 @@ func TestStateImages(t *testing.T) {
 		wantDump, wantInfo := stateDump(full), mustJSON((&Host{}).info(full))
 		// inc grows one event at a time and makes an image at each
 		// prefix, its scans starting where the last one allowed.
-		inc := newRunState(c.rec)
+		inc := state.New(c.rec)
 		for k := 1; k <= len(c.evs); k++ {
-			if err := inc.apply(c.evs[k-1]); err != nil {
+			if err := inc.Apply(c.evs[k-1]); err != nil {
 				t.Fatal(err)
 			}
 			pre := foldAll(t, c.rec, c.evs[:k])
-			img := pre.image()
-			if got := inc.image(); string(got) != string(img) {
+			img := pre.Image()
+			if got := inc.Image(); string(got) != string(img) {
 				t.Fatalf("%s at %d: the image made after earlier ones differs:\n %s\n %s", c.name, k, got, img)
 			}
 			if img == nil {
-				if pre.imageable() {
+				if pre.Imageable() {
 					t.Fatalf("%s at %d: imageable, but no image", c.name, k)
 				}
-				if len(pre.hooks) > 0 {
+				if len(pre.Hooks) > 0 {
 					hooked++
 				}
 				continue
 			}
 			imaged++
 			loads := 0
-			lz, err := stateFromImage(c.rec, store.State{Seq: uint64(k), Data: img}, func(n int) ([]store.Event, error) {
+			lz, err := state.FromImage(c.rec, store.State{Seq: uint64(k), Data: img}, func(n int) ([]store.Event, error) {
 				loads++
 				return c.evs[:n], nil
 			})
@@ -230,58 +231,58 @@ func TestStateImages(t *testing.T) {
 				t.Fatalf("%s at %d: %v", c.name, k, err)
 			}
 			for _, e := range c.evs[k:] {
-				if err := lz.apply(e); err != nil {
+				if err := lz.Apply(e); err != nil {
 					t.Fatalf("%s at %d: applying event %d to the loaded state: %v", c.name, k, e.Seq, err)
 				}
 			}
 			// What it kept is what the full state says, and it says the
 			// same of the run without completing itself.
-			if lz.lastSeq != full.lastSeq || len(lz.ops) != len(full.ops) || lz.acts() != full.acts() ||
-				lz.openAsks != full.openAsks || lz.outProduced != full.outProduced || lz.outRecorded != full.outRecorded ||
-				string(lz.lastProgress) != string(full.lastProgress) || lz.status != full.status {
+			if lz.LastSeq != full.LastSeq || len(lz.Ops) != len(full.Ops) || lz.Acts() != full.Acts() ||
+				lz.OpenAsks != full.OpenAsks || lz.OutProduced != full.OutProduced || lz.OutRecorded != full.OutRecorded ||
+				string(lz.LastProgress) != string(full.LastProgress) || lz.Status != full.Status {
 				t.Fatalf("%s at %d: counters differ:\n loaded %s\n full   %s", c.name, k, stateDump(lz), wantDump)
 			}
-			for i, o := range lz.ops {
-				if o != nil && opDump(o) != opDump(full.ops[i]) {
-					t.Fatalf("%s at %d: op %d is %s, folded %s", c.name, k, i+1, opDump(o), opDump(full.ops[i]))
+			for i, o := range lz.Ops {
+				if o != nil && opDump(o) != opDump(full.Ops[i]) {
+					t.Fatalf("%s at %d: op %d is %s, folded %s", c.name, k, i+1, opDump(o), opDump(full.Ops[i]))
 				}
 			}
-			if last := lz.acts() - 1; lz.markers[len(lz.markers)-1] != full.markers[last] {
-				t.Fatalf("%s at %d: last marker %+v, folded %+v", c.name, k, lz.markers[len(lz.markers)-1], full.markers[last])
+			if last := lz.Acts() - 1; lz.Markers[len(lz.Markers)-1] != full.Markers[last] {
+				t.Fatalf("%s at %d: last marker %+v, folded %+v", c.name, k, lz.Markers[len(lz.Markers)-1], full.Markers[last])
 			}
 			if got := mustJSON((&Host{}).info(lz)); string(got) != string(wantInfo) {
 				t.Fatalf("%s at %d: info\n %s\nfolded\n %s", c.name, k, got, wantInfo)
 			}
-			if a, b := lz.image(), full.image(); string(a) != string(b) {
+			if a, b := lz.Image(), full.Image(); string(a) != string(b) {
 				t.Fatalf("%s at %d: the next image differs:\n %s\n %s", c.name, k, a, b)
 			}
 			if loads != 0 {
 				t.Fatalf("%s at %d: the loaded state read the log %d times before it was asked for what it left out", c.name, k, loads)
 			}
-			kept := map[int]*opRec{}
-			for i, o := range lz.ops {
+			kept := map[int]*state.Op{}
+			for i, o := range lz.Ops {
 				if o != nil {
 					kept[i] = o
 				}
 			}
-			var im stateImage
+			var im state.Image
 			if err := json.Unmarshal(img[:len(img)-4], &im); err != nil {
 				t.Fatal(err)
 			}
-			if len(pre.ops) > 20 && pre.ops[0].settled && pre.ops[0].refused == 0 && len(im.Kept) == len(pre.ops) {
-				t.Fatalf("%s at %d: the image kept all %d ops", c.name, k, len(pre.ops))
+			if len(pre.Ops) > 20 && pre.Ops[0].Settled && pre.Ops[0].Refused == 0 && len(im.Kept) == len(pre.Ops) {
+				t.Fatalf("%s at %d: the image kept all %d ops", c.name, k, len(pre.Ops))
 			}
-			if err := lz.expand(); err != nil {
+			if err := lz.Expand(); err != nil {
 				t.Fatalf("%s at %d: expand: %v", c.name, k, err)
 			}
-			if loads != 1 || lz.lazy != nil {
-				t.Fatalf("%s at %d: expand read the log %d times, lazy %v", c.name, k, loads, lz.lazy)
+			if loads != 1 || lz.Lazy != nil {
+				t.Fatalf("%s at %d: expand read the log %d times, lazy %v", c.name, k, loads, lz.Lazy)
 			}
 			if got := stateDump(lz); got != wantDump {
 				t.Fatalf("%s at %d: the completed state differs:\n%s\nfolded:\n%s", c.name, k, got, wantDump)
 			}
 			for i, o := range kept {
-				if lz.ops[i] != o {
+				if lz.Ops[i] != o {
 					t.Fatalf("%s at %d: op %d is a new object after expand", c.name, k, i+1)
 				}
 			}
@@ -298,14 +299,14 @@ func TestStateImages(t *testing.T) {
 func TestStateImageLazyAccess(t *testing.T) {
 	rec, evs := synthLog(11, 200, false)
 	full := foldAll(t, rec, evs)
-	img := full.image()
+	img := full.Image()
 	if img == nil {
 		t.Fatal("no image")
 	}
-	load := func(lz **runState, fail error) *int {
+	load := func(lz **state.Run, fail error) *int {
 		n := 0
 		var err error
-		*lz, err = stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) {
+		*lz, err = state.FromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) {
 			n++
 			if fail != nil {
 				return nil, fail
@@ -317,10 +318,10 @@ func TestStateImageLazyAccess(t *testing.T) {
 		}
 		return &n
 	}
-	var lz *runState
+	var lz *state.Run
 	n := load(&lz, nil)
 	left := -1
-	for i, o := range lz.ops {
+	for i, o := range lz.Ops {
 		if o == nil {
 			left = i
 			break
@@ -329,38 +330,38 @@ func TestStateImageLazyAccess(t *testing.T) {
 	if left < 0 {
 		t.Fatal("the image left no op out")
 	}
-	if o := lz.op(uint32(left + 1)); o == nil || opDump(o) != opDump(full.ops[left]) || *n != 1 {
-		t.Fatalf("op %d of the loaded state: %s after %d loads, want %s", left+1, opDump(o), *n, opDump(full.ops[left]))
+	if o := lz.Op(uint32(left + 1)); o == nil || opDump(o) != opDump(full.Ops[left]) || *n != 1 {
+		t.Fatalf("op %d of the loaded state: %s after %d loads, want %s", left+1, opDump(o), *n, opDump(full.Ops[left]))
 	}
-	_ = lz.op(1)
+	_ = lz.Op(1)
 	if *n != 1 {
 		t.Fatalf("the log was read %d times", *n)
 	}
 
 	n = load(&lz, nil)
-	if m := lz.marker(0); m != full.markers[0] || *n != 1 {
-		t.Fatalf("marker 0: %+v after %d loads, want %+v", m, *n, full.markers[0])
+	if m := lz.Marker(0); m != full.Markers[0] || *n != 1 {
+		t.Fatalf("marker 0: %+v after %d loads, want %+v", m, *n, full.Markers[0])
 	}
 
 	broken := errors.New("disk gone")
 	n = load(&lz, broken)
-	if o := lz.op(uint32(left + 1)); o != nil {
+	if o := lz.Op(uint32(left + 1)); o != nil {
 		t.Fatalf("op %d with an unreadable log: %s", left+1, opDump(o))
 	}
-	if err := lz.lazyErr(); !errors.Is(err, broken) {
+	if err := lz.LazyErr(); !errors.Is(err, broken) {
 		t.Fatalf("lazyErr = %v, want it to wrap the read's error", err)
 	}
-	if _ = lz.op(uint32(left + 1)); *n != 1 {
+	if _ = lz.Op(uint32(left + 1)); *n != 1 {
 		t.Fatalf("a failed completion was tried %d times", *n)
 	}
 
 	// A log shorter than the image says: ErrBadHistory.
-	_, err := stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
+	_, err := state.FromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	lz, _ = stateFromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
-	if err := lz.expand(); !errors.Is(err, ErrBadHistory) {
+	lz, _ = state.FromImage(rec, store.State{Seq: rec.LastSeq, Data: img}, func(k int) ([]store.Event, error) { return evs[:k-1], nil })
+	if err := lz.Expand(); !errors.Is(err, ErrBadHistory) {
 		t.Fatalf("expand over a short log: %v, want ErrBadHistory", err)
 	}
 }
@@ -369,16 +370,16 @@ func TestStateImageLazyAccess(t *testing.T) {
 // or damaged are refused with an error, not loaded.
 func TestStateImageRefusals(t *testing.T) {
 	rec, evs := synthLog(3, 60, false)
-	img := foldAll(t, rec, evs).image()
+	img := foldAll(t, rec, evs).Image()
 	noLoad := func(int) ([]store.Event, error) { return nil, errors.New("not read") }
-	var im stateImage
+	var im state.Image
 	if err := json.Unmarshal(img[:len(img)-4], &im); err != nil {
 		t.Fatal(err)
 	}
 	// edit changes the image and makes its checksum again.
-	edit := func(f func(*stateImage)) []byte {
+	edit := func(f func(*state.Image)) []byte {
 		c := im
-		c.Kept = append([]imageOp(nil), im.Kept...)
+		c.Kept = append([]state.ImageOp(nil), im.Kept...)
 		f(&c)
 		b := mustJSON(&c)
 		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
@@ -393,20 +394,20 @@ func TestStateImageRefusals(t *testing.T) {
 		data []byte
 	}{
 		"another run":      {other, rec.LastSeq, img},
-		"ahead of the log": {rec, rec.LastSeq + 1, edit(func(c *stateImage) { c.Seq = rec.LastSeq + 1 })},
+		"ahead of the log": {rec, rec.LastSeq + 1, edit(func(c *state.Image) { c.Seq = rec.LastSeq + 1 })},
 		"seq mismatch":     {rec, rec.LastSeq - 1, img},
 		"cut short":        {rec, rec.LastSeq, img[:len(img)/2]},
 		"a flipped bit":    {rec, rec.LastSeq, flipped},
 		"not json":         {rec, rec.LastSeq, binary.LittleEndian.AppendUint32([]byte("{not"), crc32.Checksum([]byte("{not"), castagnoli))},
-		"last op left out": {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept = c.Kept[:len(c.Kept)-1] })},
-		"format":           {rec, rec.LastSeq, edit(func(c *stateImage) { c.V = 99 })},
-		"op order":         {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[0].P, c.Kept[1].P = c.Kept[1].P, c.Kept[0].P })},
-		"op past the end":  {rec, rec.LastSeq, edit(func(c *stateImage) { c.Kept[len(c.Kept)-1].P = uint32(c.Ops + 1) })},
-		"no activation":    {rec, rec.LastSeq, edit(func(c *stateImage) { c.Acts = 0 })},
-		"bad created":      {rec, rec.LastSeq, edit(func(c *stateImage) { c.Created = []byte(`{"seed":"xy"}`) })},
+		"last op left out": {rec, rec.LastSeq, edit(func(c *state.Image) { c.Kept = c.Kept[:len(c.Kept)-1] })},
+		"format":           {rec, rec.LastSeq, edit(func(c *state.Image) { c.V = 99 })},
+		"op order":         {rec, rec.LastSeq, edit(func(c *state.Image) { c.Kept[0].P, c.Kept[1].P = c.Kept[1].P, c.Kept[0].P })},
+		"op past the end":  {rec, rec.LastSeq, edit(func(c *state.Image) { c.Kept[len(c.Kept)-1].P = uint32(c.Ops + 1) })},
+		"no activation":    {rec, rec.LastSeq, edit(func(c *state.Image) { c.Acts = 0 })},
+		"bad created":      {rec, rec.LastSeq, edit(func(c *state.Image) { c.Created = []byte(`{"seed":"xy"}`) })},
 	} {
-		if rs, err := stateFromImage(tc.rec, store.State{Seq: tc.seq, Data: tc.data}, noLoad); err == nil {
-			t.Errorf("%s: loaded (%d ops)", name, len(rs.ops))
+		if rs, err := state.FromImage(tc.rec, store.State{Seq: tc.seq, Data: tc.data}, noLoad); err == nil {
+			t.Errorf("%s: loaded (%d ops)", name, len(rs.Ops))
 		}
 	}
 }

@@ -5,10 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+
 	"github.com/sandflow/sandflow/host/history"
-	"math"
-	mrand "math/rand/v2"
-	"time"
+	"github.com/sandflow/sandflow/host/internal/state"
 
 	"github.com/sandflow/sandflow/abi"
 )
@@ -54,8 +53,6 @@ func (a *stepAttempt) aborted() abi.StepAborted {
 	return abi.StepAborted{Aborted: true, Reason: seen.reason}
 }
 
-func stepID(runID string, op uint32) string { return fmt.Sprintf("%s:%d", runID, op) }
-
 // stepOutcome is how an attempt ended.
 type stepOutcome struct {
 	result json.RawMessage
@@ -98,7 +95,7 @@ func (s *stepInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []
 	}
 	switch kind {
 	case abi.OpStepInput:
-		return s.ok(mustJSON(abi.StepInput{Name: s.cur.name, Input: s.cur.input, StepID: stepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, RunID: s.cur.runID})), nil
+		return s.ok(mustJSON(abi.StepInput{Name: s.cur.name, Input: s.cur.input, StepID: state.StepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, RunID: s.cur.runID})), nil
 	case abi.OpMetadata:
 		return s.ok(s.cur.meta), nil
 	case abi.OpStepAborted:
@@ -144,7 +141,7 @@ func (s *stepInstance) call(ctx context.Context, name string, payload []byte) []
 		return s.refuse(abi.StatusBadRequest, "call: input is not JSON")
 	}
 	resume := PauseCPU(ctx)
-	res, err := fn(ctx, CapabilityCall{RunID: s.cur.runID, StepID: stepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, Input: clone(payload)})
+	res, err := fn(ctx, CapabilityCall{RunID: s.cur.runID, StepID: state.StepID(s.cur.runID, s.cur.op), Attempt: s.cur.attempt, Input: clone(payload)})
 	resume()
 	if err != nil {
 		return s.body(abi.StatusFailed, mustJSON(abi.ErrorObject{Type: abi.ErrTypeCapability, Message: fmt.Sprintf("capability %s: %v", name, err)}))
@@ -243,7 +240,7 @@ func (h *Host) execStep(ctx context.Context, lp *loadedPlugin, a *stepAttempt) s
 	}
 	out.result, out.err = s.outcome.Result, s.outcome.Error
 	if out.err == nil {
-		out.result = nullIfEmpty(out.result)
+		out.result = state.NullIfEmpty(out.result)
 	}
 	s.cur, s.outcome, s.output = nil, nil, nil
 	lp.putStepInstance(ctx, s)
@@ -261,39 +258,4 @@ func stderrTail(chunks []outputChunk) string {
 		b = b[len(b)-512:]
 	}
 	return string(b)
-}
-
-// Default step retry policy (abi/README.md).
-var defaultRetry = abi.RetryPolicy{MaxAttempts: 3, InitialBackoffMs: 1000, MaxBackoffMs: 60000, BackoffFactor: 2}
-
-// retryAt decides whether a failed attempt is retried, and when.
-func retryAt(pol *abi.RetryPolicy, attempt int, e *abi.ErrorObject, now time.Time) (time.Time, bool) {
-	p := defaultRetry
-	if pol != nil {
-		if pol.MaxAttempts > 0 {
-			p.MaxAttempts = pol.MaxAttempts
-		}
-		if pol.InitialBackoffMs > 0 {
-			p.InitialBackoffMs = pol.InitialBackoffMs
-		}
-		if pol.MaxBackoffMs > 0 {
-			p.MaxBackoffMs = pol.MaxBackoffMs
-		}
-		if pol.BackoffFactor > 0 {
-			p.BackoffFactor = pol.BackoffFactor
-		}
-	}
-	if e.Type == abi.ErrTypeFatal || e.Type == abi.ErrTypeTooLarge || attempt >= p.MaxAttempts {
-		return time.Time{}, false
-	}
-	if e.Type == abi.ErrTypeRetryable && e.RetryAfterMs > 0 {
-		// Bounded like a sleep, so the retry time can be stored.
-		return now.Add(time.Duration(min(e.RetryAfterMs, maxSleepMs)) * time.Millisecond), true
-	}
-	d := float64(p.InitialBackoffMs) * math.Pow(p.BackoffFactor, float64(attempt-1))
-	d = math.Min(d, math.Min(float64(p.MaxBackoffMs), maxSleepMs))
-	// Equal jitter: half the delay is fixed, half random, so retries of many
-	// runs that failed together spread out.
-	d = d/2 + mrand.Float64()*d/2
-	return now.Add(time.Duration(d * float64(time.Millisecond))), true
 }

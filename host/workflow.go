@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandflow/sandflow/host/history"
+	"github.com/sandflow/sandflow/host/internal/state"
 	"github.com/sandflow/sandflow/internal/jsonutil"
 	"math/rand/v2"
 	"strings"
@@ -38,7 +39,7 @@ func (e *frontierError) Error() string {
 // doing them and recording events once it is past the log.
 type wfInstance struct {
 	h      *Host
-	rs     *runState
+	rs     *state.Run
 	plugin *loadedPlugin
 	inst   Instance
 	bind   *binding // the pooled instance's sources, bound to this run; nil when made for it
@@ -87,17 +88,17 @@ type wfInstance struct {
 	meta []byte
 }
 
-func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
+func (h *Host) newWorkflowInstance(ctx context.Context, rs *state.Run, lp *loadedPlugin, checkOnly bool) (*wfInstance, error) {
 	// The guest replays from the start: the whole state.
-	if err := rs.expand(); err != nil {
+	if err := rs.Expand(); err != nil {
 		return nil, err
 	}
 	w := &wfInstance{h: h, rs: rs, plugin: lp, limits: lp.limits, checkOnly: checkOnly, rng: newRNG(rs)}
-	w.clock.advance(rs.start)
-	if rs.acts() > 0 {
-		w.clock.advance(rs.marker(0).t) // the guest starts in activation 0
+	w.clock.advance(rs.Start)
+	if rs.Acts() > 0 {
+		w.clock.advance(rs.Marker(0).Time) // the guest starts in activation 0
 	}
-	if rs.created != nil && rs.created.SharedInit {
+	if rs.Created != nil && rs.Created.SharedInit {
 		// Initialised alike, then bound to the run (preinit.go).
 		f, err := h.takeFresh(ctx, lp)
 		if err != nil {
@@ -130,7 +131,7 @@ func (h *Host) newWorkflowInstance(ctx context.Context, rs *runState, lp *loaded
 }
 
 // newRNG is the run's generator: seeded per run, recorded in the log.
-func newRNG(rs *runState) *rand.ChaCha8 { return rand.NewChaCha8(rs.seed) }
+func newRNG(rs *state.Run) *rand.ChaCha8 { return rand.NewChaCha8(rs.Seed) }
 
 func checkVersion(ctx context.Context, inst Instance) error {
 	v, err := inst.Call(ctx, abi.VersionExport)
@@ -163,7 +164,7 @@ func (w *wfInstance) Op(ctx context.Context, kind abi.OpKind, name, payload []by
 		// A lazy state that could not be completed answered as if ops it
 		// left out did not exist: the activation fails instead, and the
 		// run stays as it was.
-		err = w.rs.lazyErr()
+		err = w.rs.LazyErr()
 	}
 	return body, err
 }
@@ -202,7 +203,7 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 	}
 	switch kind {
 	case abi.OpInput:
-		return w.ok(0, w.rs.created.Input), nil
+		return w.ok(0, w.rs.Created.Input), nil
 	case abi.OpMetadata:
 		if w.meta == nil {
 			w.meta = mustJSON(metadata(w.rs, ""))
@@ -212,21 +213,21 @@ func (w *wfInstance) op(ctx context.Context, kind abi.OpKind, name, payload []by
 		return w.await(payload)
 	}
 	p := w.cursor + 1
-	o := w.rs.op(p)
+	o := w.rs.Op(p)
 	if o == nil {
 		return w.frontier(ctx, kind, probe, name, payload, p)
 	}
 	// Replay, inline (the replay path's cost is per op): the guest must
 	// ask for what the history recorded, in the activation it recorded it.
-	if o.kind != kind || o.name != string(name) {
+	if o.Kind != kind || o.Name != string(name) {
 		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act}, "")
 	}
-	if o.act != w.act {
+	if o.Act != w.act {
 		return nil, w.nondet(p, OpRef{Kind: kind, Name: string(name), Activation: w.act},
-			fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.act, w.act))
+			fmt.Sprintf("recorded in activation %d, asked for in activation %d", o.Act, w.act))
 	}
 	w.cursor = p
-	w.clock.advance(o.t)
+	w.clock.advance(o.Time)
 	if w.checkOnly && kind == abi.OpComplete {
 		w.ended, w.endProbed = bytes.Clone(payload), probe
 	}
@@ -290,14 +291,14 @@ func (w *wfInstance) frontier(ctx context.Context, kind abi.OpKind, probe bool, 
 	if w.checkOnly {
 		return nil, &frontierError{next: actual}
 	}
-	if w.act != w.rs.activation() {
+	if w.act != w.rs.Activation() {
 		return nil, w.nondet(p, actual, fmt.Sprintf("the history has no such op but goes on to activation %d", w.act+1))
 	}
 	if probe {
 		return w.body(abi.StatusLive, 0, nil), nil
 	}
-	if w.rs.lastSeq >= uint64(w.limits.Events) {
-		return nil, &LimitError{Limit: "events", Max: int64(w.limits.Events), What: "run " + w.rs.id}
+	if w.rs.LastSeq >= uint64(w.limits.Events) {
+		return nil, &LimitError{Limit: "events", Max: int64(w.limits.Events), What: "run " + w.rs.ID}
 	}
 	if err := w.flushOutput(); err != nil {
 		return nil, err
@@ -307,38 +308,38 @@ func (w *wfInstance) frontier(ctx context.Context, kind abi.OpKind, probe bool, 
 
 func (w *wfInstance) nondet(p uint32, actual OpRef, detail string) error {
 	var exp OpRef
-	if o := w.rs.op(p); o != nil {
-		exp = OpRef{Kind: o.kind, Name: o.name, Activation: o.act}
+	if o := w.rs.Op(p); o != nil {
+		exp = OpRef{Kind: o.Kind, Name: o.Name, Activation: o.Act}
 	}
-	return &NonDeterminismError{RunID: w.rs.id, Position: p, Expected: exp, Actual: actual, Detail: detail}
+	return &NonDeterminismError{RunID: w.rs.ID, Position: p, Expected: exp, Actual: actual, Detail: detail}
 }
 
 // answer responds to a replayed op.
-func (w *wfInstance) answer(o *opRec, p uint32) []byte {
-	if o.refused != 0 {
-		return w.body(o.refused, 0, o.value)
+func (w *wfInstance) answer(o *state.Op, p uint32) []byte {
+	if o.Refused != 0 {
+		return w.body(o.Refused, 0, o.Value)
 	}
-	switch o.kind {
+	switch o.Kind {
 	case abi.OpStep, abi.OpSleep, abi.OpAsk, abi.OpHookNext, abi.OpAgent, abi.OpReceive, abi.OpSignal:
 		return w.future(o, p)
 	case abi.OpHookCreate:
-		return w.ok(p, o.value)
+		return w.ok(p, o.Value)
 	case abi.OpReply:
-		return w.ok(0, o.value)
+		return w.ok(0, o.Value)
 	case abi.OpComplete:
 		w.completed = true
 	}
 	return w.ok(0, nil)
 }
 
-func (w *wfInstance) future(o *opRec, p uint32) []byte {
-	if !w.rs.visible(o, w.act, w.cursor) {
+func (w *wfInstance) future(o *state.Op, p uint32) []byte {
+	if !w.rs.Visible(o, w.act, w.cursor) {
 		return w.body(abi.StatusPending, p, nil)
 	}
-	if o.state == abi.FutureRejected {
-		return w.body(abi.StatusRejected, p, o.value)
+	if o.State == abi.FutureRejected {
+		return w.body(abi.StatusRejected, p, o.Value)
 	}
-	return w.ok(p, o.value)
+	return w.ok(p, o.Value)
 }
 
 // live performs a recorded op for the first time. A refused op is
@@ -370,7 +371,7 @@ func (w *wfInstance) live(ctx context.Context, kind abi.OpKind, name string, pay
 	}
 	w.cursor = p
 	w.clock.advance(ev.Time)
-	return w.answer(rs.op(p), p), nil
+	return w.answer(rs.Op(p), p), nil
 }
 
 // perform validates a live op and pushes its event. A refusal is returned
@@ -430,9 +431,9 @@ func (w *wfInstance) outputProblems(res json.RawMessage) string {
 // this run has disposed: "" when it is free. A token held by another live
 // hook of this run is held by this run.
 func (w *wfInstance) hookHolder(ctx context.Context, tok string) (string, error) {
-	for _, h := range w.rs.hooks {
-		if h.token == tok && !h.disposed && h.conflict == "" {
-			return w.rs.id, nil
+	for _, h := range w.rs.Hooks {
+		if h.Token == tok && !h.Disposed && h.Conflict == "" {
+			return w.rs.ID, nil
 		}
 	}
 	hk, err := w.h.store.Hook(ctx, tok)
@@ -441,7 +442,7 @@ func (w *wfInstance) hookHolder(ctx context.Context, tok string) (string, error)
 		return "", nil
 	case err != nil:
 		return "", err
-	case hk.RunID == w.rs.id:
+	case hk.RunID == w.rs.ID:
 		return "", nil // a claim of this run's, released by a dispose not yet committed
 	}
 	return hk.RunID, nil
@@ -450,7 +451,7 @@ func (w *wfInstance) hookHolder(ctx context.Context, tok string) (string, error)
 // maxSleepMs bounds a sleep at about 100 years, and maxUntilMs a wake-up
 // time at the start of 2200: the store keeps times up to 2262.
 const (
-	maxSleepMs = 100 * 365 * 24 * 3600 * 1000
+	maxSleepMs = state.MaxSleepMs
 	maxUntilMs = 7258118400000
 )
 
@@ -486,15 +487,15 @@ func (w *wfInstance) await(payload []byte) ([]byte, error) {
 	futures := make([]uint32, n)
 	for i := range futures {
 		f := binary.LittleEndian.Uint32(payload[4+4*i:])
-		o := w.rs.op(f)
+		o := w.rs.Op(f)
 		if o == nil || f > w.cursor {
 			return w.refuse(abi.StatusNotFound, fmt.Sprintf("await: no future %d", f)), nil
 		}
 		switch {
-		case o.refused != 0:
-			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) was refused and made no future", f, o.kind)), nil
-		case !o.kind.MakesFuture():
-			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) is not a future", f, o.kind)), nil
+		case o.Refused != 0:
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) was refused and made no future", f, o.Kind)), nil
+		case !o.Kind.MakesFuture():
+			return w.refuse(abi.StatusBadRequest, fmt.Sprintf("await: op %d (%s) is not a future", f, o.Kind)), nil
 		}
 		futures[i] = f
 	}
@@ -508,18 +509,18 @@ func (w *wfInstance) wait(mode abi.AwaitMode, futures []uint32, opFuture uint32)
 	for {
 		if w.awaitSatisfied(mode, futures) {
 			if opFuture != 0 {
-				return w.future(w.rs.op(opFuture), opFuture), nil
+				return w.future(w.rs.Op(opFuture), opFuture), nil
 			}
 			return w.awaitBody(futures), nil
 		}
 		// The original execution suspended here. Every op it issued in this
 		// activation must have been issued again.
-		if o := w.rs.op(w.cursor + 1); o != nil && o.act <= w.act {
+		if o := w.rs.Op(w.cursor + 1); o != nil && o.Act <= w.act {
 			return nil, w.nondet(w.cursor+1, OpRef{}, "the guest waits where the history goes on")
 		}
-		if w.act < w.rs.activation() {
+		if w.act < w.rs.Activation() {
 			w.act++
-			w.clock.advance(w.rs.marker(w.act).t)
+			w.clock.advance(w.rs.Marker(w.act).Time)
 			// Each recorded activation ran within its own CPU budget; its
 			// replay gets one too, so whether a run survives does not
 			// depend on whether its instance stayed warm.
@@ -553,9 +554,9 @@ func (w *wfInstance) awaitSatisfied(mode abi.AwaitMode, futures []uint32) bool {
 	anyMode := mode&^abi.AwaitBlock == abi.AwaitAny
 	settled, rejected := 0, false
 	for _, f := range futures {
-		if o := w.rs.op(f); w.rs.visible(o, w.act, w.cursor) {
+		if o := w.rs.Op(f); w.rs.Visible(o, w.act, w.cursor) {
 			settled++
-			rejected = rejected || o.state == abi.FutureRejected
+			rejected = rejected || o.State == abi.FutureRejected
 		}
 	}
 	return anyMode && settled > 0 || settled == len(futures) || rejected
@@ -569,8 +570,8 @@ func (w *wfInstance) awaitSatisfied(mode abi.AwaitMode, futures []uint32) bool {
 func (w *wfInstance) awaitBody(futures []uint32) []byte {
 	n := abi.BodyHeaderSize
 	for _, f := range futures {
-		if o := w.rs.op(f); w.rs.visible(o, w.act, w.cursor) {
-			n += 12 + len(o.value)
+		if o := w.rs.Op(f); w.rs.Visible(o, w.act, w.cursor) {
+			n += 12 + len(o.Value)
 		}
 	}
 	b := w.buf[:0]
@@ -579,14 +580,14 @@ func (w *wfInstance) awaitBody(futures []uint32) []byte {
 	}
 	b = appendHeader(b, abi.StatusOK, 0)
 	for _, f := range futures {
-		o := w.rs.op(f)
-		if !w.rs.visible(o, w.act, w.cursor) {
+		o := w.rs.Op(f)
+		if !w.rs.Visible(o, w.act, w.cursor) {
 			continue
 		}
 		b = binary.LittleEndian.AppendUint32(b, f)
-		b = binary.LittleEndian.AppendUint32(b, uint32(o.state))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(o.value)))
-		b = append(b, o.value...)
+		b = binary.LittleEndian.AppendUint32(b, uint32(o.State))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(o.Value)))
+		b = append(b, o.Value...)
 	}
 	if cap(b) <= keepBuf {
 		w.buf = b
@@ -650,11 +651,11 @@ func (o outWriter) Write(p []byte) (int, error) {
 func (w *wfInstance) output(stream string, p []byte) {
 	start := w.outProduced
 	w.outProduced += int64(len(p))
-	if w.checkOnly || w.outProduced <= w.rs.outProduced {
+	if w.checkOnly || w.outProduced <= w.rs.OutProduced {
 		return
 	}
-	if start < w.rs.outProduced {
-		p = p[w.rs.outProduced-start:]
+	if start < w.rs.OutProduced {
+		p = p[w.rs.OutProduced-start:]
 	}
 	if n := len(w.outBuf); n > 0 && w.outBuf[n-1].stream == stream {
 		w.outBuf[n-1].data = append(w.outBuf[n-1].data, p...)
@@ -677,7 +678,7 @@ func (w *wfInstance) flushOutput() error {
 	}
 	for _, c := range chunks {
 		produced += int64(len(c.data))
-		data, cut := capOutput(c.data, w.limits.OutputBytes-w.rs.outRecorded)
+		data, cut := capOutput(c.data, w.limits.OutputBytes-w.rs.OutRecorded)
 		if len(data) == 0 && !cut {
 			continue
 		}
@@ -825,22 +826,22 @@ func parseAsk(payload []byte) (abi.AskRequest, string) {
 // the ops here to check (see op).
 func (w *wfInstance) ReplayLog() *engine.ReplayLog {
 	rs := w.rs
-	if rs.expand() != nil || int(w.cursor) >= len(rs.ops) {
+	if rs.Expand() != nil || int(w.cursor) >= len(rs.Ops) {
 		return nil
 	}
 	if w.meta == nil {
 		w.meta = mustJSON(metadata(rs, ""))
 	}
-	l := &engine.ReplayLog{Input: rs.created.Input, Metadata: w.meta, Activation: w.act, Cursor: w.cursor,
-		Markers: make([]engine.ReplayMarker, rs.acts()), Ops: make([]engine.ReplayOp, 0, len(rs.ops)-int(w.cursor))}
+	l := &engine.ReplayLog{Input: rs.Created.Input, Metadata: w.meta, Activation: w.act, Cursor: w.cursor,
+		Markers: make([]engine.ReplayMarker, rs.Acts()), Ops: make([]engine.ReplayOp, 0, len(rs.Ops)-int(w.cursor))}
 	for i := range l.Markers {
-		m := rs.marker(i)
-		l.Markers[i] = engine.ReplayMarker{Seq: m.seq, Time: m.t.UnixNano()}
+		m := rs.Marker(i)
+		l.Markers[i] = engine.ReplayMarker{Seq: m.Seq, Time: m.Time.UnixNano()}
 	}
-	for _, o := range rs.ops[w.cursor:] {
-		l.Ops = append(l.Ops, engine.ReplayOp{Kind: o.kind, Name: o.name, Activation: o.act, Time: o.t.UnixNano(),
-			Refused: o.refused, Value: o.value, Settled: o.settled, State: o.state, ByGuest: o.byGuest,
-			SettleOp: o.settleOp, SettleSeq: o.settleSeq})
+	for _, o := range rs.Ops[w.cursor:] {
+		l.Ops = append(l.Ops, engine.ReplayOp{Kind: o.Kind, Name: o.Name, Activation: o.Act, Time: o.Time.UnixNano(),
+			Refused: o.Refused, Value: o.Value, Settled: o.Settled, State: o.State, ByGuest: o.ByGuest,
+			SettleOp: o.SettleOp, SettleSeq: o.SettleSeq})
 	}
 	return l
 }
