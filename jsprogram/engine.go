@@ -233,6 +233,9 @@ type instance struct {
 	// logActs is how many activations the log sent to the worker holds
 	// (0: none was sent).
 	logActs int
+	// failed: a call returned an error, after which the instance is
+	// closed (host.Instance): later calls fail.
+	failed bool
 }
 
 func (i *instance) Close(context.Context) error {
@@ -243,6 +246,18 @@ func (i *instance) Close(context.Context) error {
 }
 
 func (i *instance) Call(ctx context.Context, export string) (int32, error) {
+	if i.failed {
+		return 0, &host.GuestError{Message: "jsprogram: the instance is closed: an earlier call failed"}
+	}
+	res, err := i.call(ctx, export)
+	if err != nil {
+		i.failed = true
+		i.Close(ctx)
+	}
+	return res, err
+}
+
+func (i *instance) call(ctx context.Context, export string) (int32, error) {
 	switch export {
 	case abi.VersionExport:
 		return abi.Version, nil
