@@ -110,7 +110,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if opts != nil {
 		o = *opts
 	}
-	o.Limits = proto.WithDefaults(o.Limits)
+	o.Limits = proto.WithDefaults(o.Limits, DefaultLimits)
 	if o.WorkerPath == "" {
 		exe, err := os.Executable()
 		if err != nil {

@@ -60,9 +60,10 @@ var DefaultLimits = Limits{
 // MaxSubagentsCap is the largest maxSubagents a workflow tool may have.
 const MaxSubagentsCap = 128
 
-// WithDefaults is l with DefaultLimits for its zero fields.
-func WithDefaults(l Limits) Limits {
-	d := DefaultLimits
+// WithDefaults is l with d's fields for its zero fields (d is
+// DefaultLimits, or the host's jsprogram.DefaultLimits, which its
+// program may have changed).
+func WithDefaults(l, d Limits) Limits {
 	set := func(v *int, def int) {
 		if *v <= 0 {
 			*v = def

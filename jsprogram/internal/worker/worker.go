@@ -49,7 +49,7 @@ func Main(in io.Reader, out io.Writer) int {
 			fmt.Fprintf(os.Stderr, "jsprogram worker: bad activation: %v\n", err)
 			return proto.ExitProtocol
 		}
-		s := &session{r: r, w: w, act: a, lim: proto.WithDefaults(a.Limits), cache: cache, now: a.Now}
+		s := &session{r: r, w: w, act: a, lim: proto.WithDefaults(a.Limits, proto.DefaultLimits), cache: cache, now: a.Now}
 		if a.Log {
 			l, err := readLog(r, s.lim)
 			if err != nil {
