@@ -132,47 +132,41 @@ func clockAndRandomGuest() []byte {
 }
 
 func initialMemory(t *testing.T, c *Case) {
-	{
-		c.Config.MemoryLimit = 1 << 20
-		wasm := wasmtest.Module{
-			Funcs:   []wasmtest.Func{{Results: []byte{wasmtest.I32}, Body: wasmtest.ReturnOne}},
-			Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 0, "sandflow_step": 0},
-			Memory:  64, // 4 MiB
-		}.Bytes()
-		if _, err := c.Instantiate(wasm); !errors.Is(err, engine.ErrMemoryLimit) {
-			t.Fatalf("want the memory limit, got %v", err)
-		}
+	c.Config.MemoryLimit = 1 << 20
+	wasm := wasmtest.Module{
+		Funcs:   []wasmtest.Func{{Results: []byte{wasmtest.I32}, Body: wasmtest.ReturnOne}},
+		Exports: map[string]uint32{"sandflow_abi_version": 0, "sandflow_run": 0, "sandflow_step": 0},
+		Memory:  64, // 4 MiB
+	}.Bytes()
+	if _, err := c.Instantiate(wasm); !errors.Is(err, engine.ErrMemoryLimit) {
+		t.Fatalf("want the memory limit, got %v", err)
 	}
 }
 
 func opOutsideMemory(t *testing.T, c *Case) {
-	{
-		called := false
-		c.Config.Ops = OpFunc(func(context.Context, abi.OpKind, []byte, []byte) ([]byte, error) {
-			called = true
-			return make([]byte, 8), nil
-		})
-		body := append(wasmtest.CallOp(2, 65536-2, 4), wasmtest.ReturnOne...) // name runs past the one page
-		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
-		var ge *engine.GuestError
-		if !errors.As(err, &ge) || called {
-			t.Fatalf("want a *GuestError and no op, got %v (op called: %v)", err, called)
-		}
-		expectClosed(t, inst)
+	called := false
+	c.Config.Ops = OpFunc(func(context.Context, abi.OpKind, []byte, []byte) ([]byte, error) {
+		called = true
+		return make([]byte, 8), nil
+	})
+	body := append(wasmtest.CallOp(2, 65536-2, 4), wasmtest.ReturnOne...) // name runs past the one page
+	_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, wasmtest.OpImport))
+	var ge *engine.GuestError
+	if !errors.As(err, &ge) || called {
+		t.Fatalf("want a *GuestError and no op, got %v (op called: %v)", err, called)
 	}
+	expectClosed(t, inst)
 }
 
 func procExit(t *testing.T, c *Case) {
-	{
-		exit := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "proc_exit", Params: []byte{wasmtest.I32}}
-		body := append(append(wasmtest.I32Const(7), 0x10, 0x00), wasmtest.ReturnOne...) // proc_exit(7)
-		_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, exit))
-		var ge *engine.GuestError
-		if !errors.As(err, &ge) || ge.ExitCode == nil || *ge.ExitCode != 7 {
-			t.Fatalf("want a *GuestError with exit code 7, got %v", err)
-		}
-		expectClosed(t, inst)
+	exit := wasmtest.Import{Module: "wasi_snapshot_preview1", Name: "proc_exit", Params: []byte{wasmtest.I32}}
+	body := append(append(wasmtest.I32Const(7), 0x10, 0x00), wasmtest.ReturnOne...) // proc_exit(7)
+	_, inst, err := c.Run(context.Background(), wasmtest.Guest(body, exit))
+	var ge *engine.GuestError
+	if !errors.As(err, &ge) || ge.ExitCode == nil || *ge.ExitCode != 7 {
+		t.Fatalf("want a *GuestError with exit code 7, got %v", err)
 	}
+	expectClosed(t, inst)
 }
 
 // An engine calls sandflow_prepare once, after _initialize, before the
