@@ -344,11 +344,10 @@ func (s *Server) waitDrive(ctx context.Context, ri host.RunInfo, drove <-chan ho
 	return s.h.Run(ctx, ri.ID)
 }
 
-// changeGather is how long a waiter lets a run's changes gather before
-// it reads the run again.
-const changeGather = 2 * time.Millisecond
-
 // waitChange returns the run once its log changed, or at the deadline.
+// The change is read at once, so that the one that ends the run is
+// answered as soon as it is committed; while the run is driven a read is
+// the driver's last committed snapshot and takes no lock from it.
 func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.Time) (host.RunInfo, error) {
 	ch, stop := s.h.Watch(ri.ID)
 	defer stop()
@@ -360,14 +359,6 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	defer t.Stop()
 	select {
 	case <-ch:
-		// The change that ends the run is read at once; a busy run changes
-		// many times a millisecond (a fan-out's agent calls), and reading
-		// it on each change takes its lock from the drive, so other
-		// changes gather first.
-		if now, err := s.h.Run(ctx, ri.ID); err != nil || now.Status.Terminal() {
-			return now, err
-		}
-		time.Sleep(changeGather)
 	case <-t.C:
 	case <-ctx.Done():
 		return host.RunInfo{}, ctx.Err()

@@ -457,10 +457,10 @@ func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool,
 	}
 	s.emit(Event{Type: EvCallStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool})
 	s.emit(Event{Type: EvTaskStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool, Kind: "tool"})
+	s.drive(t.RunID, false) // as startTask: the run does not wait for the write
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(t.RunID, false)
 	return CallResult{Status: "sent", TaskID: t.ID,
 		Text: fmt.Sprintf("Sent to task %s. Its reply will arrive in a <task_result> message.", t.ID)}, nil
 }
@@ -547,10 +547,13 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	s.emit(Event{Type: EvCallStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name})
 	s.emit(Event{Type: EvTaskStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name, Kind: "tool"})
 	s.track(ri.ID, id, tool.Name, tool.Entry == host.EntryServe)
+	// The run goes on while the record is written: the receipt waits for
+	// the write, not the run for it. See RATIONALE.md, "Why does a task's
+	// run start before its session's record is written?".
+	s.drive(ri.ID, true)
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(ri.ID, true)
 	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
 }
 
