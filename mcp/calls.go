@@ -169,7 +169,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		return s.withResults(ctx, sess, textResult(res.Text, false)), nil
 	case isTaskTool(t):
-		res, err := sess.Call(ctx, t.Name, args, nil)
+		res, err := sess.Call(ctx, t.Name, args, &session.CallOptions{Tool: &t})
 		if err != nil {
 			return nil, callError(t.Name, err)
 		}
