@@ -169,7 +169,12 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		return s.withResults(ctx, sess, textResult(res.Text, false)), nil
 	case isTaskTool(t):
-		res, err := sess.Call(ctx, t.Name, args, &session.CallOptions{Tool: &t})
+		o := &session.CallOptions{Tool: &t}
+		if c.tasks {
+			e := s.expiry(c) // kept with the task, in the same write
+			o.Expiry = &e
+		}
+		res, err := sess.Call(ctx, t.Name, args, o)
 		if err != nil {
 			return nil, callError(t.Name, err)
 		}
@@ -187,7 +192,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 				if res.Status == "sent" {
 					call = tk.Calls - 1 // a serve task's later call is a task of its own
 				}
-				return s.createTask(ctx, req.Session, c, ri, call)
+				return s.createTask(ctx, req.Session, sess, c, ri, call)
 			}
 		}
 		out := textResult(res.Text, false)
@@ -204,7 +209,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	drove := s.driveInBackground(ri.ID)
 	if c.tasks && !c.mrtr {
 		// 2025-11-25: the client asked for a task.
-		return s.createTask(ctx, req.Session, c, ri, 0)
+		return s.createTask(ctx, req.Session, sess, c, ri, 0)
 	}
 	return s.settle(ctx, req, c, sess, ri, drove)
 }
@@ -309,7 +314,7 @@ func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client,
 		}
 		if len(asks) > 0 || !time.Now().Before(deadline) {
 			if c.tasks {
-				return s.createTask(ctx, req.Session, c, ri, 0)
+				return s.createTask(ctx, req.Session, sess, c, ri, 0)
 			}
 			return waitingResult(ri, asks), nil
 		}

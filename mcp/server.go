@@ -121,7 +121,6 @@ type Server struct {
 	// asking holds the ids of the questions asked outside a request
 	// (2025-11-25 tasks), so that each is asked once at a time.
 	asking sync.Map
-	ttls   ttls
 	pushes pushes
 	// activity is when each 2025-11-25 session was last used, to evict
 	// the idle-longest past MaxSessions (sessions.go).

@@ -162,6 +162,9 @@ type record struct {
 	Events    []Event    `json:"events,omitempty"`
 	NextEvent int        `json:"nextEvent,omitempty"`
 	Runs      []*tracked `json:"runs,omitempty"`
+	// Expiries are the expiries callers asked to keep, by call id
+	// (expiry.go).
+	Expiries map[string]Expiry `json:"expiries,omitempty"`
 }
 
 // Manager opens sessions on a host.
@@ -175,6 +178,7 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	exp    expiries
 }
 
 // NewManager makes a manager over a host.
@@ -336,6 +340,9 @@ type CallOptions struct {
 	// plugins again to learn its entry. Start still runs the latest
 	// version.
 	Tool *host.Tool
+	// Expiry, for a task call, is kept with the task's call, in the same
+	// write (Manager.Expiry reads it).
+	Expiry *Expiry
 }
 
 // CallResult is what a call gives the model.
@@ -410,7 +417,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		}
 	}
 	if o.TaskID != "" {
-		return s.sendToTask(ctx, o.TaskID, t, input)
+		return s.sendToTask(ctx, o.TaskID, t, input, o.Expiry)
 	}
 	if t.Entry == host.EntryExecute {
 		ri, err := s.m.h.Call(ctx, tool, input, nil)
@@ -431,7 +438,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		s.mu.Unlock()
 		return callResult(ri), err
 	}
-	return s.startTask(ctx, t, input)
+	return s.startTask(ctx, t, input, o.Expiry)
 }
 
 // Task returns the session's task with that id.
@@ -464,7 +471,7 @@ func (s *Session) tool(ctx context.Context, name string, known *host.Tool) (host
 
 // sendToTask sends a call to a task by its id: only a serve tool's
 // unfinished tasks take more calls.
-func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool, input json.RawMessage) (CallResult, error) {
+func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool, input json.RawMessage, exp *Expiry) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
@@ -495,6 +502,7 @@ func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool,
 	}
 	s.emit(Event{Type: EvCallStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool})
 	s.emit(Event{Type: EvTaskStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool, Kind: "tool"})
+	s.expire(callID, exp)
 	s.drive(t.RunID, false) // as startTask: the run does not wait for the write
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
@@ -553,7 +561,7 @@ func (s *Session) task(id string) *Task {
 
 // startTask starts a task's run, drives it in the background, and returns
 // the receipt.
-func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage) (CallResult, error) {
+func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage, exp *Expiry) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
@@ -582,6 +590,7 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	s.emit(Event{Type: EvCallStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name})
 	s.emit(Event{Type: EvTaskStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name, Kind: "tool"})
 	s.track(ri.ID, id, tool.Name, tool.Entry == host.EntryServe)
+	s.expire(id, exp)
 	// The run goes on while the record is written: the receipt waits for
 	// the write, not the run for it. See RATIONALE.md, "Why does a task's
 	// run start before its session's record is written?".
