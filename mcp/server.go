@@ -266,7 +266,7 @@ func (s *Server) authorized(r *http.Request) bool {
 // ServeStdio serves one client on a transport of its own (sandflow mcp:
 // stdin and stdout) until the client closes it or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport) error {
-	lt := &liftTransport{t: t}
+	lt := &liftTransport{s: s, t: t}
 	ss, err := s.sdk.Connect(ctx, lt, nil)
 	if err != nil {
 		return err

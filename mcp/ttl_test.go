@@ -208,7 +208,7 @@ func TestTaskTTLSurvivesRestart(t *testing.T) {
 	}
 
 	e.restart()
-	r = open() // a new MCP session: the tasks are not its own
+	r = open()                    // a new MCP session: the tasks are not its own
 	clk.advance(30 * time.Minute) // past the default ttl, within the one asked for
 	for _, id := range ids {
 		if status, ttl, rerr := get(r, id); rerr != nil || status != "completed" || ttl != 3600000 {
