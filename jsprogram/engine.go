@@ -7,9 +7,9 @@
 // budget: see Options.MaxParked), so its resume runs only what is new; a
 // start, or a resume whose program is no longer parked, runs it again from
 // the top against the run's log (replay, which stays the truth; the worker
-// answers it from the log, sent once: see replay.go). What the program can
-// observe comes from the host and is the same on replay: Math.random is seeded per run, Date reads the run's
-// logical clock in UTC, and values reach it as JSON parsed inside the VM.
+// answers it from the log, sent once: see internal/replay). What the
+// program can observe comes from the host and is the same on replay:
+// Math.random is seeded per run, Date reads the run's logical clock in UTC, and values reach it as JSON parsed inside the VM.
 // It has no timers, no imports, no eval, and no console but the run's log.
 //
 // goja is an engine, not a sandbox: it cannot interrupt its own built-ins
@@ -17,19 +17,27 @@
 // process (this binary, re-executed; see MaybeWorker) with a heap and
 // address-space cap, and the host kills it at the time limits. A dead
 // worker fails its run with a typed error, and the pool starts another.
+//
+// This package is the host's side: the Engine and its instances
+// (engine.go), the host's side of an activation (serve.go), the pool of
+// worker processes (pool.go), the lot of parked programs (park.go), and
+// the authored and workflow tools' registration (tool.go, workflow.go).
+// The worker process is internal/worker; what the two say to each other
+// over the pipe, and the Limits and errors in it, internal/proto; fast
+// replay's log and its check, internal/replay.
 package jsprogram
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
@@ -88,7 +96,7 @@ type Engine struct {
 	pool      *pool
 	lot       *lot
 	// slowReplay: a worker's replay once answered otherwise than the
-	// host; replays go by round trips from then on (replay.go).
+	// host; replays go by round trips from then on (internal/replay).
 	slowReplay atomic.Bool
 	// logReplayed counts the ops workers answered from logs.
 	logReplayed atomic.Int64
@@ -102,7 +110,7 @@ func NewEngine(opts *Options) (*Engine, error) {
 	if opts != nil {
 		o = *opts
 	}
-	o.Limits = o.Limits.withDefaults()
+	o.Limits = proto.WithDefaults(o.Limits, DefaultLimits)
 	if o.WorkerPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -233,6 +241,9 @@ type instance struct {
 	// logActs is how many activations the log sent to the worker holds
 	// (0: none was sent).
 	logActs int
+	// failed: a call returned an error, after which the instance is
+	// closed (host.Instance): later calls fail.
+	failed bool
 }
 
 func (i *instance) Close(context.Context) error {
@@ -243,17 +254,29 @@ func (i *instance) Close(context.Context) error {
 }
 
 func (i *instance) Call(ctx context.Context, export string) (int32, error) {
+	if i.failed {
+		return 0, &host.GuestError{Message: "jsprogram: the instance is closed: an earlier call failed"}
+	}
+	res, err := i.call(ctx, export)
+	if err != nil {
+		i.failed = true
+		i.Close(ctx)
+	}
+	return res, err
+}
+
+func (i *instance) call(ctx context.Context, export string) (int32, error) {
 	switch export {
 	case abi.VersionExport:
 		return abi.Version, nil
 	case abi.RunExport:
 		if i.c.source != "" {
-			return i.run(ctx, kindTool)
+			return i.run(ctx, proto.KindTool)
 		}
-		return i.run(ctx, kindProgram)
+		return i.run(ctx, proto.KindProgram)
 	case abi.StepExport:
 		if i.c.source != "" {
-			return i.run(ctx, kindStep)
+			return i.run(ctx, proto.KindStep)
 		}
 	}
 	return 0, &host.GuestError{Message: fmt.Sprintf("a JavaScript tool has no export %s", export)}
@@ -261,7 +284,7 @@ func (i *instance) Call(ctx context.Context, export string) (int32, error) {
 
 func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 	e := i.c.e
-	if kind == kindProgram && i.ran {
+	if kind == proto.KindProgram && i.ran {
 		return i.resume(ctx)
 	}
 	i.ran = true
@@ -270,11 +293,11 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 		return 0, err
 	}
 	lim := i.c.lim
-	if kind != kindProgram && i.cfg.CPULimit > 0 {
+	if kind != proto.KindProgram && i.cfg.CPULimit > 0 {
 		// An authored tool's JavaScript time is its plugin's CPU limit.
 		lim.JSTime = min(lim.JSTime, i.cfg.CPULimit)
 	}
-	if kind == kindStep {
+	if kind == proto.KindStep {
 		// A step attempt draws fresh randomness, as a WebAssembly step
 		// instance does.
 		if _, err := io.ReadFull(i.cfg.Random, i.seed); err != nil {
@@ -282,12 +305,12 @@ func (i *instance) run(ctx context.Context, kind string) (int32, error) {
 			return 0, fmt.Errorf("jsprogram: seeding: %w", err)
 		}
 	}
-	park := kind == kindProgram && e.lot.max > 0
+	park := kind == proto.KindProgram && e.lot.max > 0
 	log := i.replayLog(kind, lim)
-	raw, _ := json.Marshal(activation{Kind: kind, Source: i.c.source, Name: i.cfg.Name, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
-	err = w.send(frameActivate, raw)
+	raw, _ := json.Marshal(proto.Activation{Kind: kind, Source: i.c.source, Name: i.cfg.Name, Seed: i.seed, Now: i.cfg.Clock.Now(), Limits: lim, Park: park, Log: log != nil})
+	err = w.send(proto.FrameActivate, raw)
 	if err == nil && log != nil {
-		err = w.send(frameLog, log)
+		err = w.send(proto.FrameLog, log)
 	}
 	if err != nil {
 		e.pool.put(w, false)
@@ -318,256 +341,11 @@ func (i *instance) resume(ctx context.Context) (int32, error) {
 		return 0, instanceLost("its worker died")
 	}
 	w.stderr.reset()
-	if err := w.send(frameContinue); err != nil {
+	if err := w.send(proto.FrameContinue); err != nil {
 		e.pool.put(w, false)
 		e.lot.lost.Add(1)
 		return 0, instanceLost("its worker does not read: " + err.Error())
 	}
 	e.lot.resumed.Add(1)
-	return i.serve(ctx, w, kindProgram, i.c.lim, true)
+	return i.serve(ctx, w, proto.KindProgram, i.c.lim, true)
 }
-
-// serve runs an activation in w: it answers the program's ops with the
-// host's handler until the program completes, fails or suspends. resumed:
-// the program was parked, and a worker that dies now loses it (the host
-// replays) instead of failing the run: replay is the truth.
-func (i *instance) serve(ctx context.Context, w *worker, kind string, lim Limits, resumed bool) (int32, error) {
-	e := i.c.e
-	// The worker keeps its own clocks and stops the program at the limits;
-	// these timers are the backstop for a program stuck in a built-in.
-	js := newStopwatch(lim.JSTime + e.grace)
-	defer js.stop()
-	// The host restarts the budget as a replay passes each recorded
-	// activation, and when the live work begins: the worker is told with
-	// the op's reply.
-	fresh := false
-	ctx = host.WithCPUClock(ctx, host.CPUClock{Restart: func() { fresh = true }})
-	total := time.NewTimer(lim.TotalTime + e.grace)
-	defer total.Stop()
-	// lane runs with js: past longAfter of computing, the program moves to
-	// the long lane (see pool).
-	lane := newStopwatch(e.longAfter)
-	defer lane.stop()
-	fail := func(pe *WorkflowProgramError) (int32, error) {
-		e.pool.put(w, false)
-		return 0, &host.GuestError{Message: pe.Error(), Object: pe.Object(), Limit: pe.LimitHit()}
-	}
-	// inFlight is what this activation carried between the program and
-	// the host, op frames and their answers, with what the parked
-	// program's earlier activations carried (see Limits.InFlightBytes);
-	// last is the latest op's share.
-	var inFlight, last int64
-	if resumed {
-		inFlight = i.carried
-	}
-	overInFlight := func() *WorkflowProgramError {
-		return &WorkflowProgramError{Code: CodeInFlight, Message: fmt.Sprintf(
-			"one %s carried %.1f MiB between the program and the host (calls' inputs and replies; a start or resume that replays carries every call so far); the limit is %.1f MiB",
-			activationNoun(kind), float64(inFlight)/(1<<20), float64(lim.InFlightBytes)/(1<<20))}
-	}
-	// renewals counts the worker's 'H' frames, at most one per recorded
-	// activation.
-	renewals := 0
-	for {
-		select {
-		case f, ok := <-w.frames:
-			if !ok {
-				if resumed {
-					d := w.death(lim)
-					e.pool.put(w, false)
-					e.lot.lost.Add(1)
-					return 0, instanceLost(d.Message)
-				}
-				return fail(w.death(lim))
-			}
-			switch f.typ {
-			case frameOp:
-				js.pause()
-				lane.pause()
-				body, err := i.op(ctx, f.body)
-				if err != nil {
-					return i.abort(w, err)
-				}
-				last = int64(len(f.body) + len(body))
-				if inFlight += last; inFlight > lim.InFlightBytes {
-					return fail(overInFlight())
-				}
-				typ := byte(frameReply)
-				if fresh {
-					typ, fresh = frameReplyFresh, false
-					js.left = lim.JSTime + e.grace
-				}
-				if err := w.send(typ, i64(i.cfg.Clock.Now()), body); err != nil {
-					return fail(w.death(lim))
-				}
-				// The worker does not count the pipe's transit as
-				// JavaScript time; neither does this backstop.
-				js.left += opTransit
-				js.resume()
-				lane.resume()
-			case frameReplayed:
-				if i.logActs == 0 || resumed {
-					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker sent replayed ops without a log"})
-				}
-				js.pause()
-				lane.pause()
-				var over *WorkflowProgramError
-				err := i.checkAnswered(ctx, f.body, &fresh, func(n int64) error {
-					if inFlight += n; inFlight > lim.InFlightBytes {
-						over = overInFlight()
-						return over
-					}
-					return nil
-				})
-				switch {
-				case over != nil:
-					return fail(over)
-				case errors.Is(err, errReplayDiffers):
-					e.pool.put(w, false)
-					return 0, i.replayDiffered(err)
-				case err != nil:
-					return i.abort(w, err)
-				}
-				js.resume()
-				lane.resume()
-			case frameRenew:
-				if renewals < i.logActs {
-					renewals++
-					js.pause()
-					js.left = lim.JSTime + e.grace
-					js.resume()
-				}
-			case frameSuspend:
-				// The program awaits calls still out, live in w.
-				if len(f.body) < 8 || kind != kindProgram || e.lot.max == 0 {
-					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker parked a program it was not told to park"})
-				}
-				// The await that suspended is asked again on resume; a
-				// replay asks it once.
-				i.carried = inFlight - last
-				e.pool.release(w)
-				killAll(e.lot.park(i, w, int64(binary.LittleEndian.Uint64(f.body))))
-				return abi.RunSuspended, nil
-			case frameWrite:
-				if len(f.body) > 0 {
-					out := i.cfg.Stdout
-					if f.body[0] == 2 {
-						out = i.cfg.Stderr
-					}
-					_, _ = out.Write(f.body[1:])
-				}
-			case frameDone:
-				var d doneMsg
-				if err := json.Unmarshal(f.body, &d); err != nil {
-					return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker's answer is not JSON"})
-				}
-				switch d.Status {
-				case "completed":
-					e.pool.put(w, true)
-					return abi.RunDone, nil
-				case "failed":
-					if d.Error == nil {
-						d.Error = &WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker failed without saying why"}
-					}
-					return fail(d.Error)
-				}
-				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker ended the activation as %q", d.Status)})
-			default:
-				return fail(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: fmt.Sprintf("the worker sent frame %q", f.typ)})
-			}
-		case <-lane.c:
-			if e.pool.promote(w) {
-				lane.c = nil
-			} else {
-				// The long lane is full: try again a little later.
-				lane.left = laneRetry
-				lane.resume()
-			}
-		case <-js.c:
-			return fail(&WorkflowProgramError{Code: CodeJSTime, Message: fmt.Sprintf("the program ran JavaScript for more than %s in one %s (stopped inside a built-in)", lim.JSTime, activationNoun(kind))})
-		case <-total.C:
-			return fail(&WorkflowProgramError{Code: CodeTotalTime, Message: fmt.Sprintf("one %s took more than %s", activationNoun(kind), lim.TotalTime)})
-		case <-ctx.Done():
-			e.pool.put(w, false)
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// op serves one op frame with the host's handler.
-func (i *instance) op(ctx context.Context, b []byte) ([]byte, error) {
-	if len(b) < 8 {
-		return nil, &host.GuestError{Message: "jsprogram: short op frame"}
-	}
-	kind := abi.OpKind(binary.LittleEndian.Uint32(b))
-	n := binary.LittleEndian.Uint32(b[4:])
-	if uint64(n) > uint64(len(b)-8) {
-		return nil, &host.GuestError{Message: "jsprogram: bad op frame"}
-	}
-	return i.cfg.Ops.Op(ctx, kind, b[8:8+n], b[8+n:])
-}
-
-// abort ends an activation the host ended (the run waits, or an op
-// failed): the worker stops the program and is reused.
-func (i *instance) abort(w *worker, cause error) (int32, error) {
-	e := i.c.e
-	if err := w.send(frameAbort); err != nil {
-		e.pool.put(w, false)
-		return 0, cause
-	}
-	timeout := time.NewTimer(e.grace)
-	defer timeout.Stop()
-	for {
-		select {
-		case f, ok := <-w.frames:
-			if !ok {
-				e.pool.put(w, false)
-				return 0, cause
-			}
-			if f.typ == frameDone {
-				e.pool.put(w, true)
-				return 0, cause
-			}
-			if f.typ == frameOp {
-				// The program went on before it saw the abort: refuse.
-				e.pool.put(w, false)
-				return 0, cause
-			}
-		case <-timeout.C:
-			e.pool.put(w, false)
-			return 0, cause
-		}
-	}
-}
-
-// laneRetry is how long a program that could not move to the full long
-// lane computes before it tries again.
-const laneRetry = 100 * time.Millisecond
-
-// opTransit is what the backstop allows per op for the frames' transit.
-const opTransit = 200 * time.Microsecond
-
-// stopwatch is a timer that runs only while resumed.
-type stopwatch struct {
-	left  time.Duration
-	since time.Time
-	t     *time.Timer
-	c     <-chan time.Time
-}
-
-func newStopwatch(d time.Duration) *stopwatch {
-	t := time.NewTimer(d)
-	return &stopwatch{left: d, since: time.Now(), t: t, c: t.C}
-}
-
-func (s *stopwatch) pause() {
-	s.t.Stop()
-	s.left -= time.Since(s.since)
-}
-
-func (s *stopwatch) resume() {
-	s.since = time.Now()
-	s.t.Reset(max(s.left, 0))
-}
-
-func (s *stopwatch) stop() { s.t.Stop() }

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
+	jsworker "github.com/sandflow/sandflow/jsprogram/internal/worker"
 )
 
 // ErrPoolClosed is returned when a program is run on a closed engine.
@@ -204,7 +207,7 @@ func (p *pool) start() (*worker, error) {
 	cmd := exec.Command(p.path)
 	// A minimal environment: nothing of the host's leaks in, and the
 	// program's clock zone is UTC.
-	cmd.Env = []string{workerEnv + "=1", memoryEnv + "=" + strconv.FormatInt(p.memory, 10), "TZ=UTC", "GOMAXPROCS=1"}
+	cmd.Env = []string{proto.WorkerEnv + "=1", proto.MemoryEnv + "=" + strconv.FormatInt(p.memory, 10), "TZ=UTC", "GOMAXPROCS=1"}
 	cmd.Dir = os.TempDir()
 	setProcAttr(cmd)
 	stdin, err := cmd.StdinPipe()
@@ -228,7 +231,7 @@ func (p *pool) start() (*worker, error) {
 		defer close(w.readDone)
 		r := bufio.NewReaderSize(stdout, 64<<10)
 		for {
-			typ, body, err := readFrame(r)
+			typ, body, err := proto.ReadFrame(r)
 			if err != nil {
 				close(w.frames)
 				return
@@ -258,7 +261,7 @@ func (w *worker) alive() bool {
 
 // send writes a frame, in parts when it is too large for one.
 func (w *worker) send(typ byte, parts ...[]byte) error {
-	return writeLarge(w.in, typ, parts...)
+	return proto.WriteLarge(w.in, typ, parts...)
 }
 
 // kill ends the process and waits for it.
@@ -288,7 +291,7 @@ func (w *worker) death(lim Limits) *WorkflowProgramError {
 		code = w.cmd.ProcessState.ExitCode()
 	}
 	switch {
-	case code == exitMemory, strings.Contains(errText, "out of memory"), strings.Contains(errText, "cannot allocate memory"):
+	case code == proto.ExitMemory, strings.Contains(errText, "out of memory"), strings.Contains(errText, "cannot allocate memory"):
 		return &WorkflowProgramError{Code: CodeMemory, Message: fmt.Sprintf("the program used more than the memory limit of %d MiB", lim.MemoryBytes>>20)}
 	case strings.Contains(errText, "stack exceeds"), strings.Contains(errText, "stack overflow"):
 		return &WorkflowProgramError{Code: CodeStackOverflow, Message: "the program overflowed the stack inside a built-in function"}
@@ -334,7 +337,18 @@ func (p *pool) stats() Stats {
 	defer p.mu.Unlock()
 	st := Stats{Workers: len(p.live), Idle: len(p.idle), Long: len(p.long)}
 	for w := range p.live {
-		st.RSSBytes += rssBytes(w.cmd.Process.Pid)
+		st.RSSBytes += jsworker.RSSBytes(w.cmd.Process.Pid)
 	}
 	return st
+}
+
+// MaybeWorker turns this process into a program worker when it was started
+// as one, and then never returns. Call it first in main (and in TestMain of
+// tests that run programs): the host runs programs in re-executed copies of
+// its own binary.
+func MaybeWorker() {
+	if os.Getenv(proto.WorkerEnv) != "1" {
+		return
+	}
+	os.Exit(jsworker.Main(os.Stdin, os.Stdout))
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
+
 	"github.com/sandflow/sandflow/host"
 	"github.com/sandflow/sandflow/plugins"
 )
@@ -68,8 +70,8 @@ func (e *Engine) define(ctx context.Context, source string) (*Definition, error)
 	if err != nil {
 		return nil, err
 	}
-	raw, _ := json.Marshal(activation{Kind: kindDefine, Source: source, Seed: make([]byte, 32), Now: time.Now().UnixNano(), Limits: e.lim})
-	if err := w.send(frameActivate, raw); err != nil {
+	raw, _ := json.Marshal(proto.Activation{Kind: proto.KindDefine, Source: source, Seed: make([]byte, 32), Now: time.Now().UnixNano(), Limits: e.lim})
+	if err := w.send(proto.FrameActivate, raw); err != nil {
 		e.pool.put(w, false)
 		return nil, fmt.Errorf("jsprogram: starting a definition: %w", err)
 	}
@@ -88,17 +90,17 @@ func (e *Engine) define(ctx context.Context, source string) (*Definition, error)
 				return refuse(w.death(e.lim))
 			}
 			switch f.typ {
-			case frameWrite:
+			case proto.FrameWrite:
 				continue // console output while the script loads goes nowhere
-			case frameDone:
-				var d doneMsg
+			case proto.FrameDone:
+				var d proto.Done
 				if err := json.Unmarshal(f.body, &d); err != nil || (d.Status == "defined") != (d.Definition != nil) {
 					e.pool.put(w, false)
 					return refuse(&WorkflowProgramError{Code: CodeWorkerCrashed, Message: "the worker's answer is not a definition"})
 				}
 				if d.Status == "defined" {
 					e.pool.put(w, true)
-					return d.Definition, nil
+					return (*Definition)(d.Definition), nil
 				}
 				e.pool.put(w, d.Status == "failed" && d.Error != nil && d.Error.Code != CodeWorkerCrashed)
 				if d.Error == nil {
@@ -122,6 +124,11 @@ func (e *Engine) define(ctx context.Context, source string) (*Definition, error)
 	}
 }
 
+// Definition is what a tool script defines with defineWorkflowTool: its
+// Description, InputSchema, Entry (execute, task or serve) and Steps (its
+// "use step" functions, in source order), as a worker reads them.
+type Definition proto.Definition
+
 // Manifest is the manifest of the tool a script defines, under name.
 func (d *Definition) Manifest(name string) host.Manifest {
 	return host.Manifest{
@@ -144,11 +151,11 @@ func (d *Definition) matches(m host.Manifest) error {
 		return bad("entry", m.Entry, d.Entry)
 	}
 	if m.Description != d.Description {
-		return bad("description", fmt.Sprintf("%q", clip(m.Description, 200)), fmt.Sprintf("%q", clip(d.Description, 200)))
+		return bad("description", fmt.Sprintf("%q", proto.Clip(m.Description, 200)), fmt.Sprintf("%q", proto.Clip(d.Description, 200)))
 	}
 	var a, b any
 	if json.Unmarshal(m.InputSchema, &a) != nil || json.Unmarshal(d.InputSchema, &b) != nil || !reflect.DeepEqual(a, b) {
-		return bad("inputSchema", clip(string(m.InputSchema), 200), clip(string(d.InputSchema), 200))
+		return bad("inputSchema", proto.Clip(string(m.InputSchema), 200), proto.Clip(string(d.InputSchema), 200))
 	}
 	return nil
 }

@@ -169,7 +169,12 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		return s.withResults(ctx, sess, textResult(res.Text, false)), nil
 	case isTaskTool(t):
-		res, err := sess.Call(ctx, t.Name, args, nil)
+		o := &session.CallOptions{Tool: &t}
+		if c.tasks {
+			e := s.expiry(c) // kept with the task, in the same write
+			o.Expiry = &e
+		}
+		res, err := sess.Call(ctx, t.Name, args, o)
 		if err != nil {
 			return nil, callError(t.Name, err)
 		}
@@ -187,7 +192,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 				if res.Status == "sent" {
 					call = tk.Calls - 1 // a serve task's later call is a task of its own
 				}
-				return s.createTask(ctx, req.Session, c, ri, call)
+				return s.createTask(ctx, req.Session, sess, c, ri, call)
 			}
 		}
 		out := textResult(res.Text, false)
@@ -204,7 +209,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	drove := s.driveInBackground(ri.ID)
 	if c.tasks && !c.mrtr {
 		// 2025-11-25: the client asked for a task.
-		return s.createTask(ctx, req.Session, c, ri, 0)
+		return s.createTask(ctx, req.Session, sess, c, ri, 0)
 	}
 	return s.settle(ctx, req, c, sess, ri, drove)
 }
@@ -309,7 +314,7 @@ func (s *Server) settle(ctx context.Context, req *sdk.CallToolRequest, c client,
 		}
 		if len(asks) > 0 || !time.Now().Before(deadline) {
 			if c.tasks {
-				return s.createTask(ctx, req.Session, c, ri, 0)
+				return s.createTask(ctx, req.Session, sess, c, ri, 0)
 			}
 			return waitingResult(ri, asks), nil
 		}
@@ -344,11 +349,10 @@ func (s *Server) waitDrive(ctx context.Context, ri host.RunInfo, drove <-chan ho
 	return s.h.Run(ctx, ri.ID)
 }
 
-// changeGather is how long a waiter lets a run's changes gather before
-// it reads the run again.
-const changeGather = 2 * time.Millisecond
-
 // waitChange returns the run once its log changed, or at the deadline.
+// The change is read at once, so that the one that ends the run is
+// answered as soon as it is committed; while the run is driven a read is
+// the driver's last committed snapshot and takes no lock from it.
 func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.Time) (host.RunInfo, error) {
 	ch, stop := s.h.Watch(ri.ID)
 	defer stop()
@@ -360,14 +364,6 @@ func (s *Server) waitChange(ctx context.Context, ri host.RunInfo, deadline time.
 	defer t.Stop()
 	select {
 	case <-ch:
-		// The change that ends the run is read at once; a busy run changes
-		// many times a millisecond (a fan-out's agent calls), and reading
-		// it on each change takes its lock from the drive, so other
-		// changes gather first.
-		if now, err := s.h.Run(ctx, ri.ID); err != nil || now.Status.Terminal() {
-			return now, err
-		}
-		time.Sleep(changeGather)
 	case <-t.C:
 	case <-ctx.Done():
 		return host.RunInfo{}, ctx.Err()

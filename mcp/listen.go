@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,16 +13,18 @@ import (
 
 // A 2026-07-28 client listens for task statuses with subscriptions/listen
 // naming tasks (notifications.taskIds). The SDK serves subscriptions/listen
-// but its types have no taskIds, so such a request is served here, over
-// streamable HTTP: an SSE stream whose first event acknowledges the tasks
-// it follows (those that exist and have not expired) and, when asked,
-// the tool list's changes; then each task's state as tasks/get would
-// give it, once at the start and again each time its status or questions
-// change, as notifications/tasks; every message carries the listen
-// request's id as _meta["io.modelcontextprotocol/subscriptionId"]. The
-// stream ends with the request's result once every task it follows has
-// ended (unless it follows the tool list too), or when the server
-// closes; a client that wants no more closes it.
+// but its types have no taskIds, so such a request is served here: over
+// streamable HTTP as an SSE stream, over stdio as messages on the
+// connection. The first message acknowledges the tasks it follows (those
+// that exist and have not expired) and, when asked, the tool list's
+// changes; then each task's state as tasks/get would give it, once at the
+// start and again each time its status or questions change, as
+// notifications/tasks; every message carries the listen request's id as
+// _meta["io.modelcontextprotocol/subscriptionId"]. The listen ends with the
+// request's result once every task it follows has ended (unless it
+// follows the tool list too), or when the server closes; a client that
+// wants no more closes the stream (HTTP) or cancels the request
+// (notifications/cancelled, stdio).
 
 // subscriptionID is the _meta key that ties a message to its listen.
 const subscriptionID = "io.modelcontextprotocol/subscriptionId"
@@ -76,30 +79,12 @@ func writeRPCError(w http.ResponseWriter, id json.RawMessage, err error) {
 	w.Write(b)
 }
 
-// listen serves a subscriptions/listen that names tasks.
+// listen serves a subscriptions/listen that names tasks over HTTP.
 func (s *Server) listen(w http.ResponseWriter, r *http.Request, lr listenRequest) {
 	if !declaresTasks(lr.Params.Meta) {
 		writeRPCError(w, lr.ID, missingTasks("subscriptions/listen with notifications.taskIds"))
 		return
 	}
-	ctx := r.Context()
-	c := client{version: Version20260728, mrtr: true, tasks: true}
-	type followed struct {
-		id   string
-		run  string
-		call int
-	}
-	var agreed []followed
-	ids := []string{}
-	for _, id := range lr.Params.Notifications.TaskIDs {
-		ri, call, err := s.run(ctx, &taskParams{TaskID: id})
-		if err != nil {
-			continue // unknown or expired: not followed
-		}
-		agreed = append(agreed, followed{id, ri.ID, call})
-		ids = append(ids, id)
-	}
-	meta := map[string]any{subscriptionID: lr.ID}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -113,15 +98,48 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, lr listenRequest
 		}
 		return sw.event(b)
 	}
+	s.serveListen(r.Context(), lr, listenSink{
+		notify: func(method string, params map[string]any) error {
+			return send(map[string]any{"method": method, "params": params})
+		},
+		end: func(res map[string]any) error { return send(map[string]any{"id": lr.ID, "result": res}) },
+	})
+}
+
+// listenSink is where a listen's messages go: its notifications, and its
+// result at the end.
+type listenSink struct {
+	notify func(method string, params map[string]any) error
+	end    func(result map[string]any) error
+}
+
+// serveListen follows a listen's tasks until they have ended, ctx is done
+// (the client went away) or the server closes.
+func (s *Server) serveListen(ctx context.Context, lr listenRequest, out listenSink) {
+	c := client{version: Version20260728, mrtr: true, tasks: true}
+	type followed struct {
+		run  string
+		call int
+	}
+	var agreed []followed
+	ids := []string{}
+	for _, id := range lr.Params.Notifications.TaskIDs {
+		ri, call, err := s.run(ctx, &taskParams{TaskID: id})
+		if err != nil {
+			continue // unknown or expired: not followed
+		}
+		agreed = append(agreed, followed{ri.ID, call})
+		ids = append(ids, id)
+	}
+	meta := map[string]any{subscriptionID: lr.ID}
 	notes := map[string]any{"taskIds": ids}
 	if lr.Params.Notifications.ToolsListChanged {
 		notes["toolsListChanged"] = true
 	}
-	if send(map[string]any{"method": "notifications/subscriptions/acknowledged",
-		"params": map[string]any{"notifications": notes, "_meta": meta}}) != nil {
+	if out.notify("notifications/subscriptions/acknowledged", map[string]any{"notifications": notes, "_meta": meta}) != nil {
 		return
 	}
-	gone := r.Context().Done()
+	gone := ctx.Done()
 	var wg sync.WaitGroup
 	for _, f := range agreed {
 		wg.Add(1)
@@ -131,7 +149,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, lr listenRequest
 			defer s.wg.Done()
 			s.follow(f.run, f.call, c, "", gone, func(t map[string]any) error {
 				t["_meta"] = meta
-				return send(map[string]any{"method": "notifications/tasks", "params": t})
+				return out.notify("notifications/tasks", t)
 			})
 		}()
 	}
@@ -150,7 +168,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, lr listenRequest
 	for {
 		select {
 		case <-tools:
-			if send(map[string]any{"method": "notifications/tools/list_changed", "params": map[string]any{"_meta": meta}}) != nil {
+			if out.notify("notifications/tools/list_changed", map[string]any{"_meta": meta}) != nil {
 				return
 			}
 			continue
@@ -162,5 +180,87 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, lr listenRequest
 		break
 	}
 	wg.Wait()
-	_ = send(map[string]any{"id": lr.ID, "result": map[string]any{"resultType": "complete", "_meta": meta}})
+	_ = out.end(map[string]any{"resultType": "complete", "_meta": meta})
+}
+
+// stdioListens are a stdio connection's listens, by request id, so that
+// a client's notifications/cancelled ends one, and the connection's end
+// ends them all.
+type stdioListens struct {
+	mu     sync.Mutex
+	cancel map[string]context.CancelFunc
+}
+
+func (l *stdioListens) add(id string, cancel context.CancelFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancel == nil {
+		l.cancel = map[string]context.CancelFunc{}
+	}
+	l.cancel[id] = cancel
+}
+
+// end ends the listen with that id, or every listen when id is "".
+func (l *stdioListens) end(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, cancel := range l.cancel {
+		if id == "" || k == id {
+			cancel()
+			delete(l.cancel, k)
+		}
+	}
+}
+
+// stdioListen serves a message a stdio client sent when it is a
+// subscriptions/listen naming tasks, and reports whether it did (the SDK
+// does not see it then). A notifications/cancelled ends the listen it
+// names and goes on to the SDK.
+func (s *Server) stdioListen(c *liftConn, req *jsonrpc.Request) bool {
+	if req.Method == "notifications/cancelled" {
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(req.Params, &p) == nil && len(p.RequestID) > 0 {
+			c.listens.end(string(p.RequestID))
+		}
+		return false
+	}
+	if req.Method != "subscriptions/listen" || !req.IsCall() || !bytes.Contains(req.Params, []byte(`"taskIds"`)) {
+		return false
+	}
+	var lr listenRequest
+	if json.Unmarshal(req.Params, &lr.Params) != nil || len(lr.Params.Notifications.TaskIDs) == 0 {
+		return false
+	}
+	lr.ID, _ = json.Marshal(req.ID.Raw())
+	write := func(m jsonrpc.Message) error { return c.Connection.Write(s.ctx, m) }
+	if !declaresTasks(lr.Params.Meta) {
+		_ = write(&jsonrpc.Response{ID: req.ID, Error: missingTasks("subscriptions/listen with notifications.taskIds")})
+		return true
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	c.listens.add(string(lr.ID), cancel)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer c.listens.end(string(lr.ID))
+		s.serveListen(ctx, lr, listenSink{
+			notify: func(method string, params map[string]any) error {
+				b, err := json.Marshal(params)
+				if err != nil {
+					return err
+				}
+				return write(&jsonrpc.Request{Method: method, Params: b})
+			},
+			end: func(res map[string]any) error {
+				b, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				return write(&jsonrpc.Response{ID: req.ID, Result: b})
+			},
+		})
+	}()
+	return true
 }

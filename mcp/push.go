@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -204,14 +203,20 @@ func (s *Server) followSession(ss *sdk.ServerSession, c client, ri host.RunInfo,
 // follow calls send with a task's fields each time its status, or the
 // questions it waits on, change from seen, until the task ends (after
 // sending its end), done closes, the server closes, or send fails.
+//
+// Each change is read at once: the change that ends the run is pushed as
+// soon as it is committed. A busy run changes many times a millisecond (a
+// fan-out's agent calls), and while it is driven a read is the driver's
+// last committed snapshot, so a change costs a copy and a comparison; the
+// task's fields are built only when what the client sees may differ
+// (runKey). See RATIONALE.md, "Why are MCP task statuses pushed beside
+// the SDK?".
 func (s *Server) follow(runID string, call int, c client, seen string, done <-chan struct{}, send func(map[string]any) error) {
 	changed, stop := s.h.Watch(runID)
 	defer stop()
+	last := ""
 	for first := true; ; first = false {
 		if !first {
-			// Let a busy run's changes gather, as waitChange does; the
-			// change that comes during the wait is read at once after.
-			time.Sleep(changeGather)
 			select {
 			case <-changed:
 			case <-done:
@@ -225,6 +230,11 @@ func (s *Server) follow(runID string, call int, c client, seen string, done <-ch
 			return
 		}
 		ri = view(ri, call)
+		k := runKey(ri)
+		if k == last {
+			continue
+		}
+		last = k
 		f, err := s.taskFields(s.ctx, c, ri, call)
 		if err != nil {
 			return
@@ -239,6 +249,19 @@ func (s *Server) follow(runID string, call int, c client, seen string, done <-ch
 			return
 		}
 	}
+}
+
+// runKey is what of a run a task's status is made of: its status and the
+// questions it waits on. Two reads with the same key give the same task
+// status; a different key may (a question answered meanwhile, say).
+func runKey(ri host.RunInfo) string {
+	k := string(ri.Status)
+	for _, w := range ri.Waiting {
+		if w.Kind == "ask" {
+			k += "," + w.AskID
+		}
+	}
+	return k
 }
 
 // statusKey is what a client is told again when it changes: the status

@@ -313,3 +313,138 @@ func TestTaskStatusPushed20260728(t *testing.T) {
 	}
 	t.Fatal("the listen ended without its result")
 }
+
+// rawStdio is a 2026-07-28 client speaking JSON-RPC to ServeStdio over
+// in-memory pipes, as a desktop client does on sandflow mcp's stdin and
+// stdout; msgs are the messages it reads.
+type rawStdio struct {
+	t    *testing.T
+	conn sdk.Connection
+	msgs chan json.RawMessage
+}
+
+func (e *env) rawStdio() *rawStdio {
+	e.t.Helper()
+	ct, st := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.ServeStdio(ctx, st) }()
+	conn, err := ct.Connect(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := &rawStdio{t: e.t.(*testing.T), conn: conn, msgs: make(chan json.RawMessage, 64)}
+	go func() {
+		defer close(r.msgs)
+		for {
+			m, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			b, err := jsonrpc.EncodeMessage(m)
+			if err == nil {
+				r.msgs <- b
+			}
+		}
+	}()
+	e.t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		<-done
+	})
+	return r
+}
+
+// send writes a request (id > 0) or a notification (id 0), with the
+// era's _meta added to its params.
+func (r *rawStdio) send(id int64, method string, params map[string]any, tasks bool) {
+	r.t.Helper()
+	params["_meta"] = meta2026(tasks)
+	b, _ := json.Marshal(params)
+	req := &jsonrpc.Request{Method: method, Params: b}
+	if id > 0 {
+		var err error
+		if req.ID, err = jsonrpc.MakeID(float64(id)); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if err := r.conn.Write(context.Background(), req); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// response waits for the response to the request with that id.
+func (r *rawStdio) response(id int64) rpcResponse {
+	r.t.Helper()
+	for m := range r.msgs {
+		var res rpcResponse
+		var got struct {
+			ID int64 `json:"id"`
+		}
+		if json.Unmarshal(m, &got) == nil && got.ID == id && json.Unmarshal(m, &res) == nil {
+			return res
+		}
+	}
+	r.t.Fatalf("the connection ended before the response to %d", id)
+	return rpcResponse{}
+}
+
+// The 2026-07-28 listen over stdio: refused without the tasks extension;
+// with it, acknowledged, then the task's state pushed in order (its
+// question, then its end with the result), then the listen's result.
+func TestTaskStatusPushedOnStdio20260728(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.rawStdio()
+	r.send(1, "tools/call", map[string]any{"name": "approval", "arguments": map[string]any{"what": "the stdio listen"}}, true)
+	var created struct {
+		ResultType string `json:"resultType"`
+		TaskID     string `json:"taskId"`
+	}
+	if res := r.response(1); res.Error != nil || json.Unmarshal(res.Result, &created) != nil || created.ResultType != "task" || created.TaskID == "" {
+		t.Fatalf("tools/call: %+v %s", res.Error, res.Result)
+	}
+	id := created.TaskID
+	listenFor := map[string]any{"notifications": map[string]any{"taskIds": []string{id}}}
+
+	r.send(2, "subscriptions/listen", listenFor, false)
+	refused := r.response(2)
+	if refused.Error == nil {
+		t.Fatalf("listen without the extension: %s", refused.Result)
+	}
+	requiresTasks(t, "subscriptions/listen", refused.Error.Code, refused.Error.Message, refused.Error.Data)
+
+	r.send(3, "subscriptions/listen", listenFor, true)
+	var ack struct {
+		Method string `json:"method"`
+		Params struct {
+			Notifications struct {
+				TaskIDs []string `json:"taskIds"`
+			} `json:"notifications"`
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	for ack.Method != "notifications/subscriptions/acknowledged" {
+		m, ok := <-r.msgs
+		if !ok {
+			t.Fatal("the connection ended before the listen's acknowledgement")
+		}
+		if err := json.Unmarshal(m, &ack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(ack.Params.Notifications.TaskIDs, []string{id}) || ack.Params.Meta["io.modelcontextprotocol/subscriptionId"] != float64(3) {
+		t.Fatalf("ack %+v", ack)
+	}
+	statuses := answerWhenAsked(t, e, id, "", "notifications/tasks", r.msgs)
+	inOrder(t, statuses[1:])
+	var end struct {
+		Result struct {
+			ResultType string         `json:"resultType"`
+			Meta       map[string]any `json:"_meta"`
+		} `json:"result"`
+	}
+	if res := r.response(3); res.Error != nil || json.Unmarshal(res.Result, &end.Result) != nil || end.Result.ResultType != "complete" ||
+		end.Result.Meta["io.modelcontextprotocol/subscriptionId"] != float64(3) {
+		t.Fatalf("the listen's result: %+v %s", res.Error, res.Result)
+	}
+}

@@ -121,7 +121,6 @@ type Server struct {
 	// asking holds the ids of the questions asked outside a request
 	// (2025-11-25 tasks), so that each is asked once at a time.
 	asking sync.Map
-	ttls   ttls
 	pushes pushes
 	// activity is when each 2025-11-25 session was last used, to evict
 	// the idle-longest past MaxSessions (sessions.go).
@@ -267,7 +266,7 @@ func (s *Server) authorized(r *http.Request) bool {
 // ServeStdio serves one client on a transport of its own (sandflow mcp:
 // stdin and stdout) until the client closes it or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport) error {
-	lt := &liftTransport{t: t}
+	lt := &liftTransport{s: s, t: t}
 	ss, err := s.sdk.Connect(ctx, lt, nil)
 	if err != nil {
 		return err

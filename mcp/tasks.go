@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -98,7 +99,7 @@ func (s *Server) run(ctx context.Context, p *taskParams) (host.RunInfo, int, err
 		return host.RunInfo{}, 0, err
 	}
 	ri = view(ri, call)
-	if s.expired(ri, call) {
+	if s.expired(ctx, ri, call) {
 		return host.RunInfo{}, 0, taskExpired(p.TaskID, ri.ID)
 	}
 	return ri, call, nil
@@ -147,7 +148,7 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call
 		"createdAt":     ri.CreatedAt.UTC().Format(time.RFC3339Nano),
 		"lastUpdatedAt": ri.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	}
-	ttl := s.ttlOf(ri, call).ttl.Milliseconds()
+	ttl := s.ttlOf(ctx, ri, call).TTL.Milliseconds()
 	if c.mrtr {
 		f["ttlMs"], f["pollIntervalMs"] = ttl, pollInterval
 	} else {
@@ -192,10 +193,14 @@ func (s *Server) taskFields(ctx context.Context, c client, ri host.RunInfo, call
 	return f, nil
 }
 
-// createTask is the answer to a call that became a task.
-func (s *Server) createTask(ctx context.Context, ss *sdk.ServerSession, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
+// createTask is the answer to a call that became a task, once the
+// task's ttl is durable in sess (a task call's was written with its
+// task: Keep does nothing then).
+func (s *Server) createTask(ctx context.Context, ss *sdk.ServerSession, sess *session.Session, c client, ri host.RunInfo, call int) (*sdk.CallToolResult, error) {
 	ri = view(ri, call)
-	s.ttls.record(taskID(ri.ID, call), s.requestedTTL(c), s.opts.Now())
+	if err := sess.Keep(ctx, taskID(ri.ID, call), s.expiry(c)); err != nil {
+		return nil, err
+	}
 	f, err := s.taskFields(ctx, c, ri, call)
 	if err != nil {
 		return nil, err
@@ -389,7 +394,7 @@ func (s *Server) taskList(ctx context.Context, ss *sdk.ServerSession, p *taskPar
 	tasks := []any{}
 	for _, t := range sess.Tasks(ctx) {
 		ri, err := s.h.Run(ctx, t.RunID)
-		if err != nil || s.expired(view(ri, 0), 0) {
+		if err != nil || s.expired(ctx, view(ri, 0), 0) {
 			continue
 		}
 		f, err := s.taskFields(ctx, c, view(ri, 0), 0)

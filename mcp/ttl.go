@@ -1,10 +1,11 @@
 package mcp
 
 import (
-	"sync"
+	"context"
 	"time"
 
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 )
 
 // A task's ttl is how long after its creation its result is served: a
@@ -13,52 +14,14 @@ import (
 // ended never expires; one that ended past its ttl is refused with a
 // clear error, while the run and its history stay (GET /v1/runs/{id}).
 // See RATIONALE.md, "Why does an expired MCP task keep its run?".
-
-// maxTTLEntries bounds the ttls held: past it the oldest go, and their
-// tasks take Options.TaskTTL from their run's creation.
-const maxTTLEntries = 100_000
-
-type taskTTL struct {
-	ttl     time.Duration
-	created time.Time
-}
-
-// ttls are the ttls of the tasks this process created, by task id; a
-// task created before a restart has Options.TaskTTL from its run's
-// creation.
-type ttls struct {
-	mu    sync.Mutex
-	byID  map[string]taskTTL
-	order []string // ids by creation, for eviction
-}
-
-// record sets a task's ttl when it is created; a task's later views
-// (tasks/get, a repeated createTask) keep the first.
-func (t *ttls) record(id string, ttl time.Duration, now time.Time) taskTTL {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.byID[id]; ok {
-		return e
-	}
-	if t.byID == nil {
-		t.byID = map[string]taskTTL{}
-	}
-	e := taskTTL{ttl: ttl, created: now}
-	t.byID[id] = e
-	t.order = append(t.order, id)
-	for len(t.order) > maxTTLEntries {
-		delete(t.byID, t.order[0])
-		t.order = t.order[1:]
-	}
-	return e
-}
-
-func (t *ttls) get(id string) (taskTTL, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.byID[id]
-	return e, ok
-}
+//
+// The ttl and the task's creation are kept durably in the sandflow
+// session's record (session.Expiry): a task call's in the same write as
+// the task, an execute call's, when it becomes a task, before the task
+// is answered. After a restart a task expires when it was asked to,
+// whichever session polls it; one with no record (created before ttls
+// were kept, or dropped past the bounds) has Options.TaskTTL from its
+// run's creation.
 
 // requestedTTL is the ttl a call asks for, bounded by the maximum; the
 // default when it asks for none.
@@ -72,19 +35,28 @@ func (s *Server) requestedTTL(c client) time.Duration {
 	return c.ttl
 }
 
+// expiry is the expiry of a task a call creates now.
+func (s *Server) expiry(c client) session.Expiry {
+	return session.Expiry{TTL: s.requestedTTL(c), From: s.opts.Now()}
+}
+
 // ttlOf is a task's ttl and when it was created.
-func (s *Server) ttlOf(ri host.RunInfo, call int) taskTTL {
-	if e, ok := s.ttls.get(taskID(ri.ID, call)); ok {
-		return e
+func (s *Server) ttlOf(ctx context.Context, ri host.RunInfo, call int) session.Expiry {
+	e, ok, err := s.sessions.Expiry(ctx, taskID(ri.ID, call))
+	if err != nil {
+		s.opts.Logger.Warn("mcp: reading a task's ttl", "task", taskID(ri.ID, call), "err", err)
 	}
-	return taskTTL{ttl: s.opts.TaskTTL, created: ri.CreatedAt}
+	if !ok {
+		return session.Expiry{TTL: s.opts.TaskTTL, From: ri.CreatedAt}
+	}
+	return e
 }
 
 // expired: the task ended and its ttl has passed.
-func (s *Server) expired(ri host.RunInfo, call int) bool {
+func (s *Server) expired(ctx context.Context, ri host.RunInfo, call int) bool {
 	if !ri.Status.Terminal() {
 		return false
 	}
-	e := s.ttlOf(ri, call)
-	return s.opts.Now().After(e.created.Add(e.ttl))
+	e := s.ttlOf(ctx, ri, call)
+	return s.opts.Now().After(e.From.Add(e.TTL))
 }

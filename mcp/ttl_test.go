@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/sandflow/sandflow/internal/testhost"
 	"github.com/sandflow/sandflow/mcp"
 )
 
@@ -153,5 +154,71 @@ func TestTaskTTL20260728(t *testing.T) {
 	}
 	if ri, err := e.H.Run(context.Background(), id); err != nil || !ri.Status.Terminal() {
 		t.Fatalf("the expired task's run: %v %+v", err, ri)
+	}
+}
+
+// A task's ttl is kept with its record: after a restart, polled from a
+// new session, a task expires when its client asked, not after the
+// default from its run's creation. Both kinds: an execute call that
+// became a task (echo) and a task tool's call (sum).
+func TestTaskTTLSurvivesRestart(t *testing.T) {
+	clk := &clock{now: time.Now()}
+	e := newEnv(t, &mcp.Options{TaskTTL: 10 * time.Minute, MaxTaskTTL: 2 * time.Hour, Now: clk.Now})
+	open := func() *raw {
+		r := &raw{t: t, url: e.hs.URL}
+		r.call("initialize", map[string]any{"protocolVersion": mcp.Version20251125, "clientInfo": map[string]any{"name": "raw", "version": "1"},
+			"capabilities": map[string]any{"tasks": map[string]any{"requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}}})
+		r.version = mcp.Version20251125
+		r.notify("notifications/initialized")
+		return r
+	}
+	get := func(r *raw, id string) (status string, ttl int64, rerr *rpcResponse) {
+		t.Helper()
+		res := r.call("tasks/get", map[string]any{"taskId": id})
+		if res.Error != nil {
+			return "", 0, &res
+		}
+		var got struct {
+			Status string `json:"status"`
+			TTL    int64  `json:"ttl"`
+		}
+		if err := json.Unmarshal(res.Result, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status, got.TTL, nil
+	}
+	r := open()
+	var ids []string
+	for _, c := range []struct{ tool, args string }{{"echo", `{"msg":"m"}`}, {"sum", `{"a":1,"b":2}`}} {
+		res := r.call("tools/call", map[string]any{"name": c.tool, "arguments": json.RawMessage(c.args), "task": map[string]any{"ttl": 3600000}})
+		var ct struct {
+			Task struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		}
+		if err := json.Unmarshal(res.Result, &ct); err != nil || ct.Task.TaskID == "" {
+			t.Fatalf("tools/call %s: %v %s", c.tool, err, res.Result)
+		}
+		id := ct.Task.TaskID
+		testhost.WaitUntil(t, c.tool+" completed", func() bool {
+			status, _, rerr := get(r, id)
+			return rerr == nil && status == "completed"
+		})
+		ids = append(ids, id)
+	}
+
+	e.restart()
+	r = open()                    // a new MCP session: the tasks are not its own
+	clk.advance(30 * time.Minute) // past the default ttl, within the one asked for
+	for _, id := range ids {
+		if status, ttl, rerr := get(r, id); rerr != nil || status != "completed" || ttl != 3600000 {
+			t.Errorf("%s after a restart, within its ttl: %s %d %+v", id, status, ttl, rerr)
+		}
+	}
+	clk.advance(31 * time.Minute) // past the ttl asked for
+	for _, id := range ids {
+		if _, _, rerr := get(r, id); rerr == nil || rerr.Error.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rerr.Error.Message, "expired") {
+			t.Errorf("%s after a restart, past its ttl: %+v", id, rerr)
+		}
 	}
 }

@@ -98,9 +98,11 @@ func liftHTTP(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// liftTransport lifts the requests a stdio client sends; conn is its
-// connection once connected, where pushes are written.
+// liftTransport lifts the requests a stdio client sends, and serves its
+// listens for tasks (listen.go); conn is its connection once connected,
+// where pushes are written.
 type liftTransport struct {
+	s    *Server
 	t    sdk.Transport
 	conn sdk.Connection
 }
@@ -111,15 +113,30 @@ func (l *liftTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 		return nil, err
 	}
 	l.conn = c
-	return &liftConn{c}, nil
+	return &liftConn{Connection: c, s: l.s}, nil
 }
 
-type liftConn struct{ sdk.Connection }
+type liftConn struct {
+	sdk.Connection
+	s       *Server
+	listens stdioListens
+}
 
 func (c *liftConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	m, err := c.Connection.Read(ctx)
-	if req, ok := m.(*jsonrpc.Request); ok && err == nil {
+	for {
+		m, err := c.Connection.Read(ctx)
+		if err != nil {
+			c.listens.end("") // the client is gone
+			return m, err
+		}
+		req, ok := m.(*jsonrpc.Request)
+		if !ok {
+			return m, nil
+		}
+		if c.s.stdioListen(c, req) {
+			continue
+		}
 		req.Params = lift(req.Method, req.Params)
+		return m, nil
 	}
-	return m, err
 }

@@ -75,6 +75,8 @@ func newBenchFixture(b *testing.B) *benchFixture {
 type benchCountingStore struct {
 	store.Store
 	commits, sessionBytes, reads atomic.Int64
+	// onPutSession, when set, is called on each session record write.
+	onPutSession func()
 }
 
 func (c *benchCountingStore) CreateRun(ctx context.Context, run store.Run, b store.Batch) error {
@@ -90,6 +92,9 @@ func (c *benchCountingStore) Append(ctx context.Context, runID string, expectLas
 func (c *benchCountingStore) PutSession(ctx context.Context, id string, data []byte) error {
 	c.commits.Add(1)
 	c.sessionBytes.Add(int64(len(data)))
+	if c.onPutSession != nil {
+		c.onPutSession()
+	}
 	return c.Store.PutSession(ctx, id, data)
 }
 
@@ -259,6 +264,47 @@ func BenchmarkTaskResultThroughput(b *testing.B) {
 			b.ReportMetric(float64(f.st.sessionBytes.Load()-bytes0)/results, "session-bytes/result")
 		})
 	}
+}
+
+// BenchmarkParallelTaskCalls is a model's parallel tool calls: one op
+// makes session.MaxWorkingTasks calls of a trivial task tool at once in a
+// new session and waits for every receipt (not the results). Each receipt
+// follows the durable write of the session's record with its task;
+// session-writes/call is how many record writes the calls took between
+// them, ns/call the time per receipt.
+func BenchmarkParallelTaskCalls(b *testing.B) {
+	f := newBenchFixture(b)
+	f.add("echo-task", benchTaskTool)
+	ctx := context.Background()
+	var writes atomic.Int64
+	f.st.onPutSession = func() { writes.Add(1) }
+	seq := 0
+	batch := func() {
+		seq++
+		s := f.session(fmt.Sprintf("bench-%d", seq))
+		errs := make(chan error, session.MaxWorkingTasks)
+		for i := range session.MaxWorkingTasks {
+			go func() {
+				_, err := s.Call(ctx, "echo-task", json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), nil)
+				errs <- err
+			}()
+		}
+		for range session.MaxWorkingTasks {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	batch() // start the workers
+	writes.Store(0)
+	b.ResetTimer()
+	for b.Loop() {
+		batch()
+	}
+	b.StopTimer()
+	calls := float64(b.N * session.MaxWorkingTasks)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/calls, "ns/call")
+	b.ReportMetric(float64(writes.Load())/calls, "session-writes/call")
 }
 
 // BenchmarkIdleServeTaskMemory is what an idle resumable task costs the

@@ -146,3 +146,34 @@ func TestRestartWithTurnQuestionAndTask(t *testing.T) {
 func containsBlock(res, id string) bool {
 	return strings.Contains(res, `<task_result id="`+id+`" `)
 }
+
+// The expiries a session keeps (a task call's, in the same write as its
+// task; one kept with Keep) are found by call id after a restart, from a
+// manager that has not opened the session.
+func TestExpiriesSurviveARestart(t *testing.T) {
+	f := newFixture(t)
+	f.AddJS("waiter", waiter)
+	ctx := context.Background()
+	s := f.session("conv-expiry")
+	from := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	asked := session.Expiry{TTL: time.Hour, From: from}
+	r := call(t, s, "waiter", `{"n":1}`, &session.CallOptions{Expiry: &asked})
+	kept := session.Expiry{TTL: 2 * time.Hour, From: from.Add(time.Minute)}
+	if err := s.Keep(ctx, "run_elsewhere", kept); err != nil {
+		t.Fatal(err)
+	}
+	// A call's first expiry stays.
+	if err := s.Keep(ctx, r.TaskID, session.Expiry{TTL: time.Minute, From: from}); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	for id, want := range map[string]session.Expiry{r.TaskID: asked, "run_elsewhere": kept} {
+		got, ok, err := f.m.Expiry(ctx, id)
+		if err != nil || !ok || got.TTL != want.TTL || !got.From.Equal(want.From) {
+			t.Errorf("%s after a restart: %+v %v %v, want %+v", id, got, ok, err, want)
+		}
+	}
+	if _, ok, err := f.m.Expiry(ctx, "no-such-call"); ok || err != nil {
+		t.Errorf("an unknown call has an expiry: %v %v", ok, err)
+	}
+}

@@ -162,6 +162,9 @@ type record struct {
 	Events    []Event    `json:"events,omitempty"`
 	NextEvent int        `json:"nextEvent,omitempty"`
 	Runs      []*tracked `json:"runs,omitempty"`
+	// Expiries are the expiries callers asked to keep, by call id
+	// (expiry.go).
+	Expiries map[string]Expiry `json:"expiries,omitempty"`
 }
 
 // Manager opens sessions on a host.
@@ -175,6 +178,7 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	exp    expiries
 }
 
 // NewManager makes a manager over a host.
@@ -233,20 +237,50 @@ type Session struct {
 	// is nothing new to read. See RATIONALE.md, "Why does a session not
 	// read a task's run during its first drive?".
 	starting map[string]bool
+	// version counts the record's saved changes (under mu); writing is
+	// held by the one save that writes the record to the store, and
+	// stored is the version the store has (under writing).
+	version uint64
+	// reserved counts the tasks whose runs are being created: they count
+	// toward MaxWorkingTasks.
+	reserved int
+	writing  sync.Mutex
+	stored   uint64
 }
 
 // ID is the session's id.
 func (s *Session) ID() string { return s.rec.ID }
 
-// save stores the record; callers hold s.mu.
+// save returns once the record, as it is now or later, is durable;
+// callers hold s.mu, which save releases while it waits and holds again
+// when it returns. Saves that wait together share one write: each waits
+// for the write in flight, then the first of them writes the record as
+// it is by then, which covers the others' changes. See RATIONALE.md,
+// "Why do a session's saves share writes?".
 func (s *Session) save(ctx context.Context) error {
+	s.version++
+	v := s.version
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	if s.stored >= v {
+		return nil // a write since this change carried it
+	}
+	s.mu.Lock()
 	rec := s.rec
 	rec.Events = s.kept()
 	raw, err := json.Marshal(rec)
+	upTo := s.version
+	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return s.m.st.PutSession(context.WithoutCancel(ctx), s.rec.ID, raw)
+	if err := s.m.st.PutSession(context.WithoutCancel(ctx), s.rec.ID, raw); err != nil {
+		return err
+	}
+	s.stored = upTo
+	return nil
 }
 
 // Tools lists what the model may call: the host's tools, and task_wait
@@ -301,6 +335,14 @@ var (
 type CallOptions struct {
 	// TaskID sends the call to a resumable task.
 	TaskID string
+	// Tool, when set, is the tool the caller already resolved the call's
+	// name to (an entry of Tools): the session does not read the host's
+	// plugins again to learn its entry. Start still runs the latest
+	// version.
+	Tool *host.Tool
+	// Expiry, for a task call, is kept with the task's call, in the same
+	// write (Manager.Expiry reads it).
+	Expiry *Expiry
 }
 
 // CallResult is what a call gives the model.
@@ -355,7 +397,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		text, err := s.TaskCancel(ctx, in.TaskID)
 		return CallResult{Text: text, Status: Completed}, err
 	}
-	t, err := s.tool(ctx, tool)
+	t, err := s.tool(ctx, tool, o.Tool)
 	if err != nil {
 		return CallResult{}, err
 	}
@@ -375,7 +417,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		}
 	}
 	if o.TaskID != "" {
-		return s.sendToTask(ctx, o.TaskID, t, input)
+		return s.sendToTask(ctx, o.TaskID, t, input, o.Expiry)
 	}
 	if t.Entry == host.EntryExecute {
 		ri, err := s.m.h.Call(ctx, tool, input, nil)
@@ -396,7 +438,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		s.mu.Unlock()
 		return callResult(ri), err
 	}
-	return s.startTask(ctx, t, input)
+	return s.startTask(ctx, t, input, o.Expiry)
 }
 
 // Task returns the session's task with that id.
@@ -411,7 +453,10 @@ func (s *Session) Task(ctx context.Context, id string) (Task, bool) {
 	return *t, true
 }
 
-func (s *Session) tool(ctx context.Context, name string) (host.Tool, error) {
+func (s *Session) tool(ctx context.Context, name string, known *host.Tool) (host.Tool, error) {
+	if known != nil && known.Name == name {
+		return *known, nil
+	}
 	tools, err := s.m.h.Tools(ctx)
 	if err != nil {
 		return host.Tool{}, err
@@ -426,7 +471,7 @@ func (s *Session) tool(ctx context.Context, name string) (host.Tool, error) {
 
 // sendToTask sends a call to a task by its id: only a serve tool's
 // unfinished tasks take more calls.
-func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool, input json.RawMessage) (CallResult, error) {
+func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool, input json.RawMessage, exp *Expiry) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
@@ -457,10 +502,11 @@ func (s *Session) sendToTask(ctx context.Context, taskID string, tool host.Tool,
 	}
 	s.emit(Event{Type: EvCallStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool})
 	s.emit(Event{Type: EvTaskStarted, CallID: callID, TaskID: t.ID, RunID: t.RunID, Tool: t.Tool, Kind: "tool"})
+	s.expire(callID, exp)
+	s.drive(t.RunID, false) // as startTask: the run does not wait for the write
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(t.RunID, false)
 	return CallResult{Status: "sent", TaskID: t.ID,
 		Text: fmt.Sprintf("Sent to task %s. Its reply will arrive in a <task_result> message.", t.ID)}, nil
 }
@@ -474,9 +520,9 @@ func (s *Session) roomForOneMore() error {
 			working = append(working, t.ID)
 		}
 	}
-	if len(working) >= MaxWorkingTasks {
+	if n := len(working) + s.reserved; n >= MaxWorkingTasks {
 		return &Error{CodeTooManyTasks, fmt.Sprintf("this session already runs %d tasks, the most it may (%s); wait for one with task_wait, or stop one with task_cancel",
-			len(working), strings.Join(working, ", "))}
+			n, strings.Join(working, ", "))}
 	}
 	return nil
 }
@@ -515,23 +561,20 @@ func (s *Session) task(id string) *Task {
 
 // startTask starts a task's run, drives it in the background, and returns
 // the receipt.
-func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage) (CallResult, error) {
+func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage, exp *Expiry) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
 	if err := s.roomForOneMore(); err != nil {
 		return CallResult{}, err
 	}
-	var id string
-	var ri host.RunInfo
-	var err error
-	for range 3 { // a taken id is a one-in-two-billion chance; try another
-		id = tool.Name + "-" + randomSuffix()
-		ri, err = s.m.h.Start(ctx, tool.Name, input, &host.CallOptions{RunID: id})
-		if !errors.Is(err, host.ErrRunExists) {
-			break
-		}
-	}
+	// The run's creation (a commit) does not hold the session: its place
+	// is reserved, so that calls made together create their runs together.
+	s.reserved++
+	s.mu.Unlock()
+	id, ri, err := s.startRun(ctx, tool.Name, input)
+	s.mu.Lock()
+	s.reserved--
 	if err != nil {
 		return CallResult{}, err
 	}
@@ -547,11 +590,30 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	s.emit(Event{Type: EvCallStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name})
 	s.emit(Event{Type: EvTaskStarted, CallID: ri.ID, TaskID: id, RunID: ri.ID, Tool: tool.Name, Kind: "tool"})
 	s.track(ri.ID, id, tool.Name, tool.Entry == host.EntryServe)
+	s.expire(id, exp)
+	// The run goes on while the record is written: the receipt waits for
+	// the write, not the run for it. See RATIONALE.md, "Why does a task's
+	// run start before its session's record is written?".
+	s.drive(ri.ID, true)
 	if err := s.save(ctx); err != nil {
 		return CallResult{}, err
 	}
-	s.drive(ri.ID, true)
 	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
+}
+
+// startRun creates a task's run, under a new task id.
+func (s *Session) startRun(ctx context.Context, tool string, input json.RawMessage) (string, host.RunInfo, error) {
+	var id string
+	var ri host.RunInfo
+	var err error
+	for range 3 { // a taken id is a one-in-two-billion chance; try another
+		id = tool + "-" + randomSuffix()
+		ri, err = s.m.h.Start(ctx, tool, input, &host.CallOptions{RunID: id})
+		if !errors.Is(err, host.ErrRunExists) {
+			break
+		}
+	}
+	return id, ri, err
 }
 
 // randomSuffix is the six characters of a task id.

@@ -209,6 +209,55 @@ const waiter = `defineWorkflowTool({ description: "waits for its hook", inputSch
     return payload;
   } });`
 
+// Calls made together (a model's parallel tool calls) create their runs
+// and share the writes of the session's record, and still start at most
+// 32 working tasks; each receipt's task is in the record after a restart.
+func TestParallelTaskCallsKeepTheLimitAndTheirRecord(t *testing.T) {
+	f := newFixture(t)
+	f.AddJS("waiter", waiter)
+	ctx := context.Background()
+	s := f.session("conv-parallel")
+	const calls = session.MaxWorkingTasks + 8
+	type out struct {
+		r   session.CallResult
+		err error
+	}
+	outs := make(chan out, calls)
+	for i := range calls {
+		go func() {
+			r, err := s.Call(ctx, "waiter", json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil)
+			outs <- out{r, err}
+		}()
+	}
+	started := map[string]bool{}
+	refused := 0
+	for range calls {
+		o := <-outs
+		switch {
+		case o.err == nil && o.r.Status == "started":
+			started[o.r.TaskID] = true
+		case errors.Is(o.err, session.ErrTooManyTasks):
+			refused++
+		default:
+			t.Fatalf("a call: %+v %v", o.r, o.err)
+		}
+	}
+	if len(started) != session.MaxWorkingTasks || refused != calls-session.MaxWorkingTasks {
+		t.Fatalf("%d started, %d refused; want %d and %d", len(started), refused, session.MaxWorkingTasks, calls-session.MaxWorkingTasks)
+	}
+	f.restart()
+	s = f.session("conv-parallel")
+	kept := 0
+	for _, tk := range s.Tasks(ctx) {
+		if started[tk.ID] && tk.Status == session.Working {
+			kept++
+		}
+	}
+	if kept != session.MaxWorkingTasks {
+		t.Fatalf("after a restart the session has %d of its %d working tasks", kept, session.MaxWorkingTasks)
+	}
+}
+
 // A session runs at most 32 working tasks: the 33rd call is refused and
 // names them; once one settles, a call starts again. Results share one
 // budget, and what is over it is cut and marked.

@@ -1,4 +1,4 @@
-package jsprogram
+package worker
 
 import (
 	"cmp"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
+
 	"github.com/dop251/goja"
 
 	"github.com/sandflow/sandflow/abi"
@@ -21,24 +23,6 @@ import (
 var toolShimSource string
 
 var toolShimProgram = goja.MustCompile("toolshim.js", toolShimSource, true)
-
-// Kinds of activation (activation.Kind).
-const (
-	kindProgram = ""         // a workflow tool's program: the source is the input's js
-	kindTool    = "workflow" // a start or resume of an authored tool's run
-	kindStep    = "step"     // one step attempt of an authored tool
-	kindDefine  = "define"   // read an authored tool's definition
-)
-
-// Definition is what a tool script defines with defineWorkflowTool.
-type Definition struct {
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"inputSchema"`
-	// Entry is execute, task or serve.
-	Entry string `json:"entry"`
-	// Steps are the script's "use step" functions, in source order.
-	Steps []string `json:"steps,omitempty"`
-}
 
 // fut is a future an authored tool's op made, not yet delivered to the VM.
 type fut struct {
@@ -55,7 +39,7 @@ const maxPending = 4096
 // loadScript compiles and runs a tool script in a fresh VM with the tool
 // prelude for mode. A failure is the error object the activation ends
 // with (perr), or an error from the VM or the host (err).
-func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error) {
+func (s *session) loadScript(mode string) (*script, *proto.WorkflowProgramError, error) {
 	sc, perr := s.cache.script(s.act.Source)
 	if perr != nil {
 		return nil, perr, nil
@@ -90,7 +74,7 @@ func (s *session) loadScript(mode string) (*script, *WorkflowProgramError, error
 		return nil, nil, err
 	}
 	if goja.IsUndefined(s.callTool("definition")) {
-		return nil, &WorkflowProgramError{Code: CodeNoDefinition, Message: "the script never called defineWorkflowTool({ description, inputSchema, execute | task | serve })"}, nil
+		return nil, &proto.WorkflowProgramError{Code: proto.CodeNoDefinition, Message: "the script never called defineWorkflowTool({ description, inputSchema, execute | task | serve })"}, nil
 	}
 	return sc, nil, nil
 }
@@ -106,8 +90,8 @@ func (s *session) callTool(name string, args ...goja.Value) goja.Value {
 }
 
 // define runs a script far enough to read its definition.
-func (s *session) define() (*Definition, *WorkflowProgramError, error) {
-	sc, perr, err := s.loadScript(kindDefine)
+func (s *session) define() (*proto.Definition, *proto.WorkflowProgramError, error) {
+	sc, perr, err := s.loadScript(proto.KindDefine)
 	if perr != nil || err != nil {
 		if err != nil {
 			perr, err = s.loadFailure(err)
@@ -115,7 +99,7 @@ func (s *session) define() (*Definition, *WorkflowProgramError, error) {
 		return nil, perr, err
 	}
 	d := s.callTool("definition").ToObject(s.vm)
-	return &Definition{
+	return &proto.Definition{
 		Description: d.Get("description").String(),
 		InputSchema: json.RawMessage(d.Get("inputSchema").String()),
 		Entry:       d.Get("entry").String(),
@@ -125,14 +109,14 @@ func (s *session) define() (*Definition, *WorkflowProgramError, error) {
 
 // loadFailure turns an error from running a script's top level into the
 // error the script is refused with, or returns an interrupt as is.
-func (s *session) loadFailure(err error) (*WorkflowProgramError, error) {
+func (s *session) loadFailure(err error) (*proto.WorkflowProgramError, error) {
 	var ie *goja.InterruptedError
 	if errors.As(err, &ie) {
 		return nil, s.fail(err)
 	}
 	var so *goja.StackOverflowError
 	if errors.As(err, &so) {
-		return &WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
+		return &proto.WorkflowProgramError{Code: proto.CodeStackOverflow, Name: "RangeError",
 			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)}, nil
 	}
 	var ex *goja.Exception
@@ -143,7 +127,7 @@ func (s *session) loadFailure(err error) (*WorkflowProgramError, error) {
 		}
 		var d toolErrorDetails
 		_ = json.Unmarshal(eo.Details, &d)
-		return &WorkflowProgramError{Code: CodeUncaught, Name: eo.Type, Message: "Uncaught " + eo.Type + ": " + eo.Message + " (while the script loads)",
+		return &proto.WorkflowProgramError{Code: proto.CodeUncaught, Name: eo.Type, Message: "Uncaught " + eo.Type + ": " + eo.Message + " (while the script loads)",
 			Line: d.Line, Column: d.Column, Stack: d.Stack}, nil
 	}
 	return nil, err
@@ -185,7 +169,7 @@ func (s *session) toolError(v goja.Value) (*abi.ErrorObject, error) {
 		}
 		return ""
 	}
-	eo := abi.ErrorObject{Type: clip(str("type"), 200), Message: clip(str("message"), maxMessage)}
+	eo := abi.ErrorObject{Type: proto.Clip(str("type"), 200), Message: proto.Clip(str("message"), maxMessage)}
 	if eo.Type == "" {
 		eo.Type = "Error"
 	}
@@ -196,7 +180,7 @@ func (s *session) toolError(v goja.Value) (*abi.ErrorObject, error) {
 		eo.RetryAfterMs = x.ToInteger()
 	}
 	if stack := str("stack"); stack != "" {
-		d := toolErrorDetails{Stack: clip(stack, maxStack)}
+		d := toolErrorDetails{Stack: proto.Clip(stack, maxStack)}
 		if m := scriptStackPos.FindStringSubmatch(d.Stack); m != nil {
 			d.Line, _ = strconv.Atoi(m[1])
 			d.Column, _ = strconv.Atoi(m[2])
@@ -241,9 +225,9 @@ func (s *session) finish(op abi.OpKind, result []byte, eo *abi.ErrorObject) erro
 		if eo == nil || len(eo.Details) > 0 || len(eo.Message) > 1000 {
 			// A result over the host's limit, or an error too big to
 			// keep: end with a small error that says so.
-			small := &abi.ErrorObject{Type: abi.ErrTypeTooLarge, Message: "the host refused the outcome: " + clip(refused.Message, 1000)}
+			small := &abi.ErrorObject{Type: abi.ErrTypeTooLarge, Message: "the host refused the outcome: " + proto.Clip(refused.Message, 1000)}
 			if eo != nil {
-				small = &abi.ErrorObject{Type: eo.Type, Message: clip(eo.Message, 1000)}
+				small = &abi.ErrorObject{Type: eo.Type, Message: proto.Clip(eo.Message, 1000)}
 			}
 			return s.finish(op, nil, small)
 		}
@@ -260,7 +244,7 @@ func (s *session) runFailure(op abi.OpKind, err error) error {
 	var so *goja.StackOverflowError
 	switch {
 	case errors.As(err, &so):
-		return s.finish(op, nil, (&WorkflowProgramError{Code: CodeStackOverflow, Name: "RangeError",
+		return s.finish(op, nil, (&proto.WorkflowProgramError{Code: proto.CodeStackOverflow, Name: "RangeError",
 			Message: fmt.Sprintf("RangeError: Maximum call stack size exceeded (the limit is %d frames)", s.lim.StackDepth)}).Object())
 	case errors.As(err, &ex):
 		return s.finishThrown(op, ex.Value())
@@ -280,27 +264,27 @@ func (s *session) encodeResult(v goja.Value, what string) ([]byte, *abi.ErrorObj
 	if js := arr.Get("0"); js != nil && !goja.IsUndefined(js) {
 		out := js.String()
 		if len(out) > s.lim.ValueBytes {
-			return nil, (&WorkflowProgramError{Code: CodeOutputTooLarge,
+			return nil, (&proto.WorkflowProgramError{Code: proto.CodeOutputTooLarge,
 				Message: fmt.Sprintf("%s is %d bytes as JSON; the limit is %d bytes", what, len(out), s.lim.ValueBytes)}).Object(), nil
 		}
 		if d := jsonDepth(out); d > s.lim.ValueDepth {
-			return nil, (&WorkflowProgramError{Code: CodeOutputTooDeep,
+			return nil, (&proto.WorkflowProgramError{Code: proto.CodeOutputTooDeep,
 				Message: fmt.Sprintf("%s nests %d levels deep as JSON; the limit is %d", what, d, s.lim.ValueDepth)}).Object(), nil
 		}
 		return []byte(out), nil, nil
 	}
-	code := CodeNotSerializable
+	code := proto.CodeNotSerializable
 	if arr.Get("1").String() == "too_deep" {
-		code = CodeOutputTooDeep
+		code = proto.CodeOutputTooDeep
 	}
-	return nil, (&WorkflowProgramError{Code: code, Message: arr.Get("2").String()}).Object(), nil
+	return nil, (&proto.WorkflowProgramError{Code: code, Message: arr.Get("2").String()}).Object(), nil
 }
 
 // runTool is a start or resume of an authored tool's run: load the
 // script, call its entry point with the input, and drive it until it
 // settles, waiting for whichever of its futures settles first.
 func (s *session) runTool() error {
-	_, perr, err := s.loadScript(kindTool)
+	_, perr, err := s.loadScript(proto.KindTool)
 	if err != nil {
 		if perr, err = s.loadFailure(err); err != nil {
 			return err
@@ -333,18 +317,35 @@ func (s *session) runTool() error {
 		return s.runFailure(abi.OpComplete, err)
 	}
 	p := ret.Export().(*goja.Promise)
+	if done, err := s.driveTool(p); done || err != nil {
+		return err
+	}
+	if p.State() == goja.PromiseStateRejected {
+		return s.finishThrown(abi.OpComplete, p.Result())
+	}
+	out, eo, err := s.encodeResult(p.Result(), "the result")
+	if err != nil {
+		return s.runFailure(abi.OpComplete, err)
+	}
+	return s.finish(abi.OpComplete, out, eo)
+}
+
+// driveTool drives a tool's entry point until its promise p settles,
+// waiting for whichever of its futures settles first. done: the run
+// ended otherwise (it waits on nothing, or on too much), with err.
+func (s *session) driveTool(p *goja.Promise) (done bool, err error) {
 	flush, _ := goja.AssertFunction(s.shim.Get("flush"))
 	for p.State() == goja.PromiseStatePending {
 		if len(s.futs) == 0 {
-			return s.finish(abi.OpComplete, nil, (&WorkflowProgramError{Code: CodeNeverSettles,
+			return true, s.finish(abi.OpComplete, nil, (&proto.WorkflowProgramError{Code: proto.CodeNeverSettles,
 				Message: "the workflow waits for something that never happens: only steps, sleeps, questions, hooks, webhooks and agent turns settle, and none is pending (a promise nothing resolves, say)"}).Object())
 		}
 		if len(s.futs) > maxPending {
-			return s.finish(abi.OpComplete, nil, (&WorkflowProgramError{Code: CodeTooManyPending,
+			return true, s.finish(abi.OpComplete, nil, (&proto.WorkflowProgramError{Code: proto.CodeTooManyPending,
 				Message: fmt.Sprintf("the workflow waits on %d operations at once; the limit is %d", len(s.futs), maxPending)}).Object())
 		}
 		if err := s.awaitAny(); err != nil {
-			return err
+			return false, err
 		}
 		// Deliver what settled in the order the ops were made, one per
 		// turn, until the body settles; abort signals first, as an abort
@@ -362,22 +363,15 @@ func (s *session) runTool() error {
 				continue
 			}
 			if err := s.deliverFut(f); err != nil {
-				return s.runFailure(abi.OpComplete, err)
+				return true, s.runFailure(abi.OpComplete, err)
 			}
 			if _, err := flush(goja.Undefined()); err != nil {
-				return s.runFailure(abi.OpComplete, err)
+				return true, s.runFailure(abi.OpComplete, err)
 			}
 		}
 		s.futs = append(rest, s.futs...)
 	}
-	if p.State() == goja.PromiseStateRejected {
-		return s.finishThrown(abi.OpComplete, p.Result())
-	}
-	out, eo, err := s.encodeResult(p.Result(), "the result")
-	if err != nil {
-		return s.runFailure(abi.OpComplete, err)
-	}
-	return s.finish(abi.OpComplete, out, eo)
+	return false, nil
 }
 
 // awaitAny waits, blocking, until at least one pending future settles,
@@ -446,7 +440,7 @@ func (s *session) hostCall(fc goja.FunctionCall) goja.Value {
 // host's refusal as an error.
 func (s *session) hostOp(fc goja.FunctionCall) []byte {
 	kind := abi.OpKind(fc.Argument(0).ToInteger())
-	if s.act.Kind != kindTool && !(s.act.Kind == kindStep && (kind == abi.OpMetadata || kind == abi.OpStepAborted)) {
+	if s.act.Kind != proto.KindTool && !(s.act.Kind == proto.KindStep && (kind == abi.OpMetadata || kind == abi.OpStepAborted)) {
 		panic(s.vm.NewTypeError("this operation is available only in the workflow body"))
 	}
 	name := fc.Argument(1).String()
@@ -480,7 +474,7 @@ func (s *session) throwRefusal(body []byte) {
 // runStep is one step attempt: load the script, call the step function
 // the host names with the recorded arguments, and report its outcome.
 func (s *session) runStep() error {
-	_, perr, err := s.loadScript(kindStep)
+	_, perr, err := s.loadScript(proto.KindStep)
 	if err != nil {
 		if perr, err = s.loadFailure(err); err != nil {
 			return err
@@ -514,13 +508,27 @@ func (s *session) runStep() error {
 	if len(input) == 0 {
 		input = json.RawMessage("[]")
 	}
-	args, err := parse(goja.Undefined(), s.vm.ToValue(string(input)))
+	argv, err := s.stepArgs(input)
 	if err != nil {
 		return err
 	}
-	// The input is the arguments, or { args, undefined: [i...],
-	// signals: [{ i, aborted, reason }] } when some were undefined or
-	// abort signals (the prelude's step).
+	ret, err := fn(goja.Undefined(), argv...)
+	if err != nil {
+		return s.runFailure(abi.OpStepComplete, err)
+	}
+	return s.stepOutcome(in.Name, ret)
+}
+
+// stepArgs are a step's arguments from its recorded input: the
+// arguments as a JSON array, or { args, undefined: [i...], signals:
+// [{ i, aborted, reason }] } when some were undefined or abort signals
+// (the prelude's step).
+func (s *session) stepArgs(input json.RawMessage) ([]goja.Value, error) {
+	parse, _ := goja.AssertFunction(s.shim.Get("parse"))
+	args, err := parse(goja.Undefined(), s.vm.ToValue(string(input)))
+	if err != nil {
+		return nil, err
+	}
 	var argv []goja.Value
 	var undef []int
 	var signals []stepSignal
@@ -533,7 +541,7 @@ func (s *session) runStep() error {
 		if json.Unmarshal(input, &wrapped) == nil && isJSONArray(wrapped.Args) {
 			undef, signals = wrapped.Undefined, wrapped.Signals
 			if args, err = parse(goja.Undefined(), s.vm.ToValue(string(wrapped.Args))); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -555,10 +563,12 @@ func (s *session) runStep() error {
 	} else {
 		argv = []goja.Value{args}
 	}
-	ret, err := fn(goja.Undefined(), argv...)
-	if err != nil {
-		return s.runFailure(abi.OpStepComplete, err)
-	}
+	return argv, nil
+}
+
+// stepOutcome reports how a step's call ended: what its promise settled
+// to, which it must have by the end of the attempt's first turn.
+func (s *session) stepOutcome(name string, ret goja.Value) error {
 	flush, _ := goja.AssertFunction(s.shim.Get("flush"))
 	if _, err := flush(goja.Undefined()); err != nil {
 		return s.runFailure(abi.OpStepComplete, err)
@@ -566,14 +576,14 @@ func (s *session) runStep() error {
 	p, _ := ret.Export().(*goja.Promise)
 	switch {
 	case p == nil:
-		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "FatalError", Message: fmt.Sprintf("step %s did not return a promise", in.Name)})
+		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "FatalError", Message: fmt.Sprintf("step %s did not return a promise", name)})
 	case p.State() == goja.PromiseStatePending:
 		return s.finish(abi.OpStepComplete, nil, &abi.ErrorObject{Type: "Error",
-			Message: fmt.Sprintf("step %s waits for something that never settles in a step (steps cannot sleep, ask or wait for hooks; the workflow body can)", in.Name)})
+			Message: fmt.Sprintf("step %s waits for something that never settles in a step (steps cannot sleep, ask or wait for hooks; the workflow body can)", name)})
 	case p.State() == goja.PromiseStateRejected:
 		return s.finishThrown(abi.OpStepComplete, p.Result())
 	}
-	out, eo, err := s.encodeResult(p.Result(), "the result of step "+in.Name)
+	out, eo, err := s.encodeResult(p.Result(), "the result of step "+name)
 	if err != nil {
 		return s.runFailure(abi.OpStepComplete, err)
 	}

@@ -1,6 +1,10 @@
-package jsprogram
+package worker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
+)
 
 // A body that ends before its last statement does is located at the end
 // of the body, not at the wrapper's closing token on a line the body
@@ -18,7 +22,7 @@ func TestSyntaxErrorAtTheEndOfTheBody(t *testing.T) {
 		if e == nil {
 			t.Fatalf("%q compiled", tc.src)
 		}
-		if e.Code != CodeSyntaxError || e.Line != tc.line || e.Column != tc.col {
+		if e.Code != proto.CodeSyntaxError || e.Line != tc.line || e.Column != tc.col {
 			t.Errorf("%q: %+v, want line %d, column %d", tc.src, e, tc.line, tc.col)
 		}
 	}

@@ -1,4 +1,4 @@
-package jsprogram
+package proto
 
 import (
 	"bufio"
@@ -16,9 +16,9 @@ func TestLargeFramesRoundTrip(t *testing.T) {
 		frames int   // frames on the wire
 	}{
 		{"small", []int{8, 100}, 1},
-		{"exactly one frame", []int{8, maxFrame - 9}, 1},
-		{"one byte past a frame", []int{8, maxFrame - 8}, 2},
-		{"parts that straddle pieces", []int{8, partBytes - 3, 7, partBytes + 11}, 3},
+		{"exactly one frame", []int{8, MaxFrame - 9}, 1},
+		{"one byte past a frame", []int{8, MaxFrame - 8}, 2},
+		{"parts that straddle pieces", []int{8, PartBytes - 3, 7, PartBytes + 11}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var parts [][]byte
@@ -30,7 +30,7 @@ func TestLargeFramesRoundTrip(t *testing.T) {
 				want = append(want, p...)
 			}
 			var wire bytes.Buffer
-			if err := writeLarge(bufio.NewWriter(&wire), frameReply, parts...); err != nil {
+			if err := WriteLarge(bufio.NewWriter(&wire), FrameReply, parts...); err != nil {
 				t.Fatal(err)
 			}
 			// The parts given are left as they were.
@@ -41,19 +41,19 @@ func TestLargeFramesRoundTrip(t *testing.T) {
 			}
 			frames := 0
 			for r := bufio.NewReader(bytes.NewReader(wire.Bytes())); ; frames++ {
-				if _, _, err := readFrame(r); err != nil {
+				if _, _, err := ReadFrame(r); err != nil {
 					break
 				}
 			}
 			if frames != tc.frames {
 				t.Errorf("%d frames on the wire, want %d", frames, tc.frames)
 			}
-			typ, got, err := readLarge(bufio.NewReader(&wire), len(want))
+			typ, got, err := ReadLarge(bufio.NewReader(&wire), len(want))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if typ != frameReply || !bytes.Equal(got, want) {
-				t.Fatalf("read back type %q and %d bytes, want %q and the %d written", typ, len(got), frameReply, len(want))
+			if typ != FrameReply || !bytes.Equal(got, want) {
+				t.Fatalf("read back type %q and %d bytes, want %q and the %d written", typ, len(got), FrameReply, len(want))
 			}
 		})
 	}
@@ -65,7 +65,7 @@ func TestLargeFramesBadParts(t *testing.T) {
 	frame := func(typ byte, parts ...[]byte) []byte {
 		var b bytes.Buffer
 		w := bufio.NewWriter(&b)
-		if err := writeFrame(w, typ, parts...); err != nil {
+		if err := WriteFrame(w, typ, parts...); err != nil {
 			t.Fatal(err)
 		}
 		return b.Bytes()
@@ -74,16 +74,16 @@ func TestLargeFramesBadParts(t *testing.T) {
 		name string
 		wire []byte
 	}{
-		{"announced over the limit", frame(framePart, u64(1<<20), []byte("abc"))},
-		{"fewer bytes than announced", append(frame(framePart, u64(10), []byte("abc")), frame(frameReply, []byte("de"))...)},
-		{"more bytes than announced", append(frame(framePart, u64(4), []byte("abc")), frame(frameReply, []byte("de"))...)},
-		{"announcements that differ", append(frame(framePart, u64(8), []byte("abc")), frame(framePart, u64(9), []byte("de"))...)},
-		{"a part with no length", frame(framePart, []byte("abc"))},
+		{"announced over the limit", frame(FramePart, U64(1<<20), []byte("abc"))},
+		{"fewer bytes than announced", append(frame(FramePart, U64(10), []byte("abc")), frame(FrameReply, []byte("de"))...)},
+		{"more bytes than announced", append(frame(FramePart, U64(4), []byte("abc")), frame(FrameReply, []byte("de"))...)},
+		{"announcements that differ", append(frame(FramePart, U64(8), []byte("abc")), frame(FramePart, U64(9), []byte("de"))...)},
+		{"a part with no length", frame(FramePart, []byte("abc"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := readLarge(bufio.NewReader(bytes.NewReader(tc.wire)), 1000)
-			if !errors.Is(err, errPartsTooLarge) {
-				t.Fatalf("err = %v, want errPartsTooLarge", err)
+			_, _, err := ReadLarge(bufio.NewReader(bytes.NewReader(tc.wire)), 1000)
+			if !errors.Is(err, ErrPartsTooLarge) {
+				t.Fatalf("err = %v, want ErrPartsTooLarge", err)
 			}
 		})
 	}

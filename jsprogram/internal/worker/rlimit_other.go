@@ -1,8 +1,8 @@
 //go:build !linux
 
-package jsprogram
+package worker
 
 // setAddressSpaceLimit does nothing here: only the heap limit applies.
 func setAddressSpaceLimit(int64) {}
 
-func rssBytes(int) int64 { return 0 }
+func RSSBytes(int) int64 { return 0 }

@@ -1,10 +1,12 @@
-package jsprogram
+package worker
 
 import (
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
 
 	"github.com/dop251/goja"
 	"github.com/dop251/goja/ast"
@@ -26,9 +28,9 @@ var parseOptions = []parser.Option{parser.WithDisableSourceMaps}
 
 // compileBody compiles an async function body. The result evaluates to the
 // function. A syntax error, or a body that closes the function early to
-// add code around it, is a *WorkflowProgramError with the position in the
+// add code around it, is a *proto.WorkflowProgramError with the position in the
 // body.
-func compileBody(js string) (*goja.Program, *WorkflowProgramError) {
+func compileBody(js string) (*goja.Program, *proto.WorkflowProgramError) {
 	src := bodyPrefix + js + "\n})"
 	prg, err := parser.ParseFile(nil, fileName, src, 0, parseOptions...)
 	if err != nil {
@@ -52,8 +54,8 @@ func compileBody(js string) (*goja.Program, *WorkflowProgramError) {
 	return p, nil
 }
 
-func notABody(prg *ast.Program, src string, stmt int) *WorkflowProgramError {
-	e := &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError",
+func notABody(prg *ast.Program, src string, stmt int) *proto.WorkflowProgramError {
+	e := &proto.WorkflowProgramError{Code: proto.CodeSyntaxError, Name: "SyntaxError",
 		Message: "SyntaxError: the program must be the body of an async function; it closes the function early"}
 	if stmt < len(prg.Body) {
 		pos := prg.File.Position(int(prg.Body[stmt].Idx0()) - 1) // Idx is 1-based
@@ -67,7 +69,7 @@ func notABody(prg *ast.Program, src string, stmt int) *WorkflowProgramError {
 // statement or expression did (return {, an unclosed call). Its position
 // is then the end of the body, and its message says so; the wrapper's
 // token means nothing to the program's author.
-func bodyEndsEarly(e *WorkflowProgramError, js string) *WorkflowProgramError {
+func bodyEndsEarly(e *proto.WorkflowProgramError, js string) *proto.WorkflowProgramError {
 	lastLine := strings.Count(js, "\n") + 1
 	if e.Line <= lastLine {
 		return e
@@ -94,8 +96,8 @@ func bodyPosition(line, col int) (int, int) {
 
 // syntaxError describes a parse or compile error, with its position
 // mapped by at.
-func syntaxError(err error, at func(line, col int) (int, int)) *WorkflowProgramError {
-	e := &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError"}
+func syntaxError(err error, at func(line, col int) (int, int)) *proto.WorkflowProgramError {
+	e := &proto.WorkflowProgramError{Code: proto.CodeSyntaxError, Name: "SyntaxError"}
 	var pe *parser.Error
 	switch x := err.(type) {
 	case parser.ErrorList:

@@ -1,9 +1,11 @@
-package jsprogram
+package worker
 
 import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/sandflow/sandflow/jsprogram/internal/proto"
 
 	"github.com/dop251/goja"
 	"github.com/dop251/goja/ast"
@@ -32,7 +34,7 @@ type script struct {
 // the script's last line, so every position in the script is the
 // author's; the statement itself is moved to the front of the program.
 // "use step" anywhere else would do nothing, so it is refused.
-func compileScript(src string) (*script, *WorkflowProgramError) {
+func compileScript(src string) (*script, *proto.WorkflowProgramError) {
 	prg, err := parser.ParseFile(nil, scriptName, src, 0, parseOptions...)
 	if err != nil {
 		return nil, asyncGeneratorHint(syntaxError(err, samePosition), src)
@@ -50,8 +52,8 @@ func compileScript(src string) (*script, *WorkflowProgramError) {
 		topLevel[fl] = true
 		name := fl.Name.Name.String()
 		pos := at(fl.Name.Idx0())
-		refuse := func(msg string) *WorkflowProgramError {
-			return &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+		refuse := func(msg string) *proto.WorkflowProgramError {
+			return &proto.WorkflowProgramError{Code: proto.CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("SyntaxError: %s (line %d, column %d)", msg, pos.Line, pos.Column)}
 		}
 		switch {
@@ -70,7 +72,7 @@ func compileScript(src string) (*script, *WorkflowProgramError) {
 	for _, st := range prg.Body {
 		if fd, ok := st.(*ast.FunctionDeclaration); ok && fd.Function.Name != nil && !topLevel[fd.Function] && seen[fd.Function.Name.Name.String()] {
 			pos := at(fd.Function.Name.Idx0())
-			return nil, &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+			return nil, &proto.WorkflowProgramError{Code: proto.CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("SyntaxError: step %s is declared twice: this declaration would replace the step (line %d, column %d)", fd.Function.Name.Name, pos.Line, pos.Column)}
 		}
 	}
@@ -154,8 +156,8 @@ func withStepStandIns(src string, prg *ast.Program, steps []string) (*ast.Progra
 }
 
 // useStepHere refuses "use step" where it would do nothing.
-func useStepHere(pos file.Position) *WorkflowProgramError {
-	return &WorkflowProgramError{Code: CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
+func useStepHere(pos file.Position) *proto.WorkflowProgramError {
+	return &proto.WorkflowProgramError{Code: proto.CodeSyntaxError, Name: "SyntaxError", Line: pos.Line, Column: pos.Column,
 		Message: fmt.Sprintf(`SyntaxError: "use step" has no effect here: a step is a top-level async function declaration, function name() { "use step"; ... } (line %d, column %d)`, pos.Line, pos.Column)}
 }
 
@@ -235,7 +237,7 @@ func functionLiterals(prg *ast.Program) []ast.Node {
 
 // asyncGeneratorHint explains the parser's error at the star of an async
 // generator (the async-generator form of progress), which goja does not have.
-func asyncGeneratorHint(e *WorkflowProgramError, src string) *WorkflowProgramError {
+func asyncGeneratorHint(e *proto.WorkflowProgramError, src string) *proto.WorkflowProgramError {
 	if !strings.HasPrefix(e.Message, "SyntaxError: Unexpected token *") || e.Line < 1 {
 		return e
 	}

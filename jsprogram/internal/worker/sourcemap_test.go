@@ -1,4 +1,4 @@
-package jsprogram
+package worker
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package jsprogram
+package worker
 
 import (
 	"bytes"
@@ -29,8 +29,8 @@ const addressHeadroom = 512 << 20
 // vmSize reads this process's virtual size in bytes.
 func vmSize() int64 { return statusBytes("self", "VmSize:") }
 
-// rssBytes reads a process's resident set size in bytes.
-func rssBytes(pid int) int64 { return statusBytes(strconv.Itoa(pid), "VmRSS:") }
+// RSSBytes reads a process's resident set size in bytes.
+func RSSBytes(pid int) int64 { return statusBytes(strconv.Itoa(pid), "VmRSS:") }
 
 // statusBytes reads a size field (in kB) of /proc/<proc>/status.
 func statusBytes(proc, field string) int64 {
