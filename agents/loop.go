@@ -85,6 +85,10 @@ type LoopAgent struct {
 	// ModelRetry is the retry policy of a model call (the host's step
 	// default when nil: 3 attempts, backoff from 1 s).
 	ModelRetry *abi.RetryPolicy `json:"modelRetry,omitempty"`
+	// Stream asks the model for its reply as a stream, whose pieces a
+	// session that runs the turn as a task shows as model.delta events
+	// while the call works; the step records the reply they add up to.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // LoopTool is a tool a loop agent's model may call: a tool of the host

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -426,7 +427,14 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	defer cancel()
 	e := l.Endpoint
 	e.MaxRetries = -1 // the step is retried instead, durably
-	resp, err := e.complete(cctx, params, in.RunID+":"+in.StepID)
+	var resp *openai.ChatCompletion
+	if a.Stream {
+		resp, err = e.stream(cctx, params, in.RunID+":"+in.StepID, func(d string) {
+			session.Publish(h, in.RunID, session.Event{Type: session.EvModelDelta, Step: in.StepID, Delta: d})
+		})
+	} else {
+		resp, err = e.complete(cctx, params, in.RunID+":"+in.StepID)
+	}
 	if err != nil {
 		var pe *ProviderError
 		switch {
@@ -529,15 +537,35 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names
 	return out, nil
 }
 
-// toolStep runs a tool call as a run of its own, under an id made from
-// the step's, so an attempt after a restart finds the run the first
-// attempt started rather than starting another.
+// toolStep runs a tool call, and publishes its start and end to the
+// sessions that run the turn (tool.started, tool.settled).
 func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) {
 	var ti toolInput
 	if err := json.Unmarshal(in.Input, &ti); err != nil {
 		return nil, fatal("the tool step's input: %v", err)
 	}
 	name := strings.TrimPrefix(in.Name, stepToolPrefix)
+	tc := session.ToolCall{ID: ti.CallID, Name: name, RunID: stepRunID(in.RunID, in.StepID)}
+	if t, ok := a.tool(name); ok && t.Agent != "" {
+		tc.RunID = TurnRunID(delegatedTurnPrefix + tc.RunID)
+	}
+	session.Publish(h, in.RunID, session.Event{Type: session.EvToolStarted, Step: in.StepID, ToolCall: &tc})
+	out, eo := l.runTool(ctx, h, a, in, name, ti)
+	tc.Status = session.Completed
+	switch o, _ := out.(toolOutput); {
+	case eo != nil:
+		tc.Status, tc.Error = session.Failed, eo.Message
+	case o.Error != "":
+		tc.Status, tc.Error = session.Failed, o.Error
+	}
+	session.Publish(h, in.RunID, session.Event{Type: session.EvToolSettled, Step: in.StepID, ToolCall: &tc})
+	return out, eo
+}
+
+// runTool runs a tool call as a run of its own, under an id made from
+// the step's, so an attempt after a restart finds the run the first
+// attempt started rather than starting another.
+func (l *Loop) runTool(ctx context.Context, h *host.Host, a *LoopAgent, in abi.StepInput, name string, ti toolInput) (any, *abi.ErrorObject) {
 	t, ok := a.tool(name)
 	if !ok {
 		return toolOutput{Error: fmt.Sprintf("there is no tool called %q", name)}, nil

@@ -175,16 +175,22 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// byRun are the open sessions by the runs they track, for Publish
+	// (under mu).
+	byRun map[string]*Session
 }
 
 // NewManager makes a manager over a host.
 func NewManager(h *host.Host) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{h: h, st: h.Store(), m: map[string]*Session{}, ctx: ctx, cancel: cancel}
+	m := &Manager{h: h, st: h.Store(), m: map[string]*Session{}, ctx: ctx, cancel: cancel}
+	register(m)
+	return m
 }
 
 // Close stops driving task runs and waits for the drivers to return.
 func (m *Manager) Close() {
+	unregister(m)
 	m.cancel()
 	m.wg.Wait()
 }
@@ -212,6 +218,14 @@ func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
 		return nil, err
 	}
 	m.m[id] = s
+	for _, tr := range s.rec.Runs {
+		if !tr.Ended {
+			if m.byRun == nil {
+				m.byRun = map[string]*Session{}
+			}
+			m.byRun[tr.RunID] = s
+		}
+	}
 	return s, nil
 }
 
@@ -225,6 +239,9 @@ type Session struct {
 	awaiting map[string]bool
 	// watchers are the event stream's watchers (Watch).
 	watchers map[chan struct{}]bool
+	// live are the latest live events (model.delta), which are not
+	// stored: see EventsSince.
+	live []Event
 	// starting are the runs of tasks whose first drive has not returned.
 	// Their state is not read until it has: the host reads a run under
 	// its lock until the drive's first commit, so reading one would make
