@@ -165,6 +165,9 @@ type toolInput struct {
 type toolOutput struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Task is the task a task tool's call started: Output is then its
+	// receipt, and the result comes later (see looptasks.go).
+	Task string `json:"task,omitempty"`
 }
 
 func fatal(format string, args ...any) *abi.ErrorObject {
@@ -216,6 +219,9 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	res := loopResult{Stop: "answered"}
 	for {
 		res.Steps++
+		if st.tasks {
+			msgs = deliverTaskResults(g, st, msgs, false)
+		}
 		f := g.step(stepModel, modelInput{Messages: msgs, OutputSchema: in.OutputSchema, Tools: offered(a, st, in.Delegated)}, a.ModelRetry)
 		g.await(f)
 		if f.err != nil {
@@ -238,6 +244,13 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 		}
 		res.Reply = m.Content
 		if len(m.ToolCalls) == 0 {
+			if n := len(msgs); st.tasks && res.Steps < a.maxSteps() {
+				// The turn does not end while its tasks work: it waits
+				// for a result and gives it to the model.
+				if msgs = deliverTaskResults(g, st, msgs, true); len(msgs) > n {
+					continue
+				}
+			}
 			break
 		}
 		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls)...)
@@ -292,6 +305,7 @@ type loopState struct {
 	approvedOnce map[string]bool // tools with policy once approved this session
 	approved     []Approval      // the calls a person approved this turn
 	found        map[string]bool // deferred tools search_tools found
+	tasks        bool            // a task tool's task may still report back
 }
 
 // runToolCalls runs a step's tool calls, at most ToolCallConcurrency at a
@@ -339,7 +353,9 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 				content = refused[i][1:]
 			case refused[i] == "":
 				t, _ := a.tool(c.Name)
-				content = toolContent(g, fs[i], t, c)
+				var task bool
+				content, task = toolContent(g, fs[i], t, c)
+				st.tasks = st.tasks || task
 			}
 			out[start+i] = message{Role: "tool", ToolCallID: c.ID, Content: content}
 		}
@@ -349,22 +365,27 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 
 // toolContent waits for a tool call's step and says what the model is
 // told of it.
-func toolContent(g *guest, f *future, t LoopTool, c toolCall) string {
+func toolContent(g *guest, f *future, t LoopTool, c toolCall) (string, bool) {
 	if f == nil {
-		return fmt.Sprintf("error: there is no tool called %q", c.Name)
+		return fmt.Sprintf("error: there is no tool called %q", c.Name), false
 	}
 	g.await(f)
 	if f.err != nil {
-		return "error: " + f.err.Message
+		return "error: " + f.err.Message, false
 	}
 	var o toolOutput
 	if err := json.Unmarshal(f.val, &o); err != nil {
-		return "error: " + err.Error()
+		return "error: " + err.Error(), false
 	}
 	if o.Error != "" {
-		return "error: " + o.Error
+		return "error: " + o.Error, false
 	}
-	return modelOutputOf(t, o.Output)
+	if o.Task != "" {
+		var text string
+		_ = json.Unmarshal(o.Output, &text)
+		return text, true
+	}
+	return modelOutputOf(t, o.Output), false
 }
 
 // attempt runs one step attempt of a turn's run.
@@ -380,6 +401,8 @@ func (l *Loop) attempt(ctx context.Context, a *LoopAgent, in abi.StepInput) (jso
 		out, eo = l.modelStep(ctx, h, a, in)
 	case strings.HasPrefix(in.Name, stepToolPrefix):
 		out, eo = l.toolStep(ctx, h, a, in)
+	case in.Name == stepTaskResults:
+		out, eo = l.taskResultsStep(ctx, in)
 	case in.Name == stepVerifyApprovals:
 		out, eo = l.verifyStep(a, in)
 	case in.Name == stepSignApprovals:
@@ -581,18 +604,18 @@ func (l *Loop) runTool(ctx context.Context, h *host.Host, a *LoopAgent, in abi.S
 	if t.Agent != "" {
 		return l.agentTool(ctx, t, in.RunID, delegatedTurnPrefix+childID, args)
 	}
-	h, ri, err := l.call(ctx, t.Tool, args, childID)
-	var ie *host.InputError
-	switch {
-	case err == nil:
-	case errors.As(err, &ie):
-		return toolOutput{Error: fmt.Sprintf("the arguments do not fit the tool's input schema: %s", strings.Join(ie.Problems, "; "))}, nil
-	case errors.Is(err, host.ErrBadInput):
-		return toolOutput{Error: err.Error()}, nil
-	case errors.Is(err, host.ErrUnknownTool):
-		return toolOutput{Error: fmt.Sprintf("the tool %s is not on this host", t.Tool)}, nil
-	default:
+	if task, err := isTaskTool(ctx, h, t.Tool); err != nil {
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+	} else if task {
+		res, err := l.startTask(ctx, in.RunID, t.Tool, args, childID)
+		if err != nil {
+			return toolCallError(err)
+		}
+		return res, nil
+	}
+	h, ri, err := l.call(ctx, t.Tool, args, childID)
+	if err != nil {
+		return toolCallError(err)
 	}
 	if !ri.Status.Terminal() {
 		if ri, err = waitRun(ctx, h, childID); err != nil {

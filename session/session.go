@@ -162,6 +162,8 @@ type record struct {
 	Events    []Event    `json:"events,omitempty"`
 	NextEvent int        `json:"nextEvent,omitempty"`
 	Runs      []*tracked `json:"runs,omitempty"`
+	// Delivery is the last message Deliver gave, by its key.
+	Delivery *delivery `json:"delivery,omitempty"`
 }
 
 // Manager opens sessions on a host.
@@ -318,6 +320,11 @@ var (
 type CallOptions struct {
 	// TaskID sends the call to a resumable task.
 	TaskID string
+	// NewTaskID names the task a task tool's call starts (a random id
+	// when empty). A call whose task the session has already is answered
+	// with that task's receipt and starts nothing: a caller that retries
+	// a call it cannot tell went through starts its task once.
+	NewTaskID string
 }
 
 // CallResult is what a call gives the model.
@@ -413,7 +420,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		s.mu.Unlock()
 		return callResult(ri), err
 	}
-	return s.startTask(ctx, t, input)
+	return s.startTask(ctx, t, input, o.NewTaskID)
 }
 
 // Task returns the session's task with that id.
@@ -532,10 +539,14 @@ func (s *Session) task(id string) *Task {
 
 // startTask starts a task's run, drives it in the background, and returns
 // the receipt.
-func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage) (CallResult, error) {
+func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage, named string) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
+	if t := s.task(named); named != "" && t != nil {
+		ri, err := s.m.h.Run(ctx, t.RunID)
+		return CallResult{Status: "started", TaskID: t.ID, Run: ri, Text: receipt(tool, t.ID)}, err
+	}
 	if err := s.roomForOneMore(); err != nil {
 		return CallResult{}, err
 	}
@@ -544,7 +555,14 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	var err error
 	for range 3 { // a taken id is a one-in-two-billion chance; try another
 		id = tool.Name + "-" + randomSuffix()
+		if named != "" {
+			id = named
+		}
 		ri, err = s.m.h.Start(ctx, tool.Name, input, &host.CallOptions{RunID: id})
+		if named != "" && errors.Is(err, host.ErrRunExists) {
+			// Started by an attempt that did not get to record the task.
+			ri, err = s.m.h.Run(ctx, id)
+		}
 		if !errors.Is(err, host.ErrRunExists) {
 			break
 		}
@@ -554,10 +572,9 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	}
 	now := time.Now().UTC()
 	t := &Task{ID: id, Tool: tool.Name, RunID: ri.ID, Status: Working, StartedAt: now}
-	text := fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)
+	text := receipt(tool, id)
 	if tool.Entry == host.EntryServe {
 		t.Resumable, t.Calls, t.UsedAt = true, 1, now
-		text += fmt.Sprintf(" To send it another message, call %s again with taskId %s.", tool.Name, id)
 	}
 	s.rec.Tasks = append(s.rec.Tasks, t)
 	s.rec.Changes++
@@ -569,6 +586,15 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	}
 	s.drive(ri.ID, true)
 	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
+}
+
+// receipt is what a task's call answers.
+func receipt(tool host.Tool, id string) string {
+	text := fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)
+	if tool.Entry == host.EntryServe {
+		text += fmt.Sprintf(" To send it another message, call %s again with taskId %s.", tool.Name, id)
+	}
+	return text
 }
 
 // randomSuffix is the six characters of a task id.
@@ -721,6 +747,19 @@ func answersOf(ri host.RunInfo) []answer {
 func (s *Session) Results(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	text, taken := s.takeResults(ctx)
+	if taken {
+		if err := s.save(ctx); err != nil {
+			return "", err
+		}
+	}
+	return text, nil
+}
+
+// takeResults marks the results that have not reached the model
+// delivered and returns their message, and whether it marked any;
+// callers hold s.mu and save.
+func (s *Session) takeResults(ctx context.Context) (string, bool) {
 	s.refresh(ctx)
 	var b strings.Builder
 	bytesLeft, linesLeft := ResultBytes, ResultLines
@@ -769,12 +808,7 @@ func (s *Session) Results(ctx context.Context) (string, error) {
 		}
 		block(t, t.Status, t.Output)
 	}
-	if taken {
-		if err := s.save(ctx); err != nil {
-			return "", err
-		}
-	}
-	return b.String(), nil
+	return b.String(), taken
 }
 
 // clip takes as much of text as the budget allows, and says whether it
