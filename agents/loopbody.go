@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/plugins"
 	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
@@ -152,6 +153,11 @@ type modelOutput struct {
 	Message      message `json:"message"`
 	FinishReason string  `json:"finishReason"`
 	Usage        Usage   `json:"usage"`
+	// Approvals are the approval settings the manifests of the tools
+	// offered declared, by the model's name of the tool, for those the
+	// agent does not set: the step records them, so a replay decides the
+	// same whatever the manifests say by then.
+	Approvals map[string]*plugins.ManifestApproval `json:"approvals,omitempty"`
 }
 
 // toolInput is a tool step's input.
@@ -253,7 +259,7 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 			}
 			break
 		}
-		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls)...)
+		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls, out.Approvals)...)
 		step := LoopStep{Number: res.Steps, Text: m.Content}
 		for _, c := range m.ToolCalls {
 			step.ToolCalls = append(step.ToolCalls, c.Name)
@@ -312,7 +318,7 @@ type loopState struct {
 // time, and returns the tool messages in the order of the calls. A call
 // that needs approval is asked about first; a denied one gets the
 // refusal as its result.
-func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls []toolCall) []message {
+func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls []toolCall, manifest map[string]*plugins.ManifestApproval) []message {
 	out := make([]message, len(calls))
 	batch := a.ToolCallConcurrency
 	if batch <= 0 {
@@ -333,7 +339,11 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 				continue // answered below without a step
 			}
 			g.progress(map[string]string{"toolCall": label(t, c)})
-			if p := t.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
+			pt := t
+			if ma := manifest[c.Name]; ma != nil {
+				pt.Approval, pt.ApprovalRules = ma.Policy, ma.Rules
+			}
+			if p := pt.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
 				ok, why := askApproval(g, a.Name, label(t, c), c)
 				if !ok {
 					refused[i] = why
@@ -437,7 +447,12 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	for _, m := range mi.Messages {
 		params.Messages = append(params.Messages, m.param())
 	}
-	tools, err := l.toolParams(ctx, h, a, mi.Tools)
+	manifests, err := manifestApprovals(ctx, h, a)
+	if err != nil {
+		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+	}
+	approvals := map[string]*plugins.ManifestApproval{}
+	tools, err := l.toolParams(ctx, h, a, mi.Tools, manifests, approvals)
 	if err != nil {
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
 	}
@@ -476,6 +491,9 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	c := resp.Choices[0]
 	out := modelOutput{FinishReason: c.FinishReason, Usage: Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens},
 		Message: message{Role: "assistant", Content: c.Message.Content, Refusal: c.Message.Refusal}}
+	if len(approvals) > 0 {
+		out.Approvals = approvals
+	}
 	for _, tc := range c.Message.ToolCalls {
 		if tc.Type != "function" {
 			continue
@@ -513,7 +531,7 @@ func (m message) param() openai.ChatCompletionMessageParamUnion {
 var agentToolSchema = map[string]any{"type": "object", "properties": map[string]any{"message": map[string]any{"type": "string", "description": "what to ask the agent"}}, "required": []string{"message"}}
 
 // toolParams are the agent's tools as the model sees them.
-func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names []string) ([]openai.ChatCompletionToolUnionParam, error) {
+func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names []string, manifests map[string]*plugins.ManifestApproval, approvals map[string]*plugins.ManifestApproval) ([]openai.ChatCompletionToolUnionParam, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -525,6 +543,11 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names
 	for _, t := range a.Tools {
 		if !slices.Contains(names, t.name()) {
 			continue
+		}
+		if t.Tool != "" && t.Approval == "" && len(t.ApprovalRules) == 0 {
+			if ma := manifests[t.Tool]; ma != nil {
+				approvals[t.name()] = ma
+			}
 		}
 		fd := shared.FunctionDefinitionParam{Name: t.name()}
 		desc := t.Description
