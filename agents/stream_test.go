@@ -252,3 +252,15 @@ func offsets(evs []session.Event) []string {
 	}
 	return out
 }
+
+// An agents file's loop agent may stream; a scripted one may not.
+func TestAgentsFileStream(t *testing.T) {
+	b, err := agents.Parse(context.Background(), []byte(`{"openai": {"baseURL": "http://127.0.0.1:1/v1", "model": "m"},
+		"agents": [{"name": "writer", "kind": "loop", "stream": true}]}`))
+	if err != nil || b.Loop == nil || len(b.Loop.List) != 1 || !b.Loop.List[0].Stream {
+		t.Fatalf("parse: %+v %v", b, err)
+	}
+	if _, err := agents.Parse(context.Background(), []byte(`{"agents": [{"name": "canned", "reply": "hi", "stream": true}]}`)); err == nil {
+		t.Fatal("a scripted agent with stream was accepted")
+	}
+}
