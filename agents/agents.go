@@ -107,17 +107,18 @@ type FileAgent struct {
 	ModelTimeoutSeconds int              `json:"modelTimeoutSeconds,omitempty"`
 	TurnTimeoutSeconds  int              `json:"turnTimeoutSeconds,omitempty"`
 	ModelRetry          *abi.RetryPolicy `json:"modelRetry,omitempty"`
+	Stream              bool             `json:"stream,omitempty"`
 }
 
 func (a *FileAgent) loopAgent() LoopAgent {
 	return LoopAgent{Name: a.Name, Description: a.Description, Instructions: a.Instructions, Model: a.Model, Tools: a.Tools,
 		MaxSteps: a.MaxSteps, StopWhenToolCalled: a.StopWhenToolCalled, ToolCallConcurrency: a.ToolCallConcurrency,
-		ModelTimeoutSeconds: a.ModelTimeoutSeconds, TurnTimeoutSeconds: a.TurnTimeoutSeconds, ModelRetry: a.ModelRetry}
+		ModelTimeoutSeconds: a.ModelTimeoutSeconds, TurnTimeoutSeconds: a.TurnTimeoutSeconds, ModelRetry: a.ModelRetry, Stream: a.Stream}
 }
 
 func (a *FileAgent) hasLoopSettings() bool {
 	return len(a.Tools) > 0 || a.MaxSteps != 0 || len(a.StopWhenToolCalled) > 0 || a.ToolCallConcurrency != 0 ||
-		a.ModelTimeoutSeconds != 0 || a.TurnTimeoutSeconds != 0 || a.ModelRetry != nil
+		a.ModelTimeoutSeconds != 0 || a.TurnTimeoutSeconds != 0 || a.ModelRetry != nil || a.Stream
 }
 
 // Backends are what an agents file configures: the backend the host uses,
@@ -168,7 +169,7 @@ func Parse(ctx context.Context, raw []byte) (*Backends, error) {
 			return nil, fmt.Errorf("agent %s: instructions and model are for openai and loop agents, not %s ones", a.Name, kind)
 		}
 		if kind != "loop" && a.hasLoopSettings() {
-			return nil, fmt.Errorf("agent %s: tools, maxSteps, stopWhenToolCalled, toolCallConcurrency, the timeouts and modelRetry are for loop agents, not %s ones", a.Name, kind)
+			return nil, fmt.Errorf("agent %s: tools, maxSteps, stopWhenToolCalled, toolCallConcurrency, the timeouts, modelRetry and stream are for loop agents, not %s ones", a.Name, kind)
 		}
 		switch kind {
 		case "scripted":

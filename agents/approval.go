@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/sandflow/sandflow/abi"
+	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/plugins"
 )
 
 // Approval policies of a loop agent's tool (LoopTool.Approval).
@@ -31,12 +34,9 @@ const (
 // ApprovalRule decides a call's approval from its input: when the
 // argument Field (a top-level property) matches Match (RE2, against the
 // value's text; a string's without quotes), the call's policy is
-// Approval. The first rule that matches decides; none, the tool's.
-type ApprovalRule struct {
-	Field    string `json:"field"`
-	Match    string `json:"match"`
-	Approval string `json:"approval"`
-}
+// Approval. The first rule that matches decides; none, the tool's. A
+// tool's manifest may declare the same rules (plugins.ManifestApproval).
+type ApprovalRule = plugins.ApprovalRule
 
 // Approval is a person's approval of a tool call, as a turn's result
 // reports it and a later turn's history may carry it back. Signature is
@@ -246,4 +246,34 @@ func askApproval(g *guest, agent, shown string, c toolCall) (bool, string) {
 		return false, "a person denied this call, saying: " + ans.Text
 	}
 	return false, fmt.Sprintf("the call was not approved (the question ended %s)", ans.Status)
+}
+
+// manifestApprovals are the approval settings the manifests of the
+// agent's host tools declare (the latest version's), by the host tool's
+// name.
+func manifestApprovals(ctx context.Context, h *host.Host, a *LoopAgent) (map[string]*plugins.ManifestApproval, error) {
+	need := false
+	for _, t := range a.Tools {
+		need = need || t.Tool != "" && t.Approval == "" && len(t.ApprovalRules) == 0
+	}
+	if !need {
+		return nil, nil
+	}
+	ps, err := h.Plugins(ctx)
+	if err != nil {
+		return nil, err
+	}
+	latest := map[string]host.Plugin{}
+	for _, p := range ps {
+		if p.Version > latest[p.Name].Version {
+			latest[p.Name] = p
+		}
+	}
+	out := map[string]*plugins.ManifestApproval{}
+	for name, p := range latest {
+		if p.Manifest.Approval != nil {
+			out[name] = p.Manifest.Approval
+		}
+	}
+	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -49,7 +50,8 @@ type Loop struct {
 
 	mu       sync.Mutex
 	h        *host.Host
-	attached chan struct{} // closed, and replaced, by each Attach
+	sessions *session.Manager // on h: the turns' sessions, for task tools
+	attached chan struct{}    // closed, and replaced, by each Attach
 }
 
 // LoopAgent is one agent of a Loop backend.
@@ -85,6 +87,10 @@ type LoopAgent struct {
 	// ModelRetry is the retry policy of a model call (the host's step
 	// default when nil: 3 attempts, backoff from 1 s).
 	ModelRetry *abi.RetryPolicy `json:"modelRetry,omitempty"`
+	// Stream asks the model for its reply as a stream, whose pieces a
+	// session that runs the turn as a task shows as model.delta events
+	// while the call works; the step records the reply they add up to.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // LoopTool is a tool a loop agent's model may call: a tool of the host
@@ -246,6 +252,13 @@ func (l *Loop) Attach(ctx context.Context, h *host.Host) error {
 		}
 	}
 	l.mu.Lock()
+	if l.sessions != nil && l.h != h {
+		l.sessions.Close()
+		l.sessions = nil
+	}
+	if l.sessions == nil {
+		l.sessions = session.NewManager(h)
+	}
 	l.h = h
 	if l.attached != nil {
 		close(l.attached)

@@ -26,6 +26,9 @@ type fakeModel struct {
 	mu       sync.Mutex
 	requests []chatReq
 	reply    func(n int, req chatReq) (int, string)
+	// piece, when set, is called after each piece of a streamed reply is
+	// flushed (see stream_test.go).
+	piece func(n, i int)
 }
 
 type chatReq struct {
@@ -52,6 +55,7 @@ type chatReq struct {
 		} `json:"function"`
 	} `json:"tools"`
 	ResponseFormat map[string]any `json:"response_format"`
+	Stream         bool           `json:"stream"`
 }
 
 // toolResults are the contents of the request's tool messages, by call id.
@@ -82,6 +86,10 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := len(f.requests)
 	f.mu.Unlock()
 	status, body := f.reply(n, req)
+	if req.Stream && status == 200 {
+		f.stream(w, n, body)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After-Ms", "1")
 	w.WriteHeader(status)

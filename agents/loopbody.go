@@ -13,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/plugins"
+	"github.com/sandflow/sandflow/session"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -151,6 +153,11 @@ type modelOutput struct {
 	Message      message `json:"message"`
 	FinishReason string  `json:"finishReason"`
 	Usage        Usage   `json:"usage"`
+	// Approvals are the approval settings the manifests of the tools
+	// offered declared, by the model's name of the tool, for those the
+	// agent does not set: the step records them, so a replay decides the
+	// same whatever the manifests say by then.
+	Approvals map[string]*plugins.ManifestApproval `json:"approvals,omitempty"`
 }
 
 // toolInput is a tool step's input.
@@ -164,6 +171,9 @@ type toolInput struct {
 type toolOutput struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Task is the task a task tool's call started: Output is then its
+	// receipt, and the result comes later (see looptasks.go).
+	Task string `json:"task,omitempty"`
 }
 
 func fatal(format string, args ...any) *abi.ErrorObject {
@@ -215,6 +225,9 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 	res := loopResult{Stop: "answered"}
 	for {
 		res.Steps++
+		if st.tasks {
+			msgs = deliverTaskResults(g, st, msgs, false)
+		}
 		f := g.step(stepModel, modelInput{Messages: msgs, OutputSchema: in.OutputSchema, Tools: offered(a, st, in.Delegated)}, a.ModelRetry)
 		g.await(f)
 		if f.err != nil {
@@ -237,9 +250,16 @@ func runLoop(g *guest, a *LoopAgent) (json.RawMessage, *abi.ErrorObject) {
 		}
 		res.Reply = m.Content
 		if len(m.ToolCalls) == 0 {
+			if n := len(msgs); st.tasks && res.Steps < a.maxSteps() {
+				// The turn does not end while its tasks work: it waits
+				// for a result and gives it to the model.
+				if msgs = deliverTaskResults(g, st, msgs, true); len(msgs) > n {
+					continue
+				}
+			}
 			break
 		}
-		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls)...)
+		msgs = append(msgs, runToolCalls(g, a, st, in.Delegated, m.ToolCalls, out.Approvals)...)
 		step := LoopStep{Number: res.Steps, Text: m.Content}
 		for _, c := range m.ToolCalls {
 			step.ToolCalls = append(step.ToolCalls, c.Name)
@@ -291,13 +311,14 @@ type loopState struct {
 	approvedOnce map[string]bool // tools with policy once approved this session
 	approved     []Approval      // the calls a person approved this turn
 	found        map[string]bool // deferred tools search_tools found
+	tasks        bool            // a task tool's task may still report back
 }
 
 // runToolCalls runs a step's tool calls, at most ToolCallConcurrency at a
 // time, and returns the tool messages in the order of the calls. A call
 // that needs approval is asked about first; a denied one gets the
 // refusal as its result.
-func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls []toolCall) []message {
+func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls []toolCall, manifest map[string]*plugins.ManifestApproval) []message {
 	out := make([]message, len(calls))
 	batch := a.ToolCallConcurrency
 	if batch <= 0 {
@@ -318,7 +339,11 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 				continue // answered below without a step
 			}
 			g.progress(map[string]string{"toolCall": label(t, c)})
-			if p := t.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
+			pt := t
+			if ma := manifest[c.Name]; ma != nil {
+				pt.Approval, pt.ApprovalRules = ma.Policy, ma.Rules
+			}
+			if p := pt.policy(c.Arguments); p == ApprovalAlways || p == ApprovalOnce && !st.approvedOnce[c.Name] {
 				ok, why := askApproval(g, a.Name, label(t, c), c)
 				if !ok {
 					refused[i] = why
@@ -338,7 +363,9 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 				content = refused[i][1:]
 			case refused[i] == "":
 				t, _ := a.tool(c.Name)
-				content = toolContent(g, fs[i], t, c)
+				var task bool
+				content, task = toolContent(g, fs[i], t, c)
+				st.tasks = st.tasks || task
 			}
 			out[start+i] = message{Role: "tool", ToolCallID: c.ID, Content: content}
 		}
@@ -348,22 +375,27 @@ func runToolCalls(g *guest, a *LoopAgent, st *loopState, delegated bool, calls [
 
 // toolContent waits for a tool call's step and says what the model is
 // told of it.
-func toolContent(g *guest, f *future, t LoopTool, c toolCall) string {
+func toolContent(g *guest, f *future, t LoopTool, c toolCall) (string, bool) {
 	if f == nil {
-		return fmt.Sprintf("error: there is no tool called %q", c.Name)
+		return fmt.Sprintf("error: there is no tool called %q", c.Name), false
 	}
 	g.await(f)
 	if f.err != nil {
-		return "error: " + f.err.Message
+		return "error: " + f.err.Message, false
 	}
 	var o toolOutput
 	if err := json.Unmarshal(f.val, &o); err != nil {
-		return "error: " + err.Error()
+		return "error: " + err.Error(), false
 	}
 	if o.Error != "" {
-		return "error: " + o.Error
+		return "error: " + o.Error, false
 	}
-	return modelOutputOf(t, o.Output)
+	if o.Task != "" {
+		var text string
+		_ = json.Unmarshal(o.Output, &text)
+		return text, true
+	}
+	return modelOutputOf(t, o.Output), false
 }
 
 // attempt runs one step attempt of a turn's run.
@@ -379,6 +411,8 @@ func (l *Loop) attempt(ctx context.Context, a *LoopAgent, in abi.StepInput) (jso
 		out, eo = l.modelStep(ctx, h, a, in)
 	case strings.HasPrefix(in.Name, stepToolPrefix):
 		out, eo = l.toolStep(ctx, h, a, in)
+	case in.Name == stepTaskResults:
+		out, eo = l.taskResultsStep(ctx, in)
 	case in.Name == stepVerifyApprovals:
 		out, eo = l.verifyStep(a, in)
 	case in.Name == stepSignApprovals:
@@ -413,7 +447,12 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	for _, m := range mi.Messages {
 		params.Messages = append(params.Messages, m.param())
 	}
-	tools, err := l.toolParams(ctx, h, a, mi.Tools)
+	manifests, err := manifestApprovals(ctx, h, a)
+	if err != nil {
+		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+	}
+	approvals := map[string]*plugins.ManifestApproval{}
+	tools, err := l.toolParams(ctx, h, a, mi.Tools, manifests, approvals)
 	if err != nil {
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
 	}
@@ -426,7 +465,14 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	defer cancel()
 	e := l.Endpoint
 	e.MaxRetries = -1 // the step is retried instead, durably
-	resp, err := e.complete(cctx, params, in.RunID+":"+in.StepID)
+	var resp *openai.ChatCompletion
+	if a.Stream {
+		resp, err = e.stream(cctx, params, in.RunID+":"+in.StepID, func(d string) {
+			session.Publish(h, in.RunID, session.Event{Type: session.EvModelDelta, Step: in.StepID, Delta: d})
+		})
+	} else {
+		resp, err = e.complete(cctx, params, in.RunID+":"+in.StepID)
+	}
 	if err != nil {
 		var pe *ProviderError
 		switch {
@@ -445,6 +491,9 @@ func (l *Loop) modelStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi
 	c := resp.Choices[0]
 	out := modelOutput{FinishReason: c.FinishReason, Usage: Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, TotalTokens: resp.Usage.TotalTokens},
 		Message: message{Role: "assistant", Content: c.Message.Content, Refusal: c.Message.Refusal}}
+	if len(approvals) > 0 {
+		out.Approvals = approvals
+	}
 	for _, tc := range c.Message.ToolCalls {
 		if tc.Type != "function" {
 			continue
@@ -482,7 +531,7 @@ func (m message) param() openai.ChatCompletionMessageParamUnion {
 var agentToolSchema = map[string]any{"type": "object", "properties": map[string]any{"message": map[string]any{"type": "string", "description": "what to ask the agent"}}, "required": []string{"message"}}
 
 // toolParams are the agent's tools as the model sees them.
-func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names []string) ([]openai.ChatCompletionToolUnionParam, error) {
+func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names []string, manifests map[string]*plugins.ManifestApproval, approvals map[string]*plugins.ManifestApproval) ([]openai.ChatCompletionToolUnionParam, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -494,6 +543,11 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names
 	for _, t := range a.Tools {
 		if !slices.Contains(names, t.name()) {
 			continue
+		}
+		if t.Tool != "" && t.Approval == "" && len(t.ApprovalRules) == 0 {
+			if ma := manifests[t.Tool]; ma != nil {
+				approvals[t.name()] = ma
+			}
 		}
 		fd := shared.FunctionDefinitionParam{Name: t.name()}
 		desc := t.Description
@@ -529,15 +583,35 @@ func (l *Loop) toolParams(ctx context.Context, h *host.Host, a *LoopAgent, names
 	return out, nil
 }
 
-// toolStep runs a tool call as a run of its own, under an id made from
-// the step's, so an attempt after a restart finds the run the first
-// attempt started rather than starting another.
+// toolStep runs a tool call, and publishes its start and end to the
+// sessions that run the turn (tool.started, tool.settled).
 func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.StepInput) (any, *abi.ErrorObject) {
 	var ti toolInput
 	if err := json.Unmarshal(in.Input, &ti); err != nil {
 		return nil, fatal("the tool step's input: %v", err)
 	}
 	name := strings.TrimPrefix(in.Name, stepToolPrefix)
+	tc := session.ToolCall{ID: ti.CallID, Name: name, RunID: stepRunID(in.RunID, in.StepID)}
+	if t, ok := a.tool(name); ok && t.Agent != "" {
+		tc.RunID = TurnRunID(delegatedTurnPrefix + tc.RunID)
+	}
+	session.Publish(h, in.RunID, session.Event{Type: session.EvToolStarted, Step: in.StepID, ToolCall: &tc})
+	out, eo := l.runTool(ctx, h, a, in, name, ti)
+	tc.Status = session.Completed
+	switch o, _ := out.(toolOutput); {
+	case eo != nil:
+		tc.Status, tc.Error = session.Failed, eo.Message
+	case o.Error != "":
+		tc.Status, tc.Error = session.Failed, o.Error
+	}
+	session.Publish(h, in.RunID, session.Event{Type: session.EvToolSettled, Step: in.StepID, ToolCall: &tc})
+	return out, eo
+}
+
+// runTool runs a tool call as a run of its own, under an id made from
+// the step's, so an attempt after a restart finds the run the first
+// attempt started rather than starting another.
+func (l *Loop) runTool(ctx context.Context, h *host.Host, a *LoopAgent, in abi.StepInput, name string, ti toolInput) (any, *abi.ErrorObject) {
 	t, ok := a.tool(name)
 	if !ok {
 		return toolOutput{Error: fmt.Sprintf("there is no tool called %q", name)}, nil
@@ -553,18 +627,18 @@ func (l *Loop) toolStep(ctx context.Context, h *host.Host, a *LoopAgent, in abi.
 	if t.Agent != "" {
 		return l.agentTool(ctx, t, in.RunID, delegatedTurnPrefix+childID, args)
 	}
-	h, ri, err := l.call(ctx, t.Tool, args, childID)
-	var ie *host.InputError
-	switch {
-	case err == nil:
-	case errors.As(err, &ie):
-		return toolOutput{Error: fmt.Sprintf("the arguments do not fit the tool's input schema: %s", strings.Join(ie.Problems, "; "))}, nil
-	case errors.Is(err, host.ErrBadInput):
-		return toolOutput{Error: err.Error()}, nil
-	case errors.Is(err, host.ErrUnknownTool):
-		return toolOutput{Error: fmt.Sprintf("the tool %s is not on this host", t.Tool)}, nil
-	default:
+	if task, err := isTaskTool(ctx, h, t.Tool); err != nil {
 		return nil, &abi.ErrorObject{Type: abi.ErrTypeRetryable, Message: err.Error()}
+	} else if task {
+		res, err := l.startTask(ctx, in.RunID, t.Tool, args, childID)
+		if err != nil {
+			return toolCallError(err)
+		}
+		return res, nil
+	}
+	h, ri, err := l.call(ctx, t.Tool, args, childID)
+	if err != nil {
+		return toolCallError(err)
 	}
 	if !ri.Status.Terminal() {
 		if ri, err = waitRun(ctx, h, childID); err != nil {

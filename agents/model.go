@@ -56,19 +56,17 @@ const (
 // errNoBaseURL is a backend without a base URL.
 var errNoBaseURL = errors.New("the OpenAI backend has no base URL (set it, or OPENAI_BASE_URL)")
 
-// complete sends one chat-completions request with the official client
-// (which retries 429, 5xx and broken connections with backoff, honouring
-// Retry-After). idempotencyKey names the request to the provider, so a
-// retry is not billed twice. A provider's error answer is a
-// *ProviderError; a cancelled or expired ctx returns an error wrapping
-// ctx's error.
-func (e *Endpoint) complete(ctx context.Context, params openai.ChatCompletionNewParams, idempotencyKey string) (*openai.ChatCompletion, error) {
+// client is the official client for the endpoint (which retries 429,
+// 5xx and broken connections with backoff, honouring Retry-After).
+// idempotencyKey names the request to the provider, so a retry is not
+// billed twice.
+func (e *Endpoint) client(idempotencyKey string) (openai.Client, error) {
 	base := strings.TrimRight(e.BaseURL, "/")
 	if base == "" {
 		base = strings.TrimRight(os.Getenv("OPENAI_BASE_URL"), "/")
 	}
 	if base == "" {
-		return nil, errNoBaseURL
+		return openai.Client{}, errNoBaseURL
 	}
 	retries := e.MaxRetries
 	if retries == 0 {
@@ -84,7 +82,7 @@ func (e *Endpoint) complete(ctx context.Context, params openai.ChatCompletionNew
 		envName = "OPENAI_API_KEY"
 	}
 	key := os.Getenv(envName)
-	client := openai.NewClient(
+	return openai.NewClient(
 		option.WithBaseURL(base+"/"),
 		option.WithHTTPClient(hc),
 		option.WithMaxRetries(retries),
@@ -100,13 +98,65 @@ func (e *Endpoint) complete(ctx context.Context, params openai.ChatCompletionNew
 			}
 			return resp, err
 		}),
-	)
-	out, err := client.Chat.Completions.New(ctx, params)
-	if err == nil {
-		return out, nil
+	), nil
+}
+
+// complete sends one chat-completions request. A provider's error answer
+// is a *ProviderError; a cancelled or expired ctx returns an error
+// wrapping ctx's error.
+func (e *Endpoint) complete(ctx context.Context, params openai.ChatCompletionNewParams, idempotencyKey string) (*openai.ChatCompletion, error) {
+	client, err := e.client(idempotencyKey)
+	if err != nil {
+		return nil, err
 	}
+	out, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		return nil, providerError(ctx, err)
+	}
+	return out, nil
+}
+
+// stream sends one chat-completions request with streaming, gives
+// onDelta each piece of the reply's text as it arrives, and returns the
+// completion the pieces add up to (usage included), with complete's
+// errors. A stream cut before its end is an error: what arrived is not
+// a completion.
+func (e *Endpoint) stream(ctx context.Context, params openai.ChatCompletionNewParams, idempotencyKey string, onDelta func(string)) (*openai.ChatCompletion, error) {
+	client, err := e.client(idempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	s := client.Chat.Completions.NewStreaming(ctx, params)
+	defer s.Close()
+	var acc openai.ChatCompletionAccumulator
+	finished := false
+	for s.Next() {
+		chunk := s.Current()
+		if !acc.AddChunk(chunk) {
+			return nil, errors.New("the provider's stream did not add up to one completion")
+		}
+		for _, c := range chunk.Choices {
+			if c.Index == 0 && c.Delta.Content != "" {
+				onDelta(c.Delta.Content)
+			}
+			finished = finished || c.FinishReason != ""
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, providerError(ctx, err)
+	}
+	if !finished {
+		return nil, errors.New("the provider's stream ended before the reply did")
+	}
+	return &acc.ChatCompletion, nil
+}
+
+// providerError is the error of a failed request: a *ProviderError for
+// the provider's error answer, one wrapping ctx's error when ctx ended.
+func providerError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%v: %w", err, ctx.Err())
+		return fmt.Errorf("%v: %w", err, ctx.Err())
 	}
 	var ae *openai.Error
 	if errors.As(err, &ae) {
@@ -117,10 +167,10 @@ func (e *Endpoint) complete(ctx context.Context, params openai.ChatCompletionNew
 		if len(msg) > 500 {
 			msg = msg[:500] + "..."
 		}
-		return nil, &ProviderError{Status: ae.StatusCode, Code: ae.Code, Type: ae.Type, Message: msg,
+		return &ProviderError{Status: ae.StatusCode, Code: ae.Code, Type: ae.Type, Message: msg,
 			Retryable: ae.StatusCode == http.StatusTooManyRequests || ae.StatusCode >= 500}
 	}
-	return nil, err
+	return err
 }
 
 // limitedBody fails a read past its limit, so a provider cannot make the

@@ -39,6 +39,7 @@ func (m *ScriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
+		Stream   bool `json:"stream"`
 		Messages []struct {
 			Role    string `json:"role"`
 			Content any    `json:"content"`
@@ -66,8 +67,48 @@ func (m *ScriptedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		msg["tool_calls"], finish = calls, "tool_calls"
 	}
+	if req.Stream {
+		streamScripted(w, n, msg, finish)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"id": fmt.Sprintf("chatcmpl-scripted-%d", n), "object": "chat.completion", "model": "scripted",
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
 		"usage":   map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+}
+
+// streamScripted writes a reply as chat.completion.chunk events: the
+// text a word at a time, the tool calls whole, the finish reason, then
+// the usage and [DONE].
+func streamScripted(w http.ResponseWriter, n int, msg map[string]any, finish string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	send := func(choices []any, extra map[string]any) {
+		ev := map[string]any{"id": fmt.Sprintf("chatcmpl-scripted-%d", n), "object": "chat.completion.chunk", "model": "scripted", "choices": choices}
+		for k, v := range extra {
+			ev[k] = v
+		}
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	delta := func(d map[string]any, finish any) {
+		send([]any{map[string]any{"index": 0, "delta": d, "finish_reason": finish}}, nil)
+	}
+	delta(map[string]any{"role": "assistant", "content": ""}, nil)
+	if text, _ := msg["content"].(string); text != "" {
+		for _, word := range strings.SplitAfter(text, " ") {
+			delta(map[string]any{"content": word}, nil)
+		}
+	}
+	if calls, _ := msg["tool_calls"].([]any); len(calls) > 0 {
+		for i, c := range calls {
+			c.(map[string]any)["index"] = i
+		}
+		delta(map[string]any{"tool_calls": calls}, nil)
+	}
+	delta(map[string]any{}, finish)
+	send([]any{}, map[string]any{"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sandflow/sandflow/internal/sse"
@@ -218,25 +217,25 @@ func (s *Server) sessionCancel(w http.ResponseWriter, r *http.Request) error {
 }
 
 // sessionEvents is GET /v1/sessions/{id}/events: the session's event
-// stream as Server-Sent Events (id: the event's seq; event: its type;
-// data: the event as JSON), from after the Last-Event-ID header or the
-// after query, and on as events happen. The stream does not end by
-// itself.
+// stream as Server-Sent Events (id: the event's offset, its seq or
+// "seq.sub" for a live event; event: its type; data: the event as JSON),
+// from after the Last-Event-ID header or the after query, and on as
+// events happen. The stream does not end by itself.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	ss, err := s.openSession(r)
 	if err != nil {
 		return err
 	}
-	after := 0
+	var after session.Offset
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
 		if v == "" {
 			continue
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
+		o, err := session.ParseOffset(v)
+		if err != nil {
 			return badRequest("event id %s is not a sequence number", quote(v))
 		}
-		after = n
+		after = o
 	}
 	// A stream has no end to set a deadline by: each write gets its own.
 	s.extendDeadlines(w, -1)
@@ -251,12 +250,12 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		s.streamWrite(w)
 		// Watch before reading, so nothing between the two is missed.
 		changed, stop := ss.Watch()
-		for _, e := range ss.Events(r.Context(), after) {
+		for _, e := range ss.EventsSince(r.Context(), after) {
 			if err := sendSessionEvent(sw, e); err != nil {
 				stop()
 				return nil
 			}
-			after = e.Seq
+			after = e.Offset()
 		}
 		if err := sw.Flush(); err != nil {
 			stop()
@@ -278,12 +277,13 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// sendSessionEvent writes a session's event: its id the event's seq, its
-// type the event's, its data the event as JSON.
+// sendSessionEvent writes a session's event: its id the event's offset
+// (its seq, "seq.sub" for a live event), its type the event's, its data
+// the event as JSON.
 func sendSessionEvent(sw *sse.Writer, e session.Event) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	return sw.Send(sse.Event{ID: strconv.Itoa(e.Seq), Type: e.Type, Data: data})
+	return sw.Send(sse.Event{ID: e.Offset().String(), Type: e.Type, Data: data})
 }

@@ -47,6 +47,46 @@ type Manifest struct {
 	// Engine picks the WebAssembly engine, "wazero" or "wasmtime"; empty
 	// means the host's default.
 	Engine string `json:"engine,omitempty"`
+	// Approval is whether a loop agent asks a person before it calls the
+	// tool (package agents); an agents file that sets the tool's approval
+	// or approvalRules overrides it.
+	Approval *ManifestApproval `json:"approval,omitempty"`
+}
+
+// ManifestApproval is a tool's approval for the loop agents that call
+// it: Policy never (the default), always (ask before each call) or once
+// (before the first call in a session), and Rules that decide the policy
+// from a call's input, the first that matches.
+type ManifestApproval struct {
+	Policy string         `json:"policy,omitempty"`
+	Rules  []ApprovalRule `json:"rules,omitempty"`
+}
+
+// ApprovalRule decides a call's approval policy from its input: when
+// the argument Field (a top-level property) matches Match (RE2, against
+// the value's text; a string's without quotes), the policy is Approval.
+type ApprovalRule struct {
+	Field    string `json:"field"`
+	Match    string `json:"match"`
+	Approval string `json:"approval"`
+}
+
+func approvalPolicy(p string) bool { return p == "" || p == "never" || p == "always" || p == "once" }
+
+// check says what is wrong with the approval ("" when nothing is).
+func (a *ManifestApproval) check() string {
+	if !approvalPolicy(a.Policy) {
+		return fmt.Sprintf("approval.policy %q is not never, always or once", a.Policy)
+	}
+	for i, r := range a.Rules {
+		if r.Field == "" || r.Approval == "" || !approvalPolicy(r.Approval) {
+			return fmt.Sprintf("approval.rules[%d] needs a field and an approval of never, always or once", i)
+		}
+		if _, err := regexp.Compile(r.Match); err != nil {
+			return fmt.Sprintf("approval.rules[%d].match: %v", i, err)
+		}
+	}
+	return ""
 }
 
 // ManifestLimits are a plugin's own limits; each must be at most the host's.
@@ -134,6 +174,11 @@ func (m *Manifest) Check(host Limits) (Checked, error) {
 	if len(m.OutputSchema) > 0 {
 		if out, err = schema.Compile(m.OutputSchema); err != nil {
 			return bad("outputSchema: %v", err)
+		}
+	}
+	if m.Approval != nil {
+		if why := m.Approval.check(); why != "" {
+			return bad("%s", why)
 		}
 	}
 	for _, c := range m.Capabilities {

@@ -30,7 +30,10 @@ const maxEvents = 2000
 // Event is one entry of a session's event stream. (taskId, callId)
 // names a call; each type fills the fields it needs.
 type Event struct {
-	Seq    int       `json:"seq"`
+	Seq int `json:"seq"`
+	// Sub numbers a live event among those that followed the kept event
+	// Seq (0 for a kept event): see Offset.
+	Sub    int       `json:"sub,omitempty"`
 	Type   string    `json:"type"`
 	Time   time.Time `json:"time"`
 	CallID string    `json:"callId,omitempty"`
@@ -56,6 +59,12 @@ type Event struct {
 	Agent string `json:"agent,omitempty"`
 	// turn.waiting: the tasks the turn waits on.
 	Working []string `json:"working,omitempty"`
+	// model.delta: the step (its id, "runId:position") and the piece of
+	// the reply's text it streamed.
+	Step  string `json:"step,omitempty"`
+	Delta string `json:"delta,omitempty"`
+	// tool.started, tool.settled: the call.
+	ToolCall *ToolCall `json:"toolCall,omitempty"`
 }
 
 // CancelInfo says why the session cancelled a call: task_cancel,
@@ -119,6 +128,7 @@ func (s *Session) notify() {
 // track starts translating a run's log; callers hold s.mu.
 func (s *Session) track(runID, taskID, tool string, serve bool) {
 	s.rec.Runs = append(s.rec.Runs, &tracked{RunID: runID, TaskID: taskID, Tool: tool, Serve: serve})
+	s.m.follow(runID, s)
 }
 
 // sync translates what the tracked runs logged since the last sync into

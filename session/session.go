@@ -165,6 +165,8 @@ type record struct {
 	// Expiries are the expiries callers asked to keep, by call id
 	// (expiry.go).
 	Expiries map[string]Expiry `json:"expiries,omitempty"`
+	// Delivery is the last message Deliver gave, by its key.
+	Delivery *delivery `json:"delivery,omitempty"`
 }
 
 // Manager opens sessions on a host.
@@ -179,16 +181,22 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	exp    expiries
+	// byRun are the open sessions by the runs they track, for Publish
+	// (under mu).
+	byRun map[string]*Session
 }
 
 // NewManager makes a manager over a host.
 func NewManager(h *host.Host) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{h: h, st: h.Store(), m: map[string]*Session{}, ctx: ctx, cancel: cancel}
+	m := &Manager{h: h, st: h.Store(), m: map[string]*Session{}, ctx: ctx, cancel: cancel}
+	register(m)
+	return m
 }
 
 // Close stops driving task runs and waits for the drivers to return.
 func (m *Manager) Close() {
+	unregister(m)
 	m.cancel()
 	m.wg.Wait()
 }
@@ -216,6 +224,14 @@ func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
 		return nil, err
 	}
 	m.m[id] = s
+	for _, tr := range s.rec.Runs {
+		if !tr.Ended {
+			if m.byRun == nil {
+				m.byRun = map[string]*Session{}
+			}
+			m.byRun[tr.RunID] = s
+		}
+	}
 	return s, nil
 }
 
@@ -229,6 +245,9 @@ type Session struct {
 	awaiting map[string]bool
 	// watchers are the event stream's watchers (Watch).
 	watchers map[chan struct{}]bool
+	// live are the latest live events (model.delta), which are not
+	// stored: see EventsSince.
+	live []Event
 	// starting are the runs of tasks whose first drive has not returned.
 	// Their state is not read until it has: the host reads a run under
 	// its lock until the drive's first commit, so reading one would make
@@ -343,6 +362,11 @@ type CallOptions struct {
 	// Expiry, for a task call, is kept with the task's call, in the same
 	// write (Manager.Expiry reads it).
 	Expiry *Expiry
+	// NewTaskID names the task a task tool's call starts (a random id
+	// when empty). A call whose task the session has already is answered
+	// with that task's receipt and starts nothing: a caller that retries
+	// a call it cannot tell went through starts its task once.
+	NewTaskID string
 }
 
 // CallResult is what a call gives the model.
@@ -438,7 +462,7 @@ func (s *Session) Call(ctx context.Context, tool string, input json.RawMessage, 
 		s.mu.Unlock()
 		return callResult(ri), err
 	}
-	return s.startTask(ctx, t, input, o.Expiry)
+	return s.startTask(ctx, t, input, o.Expiry, o.NewTaskID)
 }
 
 // Task returns the session's task with that id.
@@ -561,10 +585,14 @@ func (s *Session) task(id string) *Task {
 
 // startTask starts a task's run, drives it in the background, and returns
 // the receipt.
-func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage, exp *Expiry) (CallResult, error) {
+func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawMessage, exp *Expiry, named string) (CallResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh(ctx)
+	if t := s.task(named); named != "" && t != nil {
+		ri, err := s.m.h.Run(ctx, t.RunID)
+		return CallResult{Status: "started", TaskID: t.ID, Run: ri, Text: receipt(tool, t.ID)}, err
+	}
 	if err := s.roomForOneMore(); err != nil {
 		return CallResult{}, err
 	}
@@ -572,18 +600,25 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	// is reserved, so that calls made together create their runs together.
 	s.reserved++
 	s.mu.Unlock()
-	id, ri, err := s.startRun(ctx, tool.Name, input)
+	id, ri, err := s.startRun(ctx, tool.Name, input, named)
 	s.mu.Lock()
 	s.reserved--
+	if t := s.task(named); named != "" && t != nil && err == nil {
+		// Another attempt of the same call recorded it meanwhile; its
+		// receipt waits for the record as that attempt's does.
+		if err := s.save(ctx); err != nil {
+			return CallResult{}, err
+		}
+		return CallResult{Status: "started", TaskID: t.ID, Run: ri, Text: receipt(tool, t.ID)}, nil
+	}
 	if err != nil {
 		return CallResult{}, err
 	}
 	now := time.Now().UTC()
 	t := &Task{ID: id, Tool: tool.Name, RunID: ri.ID, Status: Working, StartedAt: now}
-	text := fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)
+	text := receipt(tool, id)
 	if tool.Entry == host.EntryServe {
 		t.Resumable, t.Calls, t.UsedAt = true, 1, now
-		text += fmt.Sprintf(" To send it another message, call %s again with taskId %s.", tool.Name, id)
 	}
 	s.rec.Tasks = append(s.rec.Tasks, t)
 	s.rec.Changes++
@@ -601,19 +636,35 @@ func (s *Session) startTask(ctx context.Context, tool host.Tool, input json.RawM
 	return CallResult{Status: "started", TaskID: id, Run: ri, Text: text}, nil
 }
 
-// startRun creates a task's run, under a new task id.
-func (s *Session) startRun(ctx context.Context, tool string, input json.RawMessage) (string, host.RunInfo, error) {
+// startRun creates a task's run: under the name the caller gave, or else
+// under a new task id. A named run that exists already was started by an
+// attempt that did not get to record the task, and is that task's.
+func (s *Session) startRun(ctx context.Context, tool string, input json.RawMessage, named string) (string, host.RunInfo, error) {
 	var id string
 	var ri host.RunInfo
 	var err error
 	for range 3 { // a taken id is a one-in-two-billion chance; try another
 		id = tool + "-" + randomSuffix()
+		if named != "" {
+			id = named
+		}
 		ri, err = s.m.h.Start(ctx, tool, input, &host.CallOptions{RunID: id})
+		if named != "" && errors.Is(err, host.ErrRunExists) {
+			ri, err = s.m.h.Run(ctx, id)
+		}
 		if !errors.Is(err, host.ErrRunExists) {
 			break
 		}
 	}
 	return id, ri, err
+}
+// receipt is what a task's call answers.
+func receipt(tool host.Tool, id string) string {
+	text := fmt.Sprintf("Started task %s. Its result will arrive in a <task_result> message.", id)
+	if tool.Entry == host.EntryServe {
+		text += fmt.Sprintf(" To send it another message, call %s again with taskId %s.", tool.Name, id)
+	}
+	return text
 }
 
 // randomSuffix is the six characters of a task id.
@@ -766,6 +817,19 @@ func answersOf(ri host.RunInfo) []answer {
 func (s *Session) Results(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	text, taken := s.takeResults(ctx)
+	if taken {
+		if err := s.save(ctx); err != nil {
+			return "", err
+		}
+	}
+	return text, nil
+}
+
+// takeResults marks the results that have not reached the model
+// delivered and returns their message, and whether it marked any;
+// callers hold s.mu and save.
+func (s *Session) takeResults(ctx context.Context) (string, bool) {
 	s.refresh(ctx)
 	var b strings.Builder
 	bytesLeft, linesLeft := ResultBytes, ResultLines
@@ -814,12 +878,7 @@ func (s *Session) Results(ctx context.Context) (string, error) {
 		}
 		block(t, t.Status, t.Output)
 	}
-	if taken {
-		if err := s.save(ctx); err != nil {
-			return "", err
-		}
-	}
-	return b.String(), nil
+	return b.String(), taken
 }
 
 // clip takes as much of text as the budget allows, and says whether it
