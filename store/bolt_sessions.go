@@ -1,0 +1,51 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// PutSession implements Store.
+func (s *Bolt) PutSession(ctx context.Context, id string, data []byte) error {
+	if id == "" {
+		return fmt.Errorf("%w: a session needs an id", ErrSessionNotFound)
+	}
+	return s.update(func(w *wtx) error {
+		return w.put(bSessions, []byte(id), packValue(nil, data, s.threshold))
+	})
+}
+
+// Session implements Store.
+func (s *Bolt) Session(ctx context.Context, id string) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v, err := getValue(tx, bSessions, []byte(id))
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%w: %s", ErrSessionNotFound, id)
+		}
+		data, err := unpackValue(v)
+		if err != nil {
+			return corruptf(bucketSessions, []byte(id), "%v", err)
+		}
+		out = append([]byte(nil), data...) // v is only valid in the transaction
+		return nil
+	})
+	return out, err
+}
+
+// SessionIDs implements Store.
+func (s *Bolt) SessionIDs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSessions).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}

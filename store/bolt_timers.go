@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DueTimers implements Store.
+func (s *Bolt) DueTimers(ctx context.Context, now time.Time, limit int) ([]Timer, error) {
+	var out []Timer
+	end := timeKey(now)
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketTimers).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) < 8 || binary.BigEndian.Uint64(k) > end {
+				break
+			}
+			t, err := decodeTimer(k, v)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// NextTimer implements Store.
+func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
+	var t Timer
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		k, v := tx.Bucket(bucketTimers).Cursor().First()
+		if k == nil {
+			return nil
+		}
+		ok = true
+		var err error
+		t, err = decodeTimer(k, v)
+		return err
+	})
+	return t, ok, err
+}
+
+// decodeTimer checks and decodes a stored timer.
+func decodeTimer(k, sv []byte) (Timer, error) {
+	var t Timer
+	v, err := openValue(bucketTimers, k, sv)
+	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal(v, &t); err != nil {
+		return t, corruptf(bucketTimers, k, "timer does not decode: %v", err)
+	}
+	return t, nil
+}
