@@ -235,84 +235,15 @@ func checkExisting(f *os.File, path string) (*fileCheck, error) {
 // init checks the buckets and the format version (creating them in a
 // new file) and opens, checks and applies the journal.
 func (s *Bolt) init(path string, newOK bool, o Options) error {
-	check := func(tx *bolt.Tx) (fresh bool, err error) {
-		var ours, other int
-		if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			if bucketIndex(name) >= 0 {
-				ours++
-			} else {
-				other++
-			}
-			return nil
-		}); err != nil {
-			return false, err
-		}
-		if ours == 0 && other == 0 {
-			if !newOK {
-				return false, &CorruptError{Bucket: "file", Offset: -1, What: "the file holds no buckets, yet has been written since bbolt made it"}
-			}
-			return true, nil // bbolt's new file, our buckets not made yet
-		}
-		if ours == 0 {
-			return false, &NotStoreError{Path: path, Reason: "a bbolt file of another program (none of the store's buckets)"}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			return false, &CorruptError{Bucket: "meta", Offset: -1, What: "bucket missing"}
-		}
-		raw := meta.Get(metaSchema)
-		if raw == nil {
-			return false, &OldFormatError{Path: path, Version: 1}
-		}
-		if len(raw) == 4 && binary.BigEndian.Uint32(raw) >= 1 && binary.BigEndian.Uint32(raw) < schemaVersion {
-			return false, &OldFormatError{Path: path, Version: binary.BigEndian.Uint32(raw)}
-		}
-		v, err := openValue(bucketMeta, metaSchema, raw)
-		if err != nil {
-			return false, err
-		}
-		if len(v) != 4 {
-			return false, corruptf(bucketMeta, metaSchema, "format version is %d bytes", len(v))
-		}
-		if n := binary.BigEndian.Uint32(v); n != schemaVersion {
-			return false, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %d; this build reads format %d", n, schemaVersion)}
-		}
-		return false, nil
-	}
 	if s.readOnly {
-		err := s.db.View(func(tx *bolt.Tx) error {
-			fresh, err := check(tx)
-			if err == nil && fresh {
-				err = &NotStoreError{Path: path, Reason: "a bbolt file the store never initialised"}
-			}
-			return err
-		})
-		if err != nil || o.verify {
-			return err
-		}
-		last, err := s.checkpointSeq()
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(path + JournalSuffix)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("store: read journal: %w", err)
-		}
-		redo, err := scanJournal(data, last)
-		if err != nil {
-			return err
-		}
-		if len(redo) > 0 && !o.verify {
-			return fmt.Errorf("%w: %s holds %d", ErrNeedsRecovery, path+JournalSuffix, len(redo))
-		}
-		return nil
+		return s.initReadOnly(path, newOK, o)
 	}
 	// Checked in a read: a write transaction writes a meta page even
 	// when it changes nothing.
 	var fresh bool
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
-		fresh, err = check(tx)
+		fresh, err = checkFormat(tx, path, newOK)
 		return err
 	})
 	if err == nil && fresh {
@@ -327,6 +258,87 @@ func (s *Bolt) init(path string, newOK bool, o Options) error {
 	}
 	s.j = j
 	return recoverJournal(s.db, j, data)
+}
+
+// initReadOnly is init for a file opened read-only: the format is
+// checked, and a journal holding writes to recover is ErrNeedsRecovery
+// (but for Verify's open, which reports it).
+func (s *Bolt) initReadOnly(path string, newOK bool, o Options) error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		fresh, err := checkFormat(tx, path, newOK)
+		if err == nil && fresh {
+			err = &NotStoreError{Path: path, Reason: "a bbolt file the store never initialised"}
+		}
+		return err
+	})
+	if err != nil || o.verify {
+		return err
+	}
+	last, err := s.checkpointSeq()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(path + JournalSuffix)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("store: read journal: %w", err)
+	}
+	redo, err := scanJournal(data, last)
+	if err != nil {
+		return err
+	}
+	if len(redo) > 0 {
+		return fmt.Errorf("%w: %s holds %d", ErrNeedsRecovery, path+JournalSuffix, len(redo))
+	}
+	return nil
+}
+
+// checkFormat checks that the file at path holds the store's buckets in
+// this build's format. fresh says it holds no buckets at all: bbolt's
+// new file, the store's buckets not made yet, which is allowed only when
+// newOK.
+func checkFormat(tx *bolt.Tx, path string, newOK bool) (fresh bool, err error) {
+	var ours, other int
+	if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if bucketIndex(name) >= 0 {
+			ours++
+		} else {
+			other++
+		}
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if ours == 0 && other == 0 {
+		if !newOK {
+			return false, &CorruptError{Bucket: "file", Offset: -1, What: "the file holds no buckets, yet has been written since bbolt made it"}
+		}
+		return true, nil
+	}
+	if ours == 0 {
+		return false, &NotStoreError{Path: path, Reason: "a bbolt file of another program (none of the store's buckets)"}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return false, &CorruptError{Bucket: "meta", Offset: -1, What: "bucket missing"}
+	}
+	raw := meta.Get(metaSchema)
+	if raw == nil {
+		return false, &OldFormatError{Path: path, Version: 1}
+	}
+	if len(raw) == 4 && binary.BigEndian.Uint32(raw) >= 1 && binary.BigEndian.Uint32(raw) < schemaVersion {
+		return false, &OldFormatError{Path: path, Version: binary.BigEndian.Uint32(raw)}
+	}
+	v, err := openValue(bucketMeta, metaSchema, raw)
+	if err != nil {
+		return false, err
+	}
+	if len(v) != 4 {
+		return false, corruptf(bucketMeta, metaSchema, "format version is %d bytes", len(v))
+	}
+	if n := binary.BigEndian.Uint32(v); n != schemaVersion {
+		return false, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %d; this build reads format %d", n, schemaVersion)}
+	}
+	return false, nil
 }
 
 // createBuckets makes the buckets of a new store and marks its format.

@@ -56,3 +56,35 @@ func decodeAskValue(k, sv []byte, a *Ask) error {
 	}
 	return nil
 }
+
+// putAsks writes a batch's questions, all of run runID; a question id
+// another run's question has is refused.
+func putAsks(w *wtx, runID string, asks []Ask) error {
+	for _, a := range asks {
+		if a.RunID != runID || a.ID == "" {
+			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
+		}
+		v, err := w.get(bAsks, []byte(a.ID))
+		if err != nil {
+			return err
+		}
+		if v != nil && !askOfRun(v, a.ID, runID) {
+			var prev Ask
+			if err := decodeAsk(v, &prev); err != nil {
+				return corruptf(bucketAsks, []byte(a.ID), "question record does not decode: %v", err)
+			}
+			if prev.RunID != runID {
+				return fmt.Errorf("%w: question %s belongs to run %s", ErrBadBatch, a.ID, prev.RunID)
+			}
+		}
+		a.CreatedAt = a.CreatedAt.UTC()
+		av, err := encodeAsk(a)
+		if err != nil {
+			return fmt.Errorf("%w: question %s: %v", ErrBadBatch, a.ID, err)
+		}
+		if err := w.put(bAsks, []byte(a.ID), av); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	bolt "go.etcd.io/bbolt"
@@ -53,4 +54,32 @@ func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int
 		return nil
 	})
 	return out, err
+}
+
+// putEvents writes a batch's events, which must be numbered from
+// last+1 on, into the log of run runID.
+func (s *Bolt) putEvents(w *wtx, runID string, last uint64, events []Event) error {
+	if len(events) > 0 {
+		// No event of the run at or after the first new one: else the run
+		// record and the log disagree, and the batch is refused rather
+		// than overwrite the truth. One seek for the whole batch.
+		first := eventKey(runID, last+1)
+		if k, _ := w.read(bEvents).Cursor().Seek(first); k != nil && bytes.HasPrefix(k, first[:len(runID)+1]) {
+			return fmt.Errorf("%w: run %s already has events after %d", ErrSeqConflict, runID, last)
+		}
+	}
+	for i, e := range events {
+		if e.Seq != last+uint64(i)+1 {
+			return fmt.Errorf("%w: event %d of run %s should have seq %d", ErrBadBatch, e.Seq, runID, last+uint64(i)+1)
+		}
+		key := eventKey(runID, e.Seq)
+		v, err := encodeEvent(e, s.threshold)
+		if err != nil {
+			return err
+		}
+		if err := w.put(bEvents, key, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

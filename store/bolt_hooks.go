@@ -69,3 +69,48 @@ func (w *wtx) hook(token string) (Hook, bool, error) {
 	h, err := decodeHook([]byte(token), sv)
 	return h, err == nil, err
 }
+
+// releaseHooks deletes the tokens of a batch that run runID holds;
+// others are left alone.
+func releaseHooks(w *wtx, runID string, tokens []string) error {
+	for _, tok := range tokens {
+		h, ok, err := w.hook(tok)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if h.RunID == runID {
+			if err := w.del(bHooks, []byte(tok)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// claimHooks gives a batch's tokens to run runID, unless another run
+// holds one: then the batch is refused with ErrHookTaken.
+func claimHooks(w *wtx, runID string, claims []Hook) error {
+	for _, c := range claims {
+		if c.Token == "" || c.RunID != runID {
+			return fmt.Errorf("%w: hook claim %+v in a batch of run %s", ErrBadBatch, c, runID)
+		}
+		if h, ok, err := w.hook(c.Token); err != nil {
+			return err
+		} else if ok {
+			if h.RunID != runID {
+				return fmt.Errorf("%w: %q is held by run %s", ErrHookTaken, c.Token, h.RunID)
+			}
+		}
+		v, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		if err := w.put(bHooks, []byte(c.Token), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -157,23 +157,7 @@ func (s *Bolt) DeletePluginVersion(ctx context.Context, name string, version int
 
 // Module implements Store.
 func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
-	var out []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		v, err := getValue(tx, bModules, []byte(hash))
-		if err != nil {
-			return err
-		}
-		if v == nil {
-			return fmt.Errorf("%w: %s", ErrModuleNotFound, hash)
-		}
-		data, err := unpackValue(v)
-		if err != nil {
-			return corruptf(bucketModules, []byte(hash), "%v", err)
-		}
-		out = append([]byte(nil), data...)
-		return nil
-	})
-	return out, err
+	return s.packed(bModules, hash, ErrModuleNotFound)
 }
 
 // decodePlugin checks and decodes a stored plugin version.

@@ -1,10 +1,7 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -60,144 +57,56 @@ func (s *Bolt) Append(ctx context.Context, runID string, expectLastSeq uint64, b
 	})
 }
 
+// apply writes a batch of run runID, whose log ends at seq last, into w:
+// each bucket's part in turn, the events first. A part that refuses the
+// batch leaves the rest unwritten, and update undoes what was written.
 func (s *Bolt) apply(w *wtx, runID string, last uint64, b Batch) error {
-	if len(b.Events) > 0 {
-		// No event of the run at or after the first new one: else the run
-		// record and the log disagree, and the batch is refused rather
-		// than overwrite the truth. One seek for the whole batch.
-		first := eventKey(runID, last+1)
-		if k, _ := w.read(bEvents).Cursor().Seek(first); k != nil && bytes.HasPrefix(k, first[:len(runID)+1]) {
-			return fmt.Errorf("%w: run %s already has events after %d", ErrSeqConflict, runID, last)
-		}
-	}
-	for i, e := range b.Events {
-		if e.Seq != last+uint64(i)+1 {
-			return fmt.Errorf("%w: event %d of run %s should have seq %d", ErrBadBatch, e.Seq, runID, last+uint64(i)+1)
-		}
-		key := eventKey(runID, e.Seq)
-		v, err := encodeEvent(e, s.threshold)
-		if err != nil {
-			return err
-		}
-		if err := w.put(bEvents, key, v); err != nil {
-			return err
-		}
+	if err := s.putEvents(w, runID, last, b.Events); err != nil {
+		return err
 	}
 	newLast := last + uint64(len(b.Events))
-	if b.Run.ID != runID || b.Run.LastSeq != newLast {
-		return fmt.Errorf("%w: run record %s at seq %d does not match log at %d", ErrBadBatch, b.Run.ID, b.Run.LastSeq, newLast)
+	ended, err := putRun(w, runID, newLast, b.Run)
+	if err != nil {
+		return err
 	}
-	r := *b.Run
+	if ended {
+		err = dropImages(w, runID)
+	} else {
+		err = putState(w, runID, newLast, b.PutState)
+	}
+	if err != nil {
+		return err
+	}
+	if err := putTimers(w, runID, b.PutTimers, b.DeleteTimers); err != nil {
+		return err
+	}
+	if err := putAsks(w, runID, b.PutAsks); err != nil {
+		return err
+	}
+	if err := releaseHooks(w, runID, b.ReleaseHooks); err != nil {
+		return err
+	}
+	return claimHooks(w, runID, b.ClaimHooks)
+}
+
+// putRun writes a batch's run record, which must name the run and end
+// where its log now does (newLast), and notes it for the runs' index.
+// ended says the record ends the run.
+func putRun(w *wtx, runID string, newLast uint64, run *Run) (ended bool, err error) {
+	if run.ID != runID || run.LastSeq != newLast {
+		return false, fmt.Errorf("%w: run record %s at seq %d does not match log at %d", ErrBadBatch, run.ID, run.LastSeq, newLast)
+	}
+	r := *run
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	rv, err := encodeRun(r)
 	if err != nil {
-		return fmt.Errorf("%w: run record: %v", ErrBadBatch, err)
+		return false, fmt.Errorf("%w: run record: %v", ErrBadBatch, err)
 	}
 	if err := w.put(bRuns, []byte(runID), rv); err != nil {
-		return err
+		return false, err
 	}
 	w.runs = append(w.runs, indexEntry{created: r.CreatedAt, id: r.ID, status: r.Status, tool: r.Tool})
-	if r.Status.Terminal() {
-		for _, bk := range []bucketID{bSnapshots, bStates} {
-			if w.read(bk).Get([]byte(runID)) != nil {
-				if err := w.del(bk, []byte(runID)); err != nil {
-					return err
-				}
-			}
-		}
-	} else if ps := b.PutState; ps != nil {
-		if ps.Seq != newLast {
-			return fmt.Errorf("%w: state image of run %s at seq %d, the batch ends at %d", ErrBadBatch, runID, ps.Seq, newLast)
-		}
-		v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ps.Data)), ps.Seq)
-		if err := w.put(bStates, []byte(runID), append(v, ps.Data...)); err != nil {
-			return err
-		}
-	}
-	for _, t := range b.PutTimers {
-		if t.RunID != runID {
-			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
-		}
-		if err := checkTime(t.FireAt, "timer"); err != nil {
-			return err
-		}
-		t.FireAt = t.FireAt.UTC()
-		tv, err := json.Marshal(t)
-		if err != nil {
-			return err
-		}
-		if err := w.put(bTimers, timerKey(t), tv); err != nil {
-			return err
-		}
-	}
-	for _, t := range b.DeleteTimers {
-		if t.RunID != runID {
-			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
-		}
-		if err := w.del(bTimers, timerKey(t)); err != nil {
-			return err
-		}
-	}
-	for _, a := range b.PutAsks {
-		if a.RunID != runID || a.ID == "" {
-			return fmt.Errorf("%w: question %q for run %s in a batch of run %s", ErrBadBatch, a.ID, a.RunID, runID)
-		}
-		v, err := w.get(bAsks, []byte(a.ID))
-		if err != nil {
-			return err
-		}
-		if v != nil && !askOfRun(v, a.ID, runID) {
-			var prev Ask
-			if err := decodeAsk(v, &prev); err != nil {
-				return corruptf(bucketAsks, []byte(a.ID), "question record does not decode: %v", err)
-			}
-			if prev.RunID != runID {
-				return fmt.Errorf("%w: question %s belongs to run %s", ErrBadBatch, a.ID, prev.RunID)
-			}
-		}
-		a.CreatedAt = a.CreatedAt.UTC()
-		av, err := encodeAsk(a)
-		if err != nil {
-			return fmt.Errorf("%w: question %s: %v", ErrBadBatch, a.ID, err)
-		}
-		if err := w.put(bAsks, []byte(a.ID), av); err != nil {
-			return err
-		}
-	}
-	for _, tok := range b.ReleaseHooks {
-		h, ok, err := w.hook(tok)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		if h.RunID == runID {
-			if err := w.del(bHooks, []byte(tok)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, c := range b.ClaimHooks {
-		if c.Token == "" || c.RunID != runID {
-			return fmt.Errorf("%w: hook claim %+v in a batch of run %s", ErrBadBatch, c, runID)
-		}
-		if h, ok, err := w.hook(c.Token); err != nil {
-			return err
-		} else if ok {
-			if h.RunID != runID {
-				return fmt.Errorf("%w: %q is held by run %s", ErrHookTaken, c.Token, h.RunID)
-			}
-		}
-		v, err := json.Marshal(c)
-		if err != nil {
-			return err
-		}
-		if err := w.put(bHooks, []byte(c.Token), v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.Status.Terminal(), nil
 }
 
 // Run implements Store.

@@ -19,23 +19,7 @@ func (s *Bolt) PutSession(ctx context.Context, id string, data []byte) error {
 
 // Session implements Store.
 func (s *Bolt) Session(ctx context.Context, id string) ([]byte, error) {
-	var out []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		v, err := getValue(tx, bSessions, []byte(id))
-		if err != nil {
-			return err
-		}
-		if v == nil {
-			return fmt.Errorf("%w: %s", ErrSessionNotFound, id)
-		}
-		data, err := unpackValue(v)
-		if err != nil {
-			return corruptf(bucketSessions, []byte(id), "%v", err)
-		}
-		out = append([]byte(nil), data...) // v is only valid in the transaction
-		return nil
-	})
-	return out, err
+	return s.packed(bSessions, id, ErrSessionNotFound)
 }
 
 // SessionIDs implements Store.

@@ -64,3 +64,29 @@ func (s *Bolt) seqValue(bucket bucketID, runID string, notFound error, what stri
 	})
 	return seq, data, err
 }
+
+// dropImages deletes the snapshot and the state image of a run that
+// has ended.
+func dropImages(w *wtx, runID string) error {
+	for _, bk := range []bucketID{bSnapshots, bStates} {
+		if w.read(bk).Get([]byte(runID)) != nil {
+			if err := w.del(bk, []byte(runID)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putState writes a batch's state image, when it has one, which must be
+// taken where the batch ends the log (newLast).
+func putState(w *wtx, runID string, newLast uint64, ps *State) error {
+	if ps == nil {
+		return nil
+	}
+	if ps.Seq != newLast {
+		return fmt.Errorf("%w: state image of run %s at seq %d, the batch ends at %d", ErrBadBatch, runID, ps.Seq, newLast)
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ps.Data)), ps.Seq)
+	return w.put(bStates, []byte(runID), append(v, ps.Data...))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -61,4 +62,33 @@ func decodeTimer(k, sv []byte) (Timer, error) {
 		return t, corruptf(bucketTimers, k, "timer does not decode: %v", err)
 	}
 	return t, nil
+}
+
+// putTimers writes and deletes a batch's timers, all of run runID.
+func putTimers(w *wtx, runID string, put, del []Timer) error {
+	for _, t := range put {
+		if t.RunID != runID {
+			return fmt.Errorf("%w: timer for run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
+		}
+		if err := checkTime(t.FireAt, "timer"); err != nil {
+			return err
+		}
+		t.FireAt = t.FireAt.UTC()
+		tv, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		if err := w.put(bTimers, timerKey(t), tv); err != nil {
+			return err
+		}
+	}
+	for _, t := range del {
+		if t.RunID != runID {
+			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", ErrBadBatch, t.RunID, runID)
+		}
+		if err := w.del(bTimers, timerKey(t)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

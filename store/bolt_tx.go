@@ -320,3 +320,26 @@ func (s *Bolt) JournalBytes() int64 {
 	}
 	return s.j.size
 }
+
+// packed reads a value stored with packValue (a session's record, a
+// module's bytes) and returns a copy of its bytes, unpacked: the stored
+// ones are only valid in the transaction. A missing key is notFound.
+func (s *Bolt) packed(id bucketID, key string, notFound error) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v, err := getValue(tx, id, []byte(key))
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%w: %s", notFound, key)
+		}
+		data, err := unpackValue(v)
+		if err != nil {
+			return corruptf(bucketNames[id], []byte(key), "%v", err)
+		}
+		out = append([]byte(nil), data...)
+		return nil
+	})
+	return out, err
+}
