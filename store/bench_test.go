@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandflow/sandflow/store/internal/integrity"
 )
 
 // stepBatch is what one host step typically commits: two events.
@@ -153,8 +155,8 @@ func BenchmarkValueChecksum200B(b *testing.B) {
 	v := bytes.Repeat([]byte("x"), 200)
 	buf := make([]byte, 0, 256)
 	for b.Loop() {
-		sv := sealValue(buf[:0], bucketEvents, k, v)
-		if _, err := openValue(bucketEvents, k, sv); err != nil {
+		sv := integrity.Seal(buf[:0], bucketEvents, k, v)
+		if _, err := integrity.Open(bucketEvents, k, sv); err != nil {
 			b.Fatal(err)
 		}
 	}

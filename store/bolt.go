@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -156,7 +157,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		newOK = fc.meta.txid <= 1 && fc.meta.pgid == 4
 	}
 	var db *bolt.DB
-	err = guard("open", nil, func() error {
+	err = integrity.Guard("open", nil, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
 			Timeout: o.LockTimeout, NoSync: o.NoSync, NoGrowSync: o.NoSync, NoFreelistSync: true, ReadOnly: o.ReadOnly,
@@ -175,7 +176,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s := &Bolt{db: db, threshold: o.CompressThreshold, delay: journalMaxDelay, readOnly: o.ReadOnly, pages: pages}
-	if err := guard("open", nil, func() error { return s.init(path, newOK, o) }); err != nil {
+	if err := integrity.Guard("open", nil, func() error { return s.init(path, newOK, o) }); err != nil {
 		if s.j != nil {
 			s.j.unmapJournal()
 			s.j.f.Close()
@@ -328,12 +329,12 @@ func checkFormat(tx *bolt.Tx, path string, newOK bool) (fresh bool, err error) {
 	if len(raw) == 4 && binary.BigEndian.Uint32(raw) >= 1 && binary.BigEndian.Uint32(raw) < schemaVersion {
 		return false, &OldFormatError{Path: path, Version: binary.BigEndian.Uint32(raw)}
 	}
-	v, err := openValue(bucketMeta, metaSchema, raw)
+	v, err := integrity.Open(bucketMeta, metaSchema, raw)
 	if err != nil {
 		return false, err
 	}
 	if len(v) != 4 {
-		return false, corruptf(bucketMeta, metaSchema, "format version is %d bytes", len(v))
+		return false, integrity.Corruptf(bucketMeta, metaSchema, "format version is %d bytes", len(v))
 	}
 	if n := binary.BigEndian.Uint32(v); n != schemaVersion {
 		return false, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %d; this build reads format %d", n, schemaVersion)}
@@ -348,7 +349,7 @@ func createBuckets(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	return tx.Bucket(bucketMeta).Put(metaSchema, sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+	return tx.Bucket(bucketMeta).Put(metaSchema, integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
 }
 
 // bucketIndex is a bucket name's index in bucketNames, or -1.
@@ -393,7 +394,7 @@ func (s *Bolt) Close() error {
 	s.timer.Stop()
 	err := s.broken
 	if err == nil {
-		err = guard("checkpoint", s.breakLocked, s.checkpoint)
+		err = integrity.Guard("checkpoint", s.breakLocked, s.checkpoint)
 	}
 	if s.tx != nil {
 		rollback(s.tx)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -47,12 +48,12 @@ func (s *Bolt) Asks(ctx context.Context, openOnly bool) ([]Ask, error) {
 
 // decodeAskValue checks and decodes a stored question record.
 func decodeAskValue(k, sv []byte, a *Ask) error {
-	v, err := openValue(bucketAsks, k, sv)
+	v, err := integrity.Open(bucketAsks, k, sv)
 	if err != nil {
 		return err
 	}
 	if err := decodeAsk(v, a); err != nil {
-		return corruptf(bucketAsks, k, "question record does not decode: %v", err)
+		return integrity.Corruptf(bucketAsks, k, "question record does not decode: %v", err)
 	}
 	return nil
 }
@@ -71,7 +72,7 @@ func putAsks(w *wtx, runID string, asks []Ask) error {
 		if v != nil && !askOfRun(v, a.ID, runID) {
 			var prev Ask
 			if err := decodeAsk(v, &prev); err != nil {
-				return corruptf(bucketAsks, []byte(a.ID), "question record does not decode: %v", err)
+				return integrity.Corruptf(bucketAsks, []byte(a.ID), "question record does not decode: %v", err)
 			}
 			if prev.RunID != runID {
 				return fmt.Errorf("%w: question %s belongs to run %s", ErrBadBatch, a.ID, prev.RunID)

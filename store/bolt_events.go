@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -38,13 +39,13 @@ func (s *Bolt) Events(ctx context.Context, runID string, after uint64, limit int
 			if len(k) != len(prefix)+8 {
 				continue
 			}
-			v, err := openValue(bucketEvents, k, v)
+			v, err := integrity.Open(bucketEvents, k, v)
 			if err != nil {
 				return err
 			}
 			e, err := d.decode(binary.BigEndian.Uint64(k[len(prefix):]), v)
 			if err != nil {
-				return corruptf(bucketEvents, k, "%v", err)
+				return integrity.Corruptf(bucketEvents, k, "%v", err)
 			}
 			out = append(out, e)
 			if limit > 0 && len(out) >= limit {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -50,12 +51,12 @@ func (s *Bolt) Hook(ctx context.Context, token string) (Hook, error) {
 // decodeHook checks and decodes a stored hook token's holder.
 func decodeHook(k, sv []byte) (Hook, error) {
 	var h Hook
-	v, err := openValue(bucketHooks, k, sv)
+	v, err := integrity.Open(bucketHooks, k, sv)
 	if err != nil {
 		return h, err
 	}
 	if err := json.Unmarshal(v, &h); err != nil {
-		return h, corruptf(bucketHooks, k, "hook does not decode: %v", err)
+		return h, integrity.Corruptf(bucketHooks, k, "hook does not decode: %v", err)
 	}
 	return h, nil
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -163,12 +164,12 @@ func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
 // decodePlugin checks and decodes a stored plugin version.
 func decodePlugin(k, sv []byte) (Plugin, error) {
 	var p Plugin
-	v, err := openValue(bucketPlugins, k, sv)
+	v, err := integrity.Open(bucketPlugins, k, sv)
 	if err != nil {
 		return p, err
 	}
 	if err := json.Unmarshal(v, &p); err != nil {
-		return p, corruptf(bucketPlugins, k, "plugin record does not decode: %v", err)
+		return p, integrity.Corruptf(bucketPlugins, k, "plugin record does not decode: %v", err)
 	}
 	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -136,7 +137,7 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 				k := []byte(e.id)
 				v := runs.Get(k)
 				if v == nil {
-					return corruptf(bucketRuns, k, "the run is indexed and has no record")
+					return integrity.Corruptf(bucketRuns, k, "the run is indexed and has no record")
 				}
 				if err := decodeRunValue(k, v, &r); err != nil {
 					return err
@@ -191,7 +192,7 @@ func (s *Bolt) indexRuns() error {
 	if s.readOnly {
 		return s.view(s.idx.build)
 	}
-	return guard("read", s.markBroken, func() error {
+	return integrity.Guard("read", s.markBroken, func() error {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		if s.closed {
@@ -233,12 +234,12 @@ func runRecord(tx *bolt.Tx, runID string) (Run, error) {
 
 // decodeRunValue checks and decodes a stored run record.
 func decodeRunValue(k, sv []byte, r *Run) error {
-	v, err := openValue(bucketRuns, k, sv)
+	v, err := integrity.Open(bucketRuns, k, sv)
 	if err != nil {
 		return err
 	}
 	if err := decodeRun(v, r); err != nil {
-		return corruptf(bucketRuns, k, "run record does not decode: %v", err)
+		return integrity.Corruptf(bucketRuns, k, "run record does not decode: %v", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -57,7 +58,7 @@ func (s *Bolt) seqValue(bucket bucketID, runID string, notFound error, what stri
 			return fmt.Errorf("%w: run %s", notFound, runID)
 		}
 		if len(v) < 8 {
-			return corruptf(bucketNames[bucket], []byte(runID), "%s is %d bytes", what, len(v))
+			return integrity.Corruptf(bucketNames[bucket], []byte(runID), "%s is %d bytes", what, len(v))
 		}
 		seq, data = binary.BigEndian.Uint64(v), append([]byte(nil), v[8:]...)
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -54,12 +55,12 @@ func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
 // decodeTimer checks and decodes a stored timer.
 func decodeTimer(k, sv []byte) (Timer, error) {
 	var t Timer
-	v, err := openValue(bucketTimers, k, sv)
+	v, err := integrity.Open(bucketTimers, k, sv)
 	if err != nil {
 		return t, err
 	}
 	if err := json.Unmarshal(v, &t); err != nil {
-		return t, corruptf(bucketTimers, k, "timer does not decode: %v", err)
+		return t, integrity.Corruptf(bucketTimers, k, "timer does not decode: %v", err)
 	}
 	return t, nil
 }

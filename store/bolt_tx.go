@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
 // view runs fn on the open write transaction when there is one, so it
 // sees every write that returned, else in a read transaction.
 func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
-	return guard("read", s.markBroken, func() error { return s.view1(fn) })
+	return integrity.Guard("read", s.markBroken, func() error { return s.view1(fn) })
 }
 
 func (s *Bolt) view1(fn func(tx *bolt.Tx) error) error {
@@ -48,7 +49,7 @@ func (s *Bolt) update(fn func(w *wtx) error) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
-	return guard("write", s.markBroken, func() error { return s.update1(fn) })
+	return integrity.Guard("write", s.markBroken, func() error { return s.update1(fn) })
 }
 
 // markBroken stops the store's writes after bbolt failed on the file in
@@ -71,7 +72,7 @@ func (s *Bolt) markBroken(err error) {
 // rollback ends a transaction, which bbolt may fail to do on a damaged
 // file: that is then known already.
 func rollback(tx *bolt.Tx) {
-	_ = guard("rollback", nil, tx.Rollback)
+	_ = integrity.Guard("rollback", nil, tx.Rollback)
 }
 
 func (s *Bolt) update1(fn func(w *wtx) error) error {
@@ -276,7 +277,7 @@ func (s *Bolt) Checkpoint() error {
 	if s.broken != nil {
 		return s.broken
 	}
-	return guard("checkpoint", s.breakLocked, s.checkpoint)
+	return integrity.Guard("checkpoint", s.breakLocked, s.checkpoint)
 }
 
 // breakLocked is markBroken for a caller holding wmu.
@@ -293,7 +294,7 @@ func (s *Bolt) breakLocked(err error) {
 // checkpointLater is the timer's: a checkpoint journalMaxDelay after the
 // first record since the last.
 func (s *Bolt) checkpointLater() {
-	_ = guard("checkpoint", s.markBroken, func() error { s.checkpointLater1(); return nil })
+	_ = integrity.Guard("checkpoint", s.markBroken, func() error { s.checkpointLater1(); return nil })
 }
 
 func (s *Bolt) checkpointLater1() {
@@ -336,7 +337,7 @@ func (s *Bolt) packed(id bucketID, key string, notFound error) ([]byte, error) {
 		}
 		data, err := unpackValue(v)
 		if err != nil {
-			return corruptf(bucketNames[id], []byte(key), "%v", err)
+			return integrity.Corruptf(bucketNames[id], []byte(key), "%v", err)
 		}
 		out = append([]byte(nil), data...)
 		return nil

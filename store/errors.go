@@ -1,6 +1,10 @@
 package store
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sandflow/sandflow/store/internal/integrity"
+)
 
 // Sentinel errors of the store. Compare with errors.Is.
 var (
@@ -48,10 +52,10 @@ var (
 	// ErrCorrupt is matched by every *CorruptError: stored bytes are
 	// damaged (a checksum that does not match, a value that does not
 	// decode, a damaged page or journal record).
-	ErrCorrupt = errors.New("store: corrupt")
+	ErrCorrupt = integrity.ErrCorrupt
 	// ErrNotStore is matched by *NotStoreError: Open found a file that is
 	// empty or of another format.
-	ErrNotStore = errors.New("store: not a store file")
+	ErrNotStore = integrity.ErrNotStore
 	// ErrOldFormat is matched by *OldFormatError: the file is in a format
 	// from before checksums, which Upgrade converts.
 	ErrOldFormat = errors.New("store: old store format")

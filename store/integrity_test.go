@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -187,7 +188,7 @@ func TestCorruptValueNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 1 || rep.Findings[0].Bucket != "events" || rep.Findings[0].Key != printKey(eventKey("run-b", 100)) {
+	if len(rep.Findings) != 1 || rep.Findings[0].Bucket != "events" || rep.Findings[0].Key != integrity.PrintKey(eventKey("run-b", 100)) {
 		t.Fatalf("Verify findings %+v, want one for events run-b#100", rep.Findings)
 	}
 	if rep.Runs != 3 || rep.Events != 600 || rep.Pages == 0 {
@@ -200,7 +201,7 @@ func TestCorruptValueNamed(t *testing.T) {
 func TestGuard(t *testing.T) {
 	raised := func(fn func() error) (r any) {
 		defer func() { r = recover() }()
-		_ = guard("test", nil, fn)
+		_ = integrity.Guard("test", nil, fn)
 		return nil
 	}
 	if r := raised(func() error { panic("a bug") }); r != "a bug" {
@@ -225,7 +226,7 @@ func TestGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	onPanic := 0
-	err = guard("test", func(error) { onPanic++ }, func() error {
+	err = integrity.Guard("test", func(error) { onPanic++ }, func() error {
 		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -112,9 +113,9 @@ func (w *wtx) put(id bucketID, k, v []byte) error {
 	w.rec = append(w.rec, opPut, byte(id))
 	w.rec = binary.AppendUvarint(w.rec, uint64(len(k)))
 	w.rec = append(w.rec, k...)
-	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)+sumSize))
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)+integrity.SumSize))
 	start := len(w.rec)
-	w.rec = sealValue(w.rec, name, k, v)
+	w.rec = integrity.Seal(w.rec, name, k, v)
 	sv := w.rec[start:len(w.rec):len(w.rec)]
 	if err := w.tx.Bucket(name).Put(k, sv); err != nil {
 		return err
@@ -124,13 +125,13 @@ func (w *wtx) put(id bucketID, k, v []byte) error {
 
 // get returns the checked value under k, nil when there is none.
 func (w *wtx) get(id bucketID, k []byte) ([]byte, error) {
-	return openValue(bucketNames[id], k, w.tx.Bucket(bucketNames[id]).Get(k))
+	return integrity.Open(bucketNames[id], k, w.tx.Bucket(bucketNames[id]).Get(k))
 }
 
 // getValue returns the checked value under k in tx, nil when there is
 // none.
 func getValue(tx *bolt.Tx, id bucketID, k []byte) ([]byte, error) {
-	return openValue(bucketNames[id], k, tx.Bucket(bucketNames[id]).Get(k))
+	return integrity.Open(bucketNames[id], k, tx.Bucket(bucketNames[id]).Get(k))
 }
 
 func (w *wtx) del(id bucketID, k []byte) error {
@@ -378,13 +379,13 @@ func readCheckpoint(tx *bolt.Tx) (uint64, error) {
 		return 0, err
 	}
 	if len(v) != 8 {
-		return 0, corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
+		return 0, integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
 
 func putCheckpoint(tx *bolt.Tx, seq uint64) error {
-	return tx.Bucket(bucketMeta).Put(metaJournal, sealValue(nil, bucketMeta, metaJournal, binary.BigEndian.AppendUint64(nil, seq)))
+	return tx.Bucket(bucketMeta).Put(metaJournal, integrity.Seal(nil, bucketMeta, metaJournal, binary.BigEndian.AppendUint64(nil, seq)))
 }
 
 // recoverJournal applies the records after the file's last checkpoint to

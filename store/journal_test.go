@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -422,7 +423,9 @@ func TestAppendRefusesStrayEvents(t *testing.T) {
 		v, err := encodeEvent(Event{Seq: stray, Time: crashBase, Kind: "stray"}, 0)
 		if err == nil {
 			k := eventKey(crashRun, stray)
-			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(k, sealValue(nil, bucketEvents, k, v)) })
+			err = db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketEvents).Put(k, integrity.Seal(nil, bucketEvents, k, v))
+			})
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr

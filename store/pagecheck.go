@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+
+	"github.com/sandflow/sandflow/store/internal/integrity"
 )
 
 // bbolt reads its file through a memory map and trusts what it finds: a
@@ -244,7 +246,7 @@ func (w *pageWalker) nodes(id uint64, b, lo, hi []byte, depth int) error {
 		}
 		key := b[start : start+uint64(ksize)]
 		if (prev != nil && (bytes.Compare(key, prev) < 0 || i > 0 && bytes.Equal(key, prev))) || (hi != nil && bytes.Compare(key, hi) >= 0) {
-			return w.bad(id, "element %d: key %s out of order", i, printKey(key))
+			return w.bad(id, "element %d: key %s out of order", i, integrity.PrintKey(key))
 		}
 		prev = key
 		if flags == boltBranchPage {
@@ -269,17 +271,17 @@ func (w *pageWalker) nodes(id uint64, b, lo, hi []byte, depth int) error {
 		}
 		v := b[start+uint64(ksize) : end]
 		if len(v) < 16 {
-			return w.bad(id, "bucket %s: header is %d bytes", printKey(key), len(v))
+			return w.bad(id, "bucket %s: header is %d bytes", integrity.PrintKey(key), len(v))
 		}
 		if root := le.Uint64(v); root != 0 {
-			if err := w.page(root, nil, nil, depth+1, "bucket "+printKey(key)); err != nil {
+			if err := w.page(root, nil, nil, depth+1, "bucket "+integrity.PrintKey(key)); err != nil {
 				return err
 			}
 			continue
 		}
 		inline := v[16:]
 		if len(inline) < boltPageHeader || le.Uint16(inline[8:]) != boltLeafPage {
-			return w.bad(id, "bucket %s: inline page is not a leaf", printKey(key))
+			return w.bad(id, "bucket %s: inline page is not a leaf", integrity.PrintKey(key))
 		}
 		if err := w.nodes(id, inline, nil, nil, depth+1); err != nil {
 			return err

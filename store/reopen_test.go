@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -351,7 +352,7 @@ func TestOpenSchemaMismatch(t *testing.T) {
 		}
 	}
 	sealed := func(n uint32) []byte {
-		return sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, n))
+		return integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, n))
 	}
 	for _, c := range []struct {
 		v    []byte

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -42,7 +43,7 @@ func Upgrade(path string) (int, error) {
 		return 0, err
 	}
 	var db *bolt.DB
-	err = guard("open", nil, func() error {
+	err = integrity.Guard("open", nil, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true,
 			OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
@@ -54,7 +55,7 @@ func Upgrade(path string) (int, error) {
 	}
 	defer db.Close()
 	var n int
-	err = guard("upgrade", nil, func() error {
+	err = integrity.Guard("upgrade", nil, func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			meta := tx.Bucket(bucketMeta)
 			if meta == nil {
@@ -62,7 +63,7 @@ func Upgrade(path string) (int, error) {
 			}
 			raw := meta.Get(metaSchema)
 			if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
-				if _, err := openValue(bucketMeta, metaSchema, raw); err == nil && raw != nil {
+				if _, err := integrity.Open(bucketMeta, metaSchema, raw); err == nil && raw != nil {
 					return errCurrentFormat // rolled back: nothing written
 				}
 				return &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
@@ -90,13 +91,13 @@ func Upgrade(path string) (int, error) {
 			}
 			if last != nil {
 				if len(last) != 8 {
-					return corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
+					return integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
 				}
-				if err := meta.Put(metaJournal, sealValue(nil, bucketMeta, metaJournal, last)); err != nil {
+				if err := meta.Put(metaJournal, integrity.Seal(nil, bucketMeta, metaJournal, last)); err != nil {
 					return err
 				}
 			}
-			return meta.Put(metaSchema, sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+			return meta.Put(metaSchema, integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
 		})
 	})
 	if errors.Is(err, errCurrentFormat) {
@@ -131,7 +132,7 @@ func upgradeJournal(tx *bolt.Tx, path string) error {
 	var last uint64
 	if v := tx.Bucket(bucketMeta).Get(metaJournal); v != nil {
 		if len(v) != 8 {
-			return corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
+			return integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
 		}
 		last = binary.BigEndian.Uint64(v)
 	}
@@ -175,7 +176,7 @@ func sealBucket(b *bolt.Bucket, id bucketID) (int, error) {
 			if err := checkOldValue(id, k, v); err != nil {
 				return n, err
 			}
-			batch = append(batch, kv{bytes.Clone(k), sealValue(nil, name, k, v)})
+			batch = append(batch, kv{bytes.Clone(k), integrity.Seal(nil, name, k, v)})
 		}
 		for _, e := range batch {
 			if err := b.Put(e.k, e.v); err != nil {
@@ -200,7 +201,7 @@ func checkOldValue(id bucketID, k, v []byte) error {
 		err = decodeRun(v, &r)
 	case bEvents:
 		if len(k) < 10 {
-			return corruptf(name, k, "not an event key")
+			return integrity.Corruptf(name, k, "not an event key")
 		}
 		_, err = decodeEvent(binary.BigEndian.Uint64(k[len(k)-8:]), v)
 	case bAsks:
@@ -217,7 +218,7 @@ func checkOldValue(id bucketID, k, v []byte) error {
 		}
 	}
 	if err != nil {
-		return corruptf(name, k, "old value does not decode, so it is not sealed: %v", err)
+		return integrity.Corruptf(name, k, "old value does not decode, so it is not sealed: %v", err)
 	}
 	return nil
 }

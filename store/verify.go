@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -78,7 +79,7 @@ func (r *Report) addErr(err error) {
 	case errors.As(err, &ce):
 		key := ""
 		if ce.Key != nil {
-			key = printKey(ce.Key)
+			key = integrity.PrintKey(ce.Key)
 		}
 		r.add(Finding{Bucket: ce.Bucket, Key: key, Offset: ce.Offset, What: ce.What})
 	case errors.As(err, &ne):
@@ -93,7 +94,7 @@ func (r *Report) addErr(err error) {
 func (r *Report) bad(bucket, key []byte, format string, args ...any) {
 	k := ""
 	if key != nil {
-		k = printKey(key)
+		k = integrity.PrintKey(key)
 	}
 	r.add(Finding{Bucket: string(bucket), Key: k, Offset: -1, What: fmt.Sprintf(format, args...)})
 }
@@ -125,7 +126,7 @@ func Verify(path string) (*Report, error) {
 	}
 	defer s.Close()
 	rep.Pages = s.pages
-	err = guard("verify", nil, func() error { return s.db.View(func(tx *bolt.Tx) error { return verifyTx(tx, rep) }) })
+	err = integrity.Guard("verify", nil, func() error { return s.db.View(func(tx *bolt.Tx) error { return verifyTx(tx, rep) }) })
 	if err != nil {
 		rep.addErr(err)
 	}
@@ -172,7 +173,7 @@ func checkRecord(body []byte) error {
 			return errors.New("bad value")
 		}
 		body = rest
-		if _, err := openValue(name, k, v); err != nil {
+		if _, err := integrity.Open(name, k, v); err != nil {
 			return err
 		}
 	}
@@ -198,7 +199,7 @@ func verifyTx(tx *bolt.Tx, rep *Report) error {
 		}
 		_ = b.ForEach(func(k, sv []byte) error {
 			rep.Values[string(name)]++
-			v, err := openValue(name, k, sv)
+			v, err := integrity.Open(name, k, sv)
 			if err != nil {
 				rep.addErr(err)
 				return nil
