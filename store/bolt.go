@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/pagecheck"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -115,7 +116,7 @@ var _ Store = (*Bolt)(nil)
 // may be nil.
 //
 // Only a missing file is created. A file that exists is checked before
-// bbolt reads it (pagecheck.go): an empty or foreign file is refused with
+// bbolt reads it (internal/pagecheck): an empty or foreign file is refused with
 // a *NotStoreError, a damaged one with a *CorruptError, a store of an
 // older format with an *OldFormatError. With Options.ReadOnly the file is
 // opened for reading only and never written, and a missing file is
@@ -153,8 +154,8 @@ func Open(path string, opts *Options) (*Bolt, error) {
 			f.Close()
 			return nil, err
 		}
-		pages = fc.pages
-		newOK = fc.meta.txid <= 1 && fc.meta.pgid == 4
+		pages = fc.Pages
+		newOK = fc.Meta.TxID <= 1 && fc.Meta.PGID == 4
 	}
 	var db *bolt.DB
 	err = integrity.Guard("open", nil, func() error {
@@ -215,20 +216,20 @@ func openFile(path string, readOnly bool) (f *os.File, created bool, err error) 
 // before it, which is right only after a crash in the middle of a
 // checkpoint: then the journal still holds what that checkpoint wrote.
 // Without such records it is damage.
-func checkExisting(f *os.File, path string) (*fileCheck, error) {
-	size, err := statSize(f)
+func checkExisting(f *os.File, path string) (*pagecheck.Result, error) {
+	size, err := pagecheck.Size(f)
 	if err != nil {
 		return nil, fmt.Errorf("store: stat %s: %w", path, err)
 	}
 	if size == 0 {
 		return nil, &NotStoreError{Path: path, Reason: "the file is empty (0 bytes); a store is never initialised over an existing file: remove it only if it holds nothing you need"}
 	}
-	fc, err := checkFile(f, size, path)
+	fc, err := pagecheck.File(f, size, path)
 	if err != nil {
 		return nil, err
 	}
-	if fc.badMeta >= 0 && !journalHasRecords(path) {
-		return nil, &CorruptError{Bucket: "file", Offset: int64(fc.badMeta * fc.pageSize), What: fmt.Sprintf("meta page %d is damaged, and no journal explains it as a checkpoint cut off by a crash", fc.badMeta)}
+	if fc.BadMeta >= 0 && !journalHasRecords(path) {
+		return nil, &CorruptError{Bucket: "file", Offset: int64(fc.BadMeta * fc.PageSize), What: fmt.Sprintf("meta page %d is damaged, and no journal explains it as a checkpoint cut off by a crash", fc.BadMeta)}
 	}
 	return fc, nil
 }

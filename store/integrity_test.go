@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/pagecheck"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -216,12 +217,12 @@ func TestGuard(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sandflow.db")
 	corpusFixture(t, path)
 	b, _ := os.ReadFile(path)
-	fc, err := checkFile(bytes.NewReader(b), int64(len(b)), path)
+	fc, err := pagecheck.File(bytes.NewReader(b), int64(len(b)), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := int(fc.meta.root) * fc.pageSize
-	binary.NativeEndian.PutUint64(b[root:], fc.meta.root+1)
+	root := int(fc.Meta.Root) * fc.PageSize
+	binary.NativeEndian.PutUint64(b[root:], fc.Meta.Root+1)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +269,8 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	size, _ := statSize(f)
-	fc, err := checkFile(f, size, path)
+	size, _ := pagecheck.Size(f)
+	fc, err := pagecheck.File(f, size, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 	defer db.Close()
 	var inUse uint64
 	err = db.View(func(tx *bolt.Tx) error {
-		for id := 2; int64(id) < tx.Size()/int64(fc.pageSize); id++ {
+		for id := 2; int64(id) < tx.Size()/int64(fc.PageSize); id++ {
 			if pi, err := tx.Page(id); err == nil && pi != nil && (pi.Type == "branch" || pi.Type == "leaf") {
 				inUse += uint64(1 + pi.OverflowCount)
 			}
@@ -291,7 +292,7 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.pageSize != db.Info().PageSize || fc.pages != inUse+2 { // + the two meta pages
-		t.Fatalf("page check: page size %d, %d pages; bbolt: %d, %d branch and leaf pages + 2 meta", fc.pageSize, fc.pages, db.Info().PageSize, inUse)
+	if fc.PageSize != db.Info().PageSize || fc.Pages != inUse+2 { // + the two meta pages
+		t.Fatalf("page check: page size %d, %d pages; bbolt: %d, %d branch and leaf pages + 2 meta", fc.PageSize, fc.Pages, db.Info().PageSize, inUse)
 	}
 }

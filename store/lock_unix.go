@@ -11,7 +11,7 @@ import (
 
 // lockFile takes f's lock as bbolt does (flock, exclusive to write,
 // shared to read), retrying until timeout, so that the file is checked
-// (checkFile) with no writer in it. bbolt, handed the same open file,
+// (pagecheck.File) with no writer in it. bbolt, handed the same open file,
 // takes the lock again, which the holder of it is granted at once.
 func lockFile(f *os.File, exclusive bool, timeout time.Duration) error {
 	how := syscall.LOCK_SH
