@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	"github.com/sandflow/sandflow/store/internal/pagecheck"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -88,7 +89,7 @@ type Bolt struct {
 	// the last one, within limits, so that a run's commits, alike from one
 	// to the next, do not grow theirs by doubling.
 	recCap int
-	j      *journal
+	j      *journal.File
 	timer  *time.Timer // checkpoints delay after the first pending record
 	delay  time.Duration
 	armed  bool
@@ -179,8 +180,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 	s := &Bolt{db: db, threshold: o.CompressThreshold, delay: journalMaxDelay, readOnly: o.ReadOnly, pages: pages}
 	if err := integrity.Guard("open", nil, func() error { return s.init(path, newOK, o) }); err != nil {
 		if s.j != nil {
-			s.j.unmapJournal()
-			s.j.f.Close()
+			s.j.Close()
 		}
 		db.Close()
 		return nil, err
@@ -228,7 +228,7 @@ func checkExisting(f *os.File, path string) (*pagecheck.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fc.BadMeta >= 0 && !journalHasRecords(path) {
+	if fc.BadMeta >= 0 && !journal.HasRecords(path) {
 		return nil, &CorruptError{Bucket: "file", Offset: int64(fc.BadMeta * fc.PageSize), What: fmt.Sprintf("meta page %d is damaged, and no journal explains it as a checkpoint cut off by a crash", fc.BadMeta)}
 	}
 	return fc, nil
@@ -254,7 +254,7 @@ func (s *Bolt) init(path string, newOK bool, o Options) error {
 	if err != nil {
 		return err
 	}
-	j, data, err := openJournal(path, !o.NoSync)
+	j, data, err := journal.Open(path, !o.NoSync)
 	if err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func (s *Bolt) initReadOnly(path string, newOK bool, o Options) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("store: read journal: %w", err)
 	}
-	redo, err := scanJournal(data, last)
+	redo, err := journal.Scan(data, last)
 	if err != nil {
 		return err
 	}
@@ -401,13 +401,12 @@ func (s *Bolt) Close() error {
 		rollback(s.tx)
 		s.tx = nil
 	}
-	empty := err == nil && s.j.size == 0
-	s.j.unmapJournal()
-	if cerr := s.j.f.Close(); err == nil {
+	empty := err == nil && s.j.Size() == 0
+	if cerr := s.j.Close(); err == nil {
 		err = cerr
 	}
 	if empty {
-		os.Remove(s.j.path)
+		os.Remove(s.j.Path())
 	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -32,7 +33,7 @@ func (s *Bolt) view1(fn func(tx *bolt.Tx) error) error {
 	// No write is seen before it is durable: what was appended and waits
 	// for a sync is synced now, with the writes held off. After a failed
 	// sync nothing is read.
-	if err := s.durable(s.j.written.Load()); err != nil {
+	if err := s.durable(s.j.Written()); err != nil {
 		s.broken = err
 		return err
 	}
@@ -108,17 +109,17 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 	if err := s.begin(); err != nil {
 		return 0, err
 	}
-	w := wtx{tx: s.tx, rec: make([]byte, journalHeader, max(s.recCap, minRecCap))}
+	w := wtx{tx: s.tx, rec: make([]byte, journal.Header, max(s.recCap, minRecCap))}
 	err := fn(&w)
 	if !w.changed() {
 		return 0, err
 	}
 	if err == nil {
-		r := w.seal(s.j.next)
+		r := w.seal(s.j.Next())
 		s.recCap = min(len(r), maxRecCap)
-		if err = s.j.append(r); err == nil {
+		if err = s.j.Append(r); err == nil {
 			s.idx.put(w.runs)
-			end := s.j.written.Load()
+			end := s.j.Written()
 			s.pending = append(s.pending, r)
 			s.jbytes += len(r)
 			if len(s.pending) >= journalMaxRecords || s.jbytes >= journalMaxBytes {
@@ -144,6 +145,9 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 	return 0, err
 }
 
+// syncJournal syncs the journal file; tests make it fail.
+var syncJournal = journal.Fdatasync
+
 // The bounds of Bolt.recCap.
 const (
 	minRecCap = 512
@@ -155,7 +159,7 @@ const (
 // everything appended so far; the others wait for it, and go again if it
 // did not reach them.
 func (s *Bolt) durable(end uint64) error {
-	if !s.j.sync {
+	if !s.j.Syncs() {
 		return nil
 	}
 	s.smu.Lock()
@@ -169,9 +173,9 @@ func (s *Bolt) durable(end uint64) error {
 			continue
 		}
 		s.syncing = true
-		target := s.j.written.Load() // not below end: end was read after its append
+		target := s.j.Written() // not below end: end was read after its append
 		s.smu.Unlock()
-		err := syncJournal(s.j.f)
+		err := syncJournal(s.j.OS())
 		s.smu.Lock()
 		s.syncing = false
 		if err != nil {
@@ -189,7 +193,7 @@ func (s *Bolt) durable(end uint64) error {
 // file, after a checkpoint), releasing the writers waiting for a sync.
 func (s *Bolt) allDurable() {
 	s.smu.Lock()
-	if w := s.j.written.Load(); w > s.synced {
+	if w := s.j.Written(); w > s.synced {
 		s.synced = w
 	}
 	s.smu.Unlock()
@@ -207,9 +211,9 @@ func (s *Bolt) begin() error {
 		return err
 	}
 	for _, r := range s.pending {
-		if err := applyRecord(tx, r[journalHeader:]); err != nil {
+		if err := journal.Apply(tx, r[journal.Header:], bucketNames[:]); err != nil {
 			tx.Rollback()
-			s.broken = fmt.Errorf("%w: record %d again: %v", ErrJournalBroken, recordSeq(r), err)
+			s.broken = fmt.Errorf("%w: record %d again: %v", ErrJournalBroken, journal.Seq(r), err)
 			return s.broken
 		}
 	}
@@ -245,7 +249,7 @@ func (s *Bolt) checkpoint() error {
 	}
 	tx := s.tx
 	s.tx = nil
-	last := recordSeq(s.pending[len(s.pending)-1])
+	last := journal.Seq(s.pending[len(s.pending)-1])
 	if err := putCheckpoint(tx, last); err != nil {
 		tx.Rollback()
 		return err
@@ -254,7 +258,7 @@ func (s *Bolt) checkpoint() error {
 		return fmt.Errorf("store: checkpoint: %w", err)
 	}
 	s.pending, s.jbytes = nil, 0
-	s.j.reset()
+	s.j.Reset()
 	s.allDurable()
 	return nil
 }
@@ -319,7 +323,7 @@ func (s *Bolt) JournalBytes() int64 {
 	if s.j == nil {
 		return 0
 	}
-	return s.j.size
+	return s.j.Size()
 }
 
 // packed reads a value stored with packValue (a session's record, a

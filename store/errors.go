@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 )
 
 // Sentinel errors of the store. Compare with errors.Is.
@@ -48,7 +49,7 @@ var (
 	// ErrJournalBroken is returned by every write after the store could not
 	// append to its journal and leave it in a known state (a failed sync):
 	// the writes that returned before are safe; reopen the store.
-	ErrJournalBroken = errors.New("store: journal broken, reopen the store")
+	ErrJournalBroken = journal.ErrBroken
 	// ErrCorrupt is matched by every *CorruptError: stored bytes are
 	// damaged (a checksum that does not match, a value that does not
 	// decode, a damaged page or journal record).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -136,15 +137,15 @@ func upgradeJournal(tx *bolt.Tx, path string) error {
 		}
 		last = binary.BigEndian.Uint64(v)
 	}
-	redo, err := scanJournal(data, last)
+	redo, err := journal.Scan(data, last)
 	if err != nil {
 		return err
 	}
 	for _, r := range redo {
-		if err := applyRecord(tx, r[journalHeader:]); err != nil {
-			return &CorruptError{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", recordSeq(r), err)}
+		if err := journal.Apply(tx, r[journal.Header:], bucketNames[:]); err != nil {
+			return &CorruptError{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", journal.Seq(r), err)}
 		}
-		last = recordSeq(r)
+		last = journal.Seq(r)
 	}
 	if len(redo) > 0 {
 		return tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last))

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -139,14 +140,14 @@ func Verify(path string) (*Report, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("store: verify: read journal: %w", err)
 	}
-	redo, err := scanJournal(data, last)
+	redo, err := journal.Scan(data, last)
 	if err != nil {
 		rep.addErr(err)
 	}
 	rep.JournalRecords = len(redo)
 	for _, r := range redo {
-		if err := checkRecord(r[journalHeader:]); err != nil {
-			rep.add(Finding{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", recordSeq(r), err)})
+		if err := checkRecord(r[journal.Header:]); err != nil {
+			rep.add(Finding{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", journal.Seq(r), err)})
 		}
 	}
 	return rep, nil
@@ -156,19 +157,19 @@ func Verify(path string) (*Report, error) {
 // the values it puts.
 func checkRecord(body []byte) error {
 	for len(body) > 0 {
-		if len(body) < 2 || (body[0] != opPut && body[0] != opDelete) || int(body[1]) >= len(bucketNames) {
+		if len(body) < 2 || (body[0] != journal.OpPut && body[0] != journal.OpDelete) || int(body[1]) >= len(bucketNames) {
 			return errors.New("bad operation")
 		}
 		op, name := body[0], bucketNames[body[1]]
-		k, rest, ok := cutBytes(body[2:])
+		k, rest, ok := journal.Cut(body[2:])
 		if !ok || len(k) == 0 {
 			return errors.New("bad key")
 		}
 		body = rest
-		if op == opDelete {
+		if op == journal.OpDelete {
 			continue
 		}
-		v, rest, ok := cutBytes(body)
+		v, rest, ok := journal.Cut(body)
 		if !ok {
 			return errors.New("bad value")
 		}
