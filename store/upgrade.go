@@ -58,47 +58,9 @@ func Upgrade(path string) (int, error) {
 	var n int
 	err = integrity.Guard("upgrade", nil, func() error {
 		return db.Update(func(tx *bolt.Tx) error {
-			meta := tx.Bucket(bucketMeta)
-			if meta == nil {
-				return &NotStoreError{Path: path, Reason: "no meta bucket"}
-			}
-			raw := meta.Get(metaSchema)
-			if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
-				if _, err := integrity.Open(bucketMeta, metaSchema, raw); err == nil && raw != nil {
-					return errCurrentFormat // rolled back: nothing written
-				}
-				return &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
-			}
-			if err := upgradeJournal(tx, path); err != nil {
-				return err
-			}
-			for id, name := range bucketNames {
-				b, err := tx.CreateBucketIfNotExists(name)
-				if err != nil {
-					return err
-				}
-				if bucketID(id) == bMeta {
-					continue
-				}
-				m, err := sealBucket(b, bucketID(id))
-				if err != nil {
-					return err
-				}
-				n += m
-			}
-			var last []byte
-			if v := meta.Get(metaJournal); v != nil {
-				last = bytes.Clone(v)
-			}
-			if last != nil {
-				if len(last) != 8 {
-					return integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
-				}
-				if err := meta.Put(metaJournal, integrity.Seal(nil, bucketMeta, metaJournal, last)); err != nil {
-					return err
-				}
-			}
-			return meta.Put(metaSchema, integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+			var err error
+			n, err = upgradeTx(tx, path)
+			return err
 		})
 	})
 	if errors.Is(err, errCurrentFormat) {
@@ -115,6 +77,55 @@ func Upgrade(path string) (int, error) {
 		return n, fmt.Errorf("store: upgrade: remove journal: %w", err)
 	}
 	return n, nil
+}
+
+// upgradeTx is Upgrade's transaction: the old journal applied, every
+// bucket's values sealed, then the checkpoint and the format version. It
+// returns errCurrentFormat, which rolls it back, for a store in this
+// build's format.
+func upgradeTx(tx *bolt.Tx, path string) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, &NotStoreError{Path: path, Reason: "no meta bucket"}
+	}
+	raw := meta.Get(metaSchema)
+	if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
+		if _, err := integrity.Open(bucketMeta, metaSchema, raw); err == nil && raw != nil {
+			return 0, errCurrentFormat // rolled back: nothing written
+		}
+		return 0, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
+	}
+	if err := upgradeJournal(tx, path); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, name := range bucketNames {
+		b, err := tx.CreateBucketIfNotExists(name)
+		if err != nil {
+			return n, err
+		}
+		if bucketID(id) == bMeta {
+			continue
+		}
+		m, err := sealBucket(b, bucketID(id))
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	var last []byte
+	if v := meta.Get(metaJournal); v != nil {
+		last = bytes.Clone(v)
+	}
+	if last != nil {
+		if len(last) != 8 {
+			return n, integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
+		}
+		if err := meta.Put(metaJournal, integrity.Seal(nil, bucketMeta, metaJournal, last)); err != nil {
+			return n, err
+		}
+	}
+	return n, meta.Put(metaSchema, integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
 }
 
 var errCurrentFormat = errors.New("store: in the current format")
