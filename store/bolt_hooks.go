@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -50,15 +49,7 @@ func (s *Bolt) Hook(ctx context.Context, token string) (Hook, error) {
 
 // decodeHook checks and decodes a stored hook token's holder.
 func decodeHook(k, sv []byte) (Hook, error) {
-	var h Hook
-	v, err := integrity.Open(bucketHooks, k, sv)
-	if err != nil {
-		return h, err
-	}
-	if err := json.Unmarshal(v, &h); err != nil {
-		return h, integrity.Corruptf(bucketHooks, k, "hook does not decode: %v", err)
-	}
-	return h, nil
+	return decodeJSON[Hook](bucketHooks, k, sv, "hook")
 }
 
 // hook reads a token's holder in a write; ok is false when none holds it.

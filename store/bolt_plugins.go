@@ -9,7 +9,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -163,13 +162,5 @@ func (s *Bolt) Module(ctx context.Context, hash string) ([]byte, error) {
 
 // decodePlugin checks and decodes a stored plugin version.
 func decodePlugin(k, sv []byte) (Plugin, error) {
-	var p Plugin
-	v, err := integrity.Open(bucketPlugins, k, sv)
-	if err != nil {
-		return p, err
-	}
-	if err := json.Unmarshal(v, &p); err != nil {
-		return p, integrity.Corruptf(bucketPlugins, k, "plugin record does not decode: %v", err)
-	}
-	return p, nil
+	return decodeJSON[Plugin](bucketPlugins, k, sv, "plugin record")
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -54,15 +53,7 @@ func (s *Bolt) NextTimer(ctx context.Context) (Timer, bool, error) {
 
 // decodeTimer checks and decodes a stored timer.
 func decodeTimer(k, sv []byte) (Timer, error) {
-	var t Timer
-	v, err := integrity.Open(bucketTimers, k, sv)
-	if err != nil {
-		return t, err
-	}
-	if err := json.Unmarshal(v, &t); err != nil {
-		return t, integrity.Corruptf(bucketTimers, k, "timer does not decode: %v", err)
-	}
-	return t, nil
+	return decodeJSON[Timer](bucketTimers, k, sv, "timer")
 }
 
 // putTimers writes and deletes a batch's timers, all of run runID.
