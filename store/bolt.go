@@ -12,6 +12,7 @@ import (
 	"github.com/sandflow/sandflow/store/internal/integrity"
 	"github.com/sandflow/sandflow/store/internal/journal"
 	"github.com/sandflow/sandflow/store/internal/pagecheck"
+	"github.com/sandflow/sandflow/store/internal/runindex"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -105,9 +106,9 @@ type Bolt struct {
 	syncErr error
 	synCond *sync.Cond
 
-	// idx is the runs' index (runindex.go); idxBuild serializes its
-	// build.
-	idx      runIndex
+	// idx is the runs' index (internal/runindex, built by runindex.go);
+	// idxBuild serializes its build.
+	idx      runindex.Index
 	idxBuild sync.Mutex
 }
 

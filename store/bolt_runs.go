@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/runindex"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -106,7 +107,7 @@ func putRun(w *wtx, runID string, newLast uint64, run *Run) (ended bool, err err
 	if err := w.put(bRuns, []byte(runID), rv); err != nil {
 		return false, err
 	}
-	w.runs = append(w.runs, indexEntry{created: r.CreatedAt, id: r.ID, status: r.Status, tool: r.Tool})
+	w.runs = append(w.runs, indexEntry(&r))
 	return r.Status.Terminal(), nil
 }
 
@@ -127,14 +128,14 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 		return nil, err
 	}
 	var out []Run
-	g := f
+	q := runQuery(f)
 	for {
-		es := s.idx.match(g)
+		es := s.idx.Match(q)
 		err := s.view(func(tx *bolt.Tx) error {
 			runs := tx.Bucket(bucketRuns)
 			for _, e := range es {
 				var r Run
-				k := []byte(e.id)
+				k := []byte(e.ID)
 				v := runs.Get(k)
 				if v == nil {
 					return integrity.Corruptf(bucketRuns, k, "the run is indexed and has no record")
@@ -155,11 +156,11 @@ func (s *Bolt) Runs(ctx context.Context, f RunFilter) ([]Run, error) {
 		}
 		// A run left out makes the page short: the index goes on after
 		// the last run it gave.
-		if f.Limit <= 0 || len(out) >= f.Limit || len(es) < g.Limit {
+		if f.Limit <= 0 || len(out) >= f.Limit || len(es) < q.Limit {
 			return out, nil
 		}
 		last := es[len(es)-1]
-		g.Before, g.Limit = &RunCursor{CreatedAt: last.created, ID: last.id}, f.Limit-len(out)
+		q.Before, q.Limit = &runindex.Entry{Created: last.Created, ID: last.ID}, f.Limit-len(out)
 	}
 }
 
@@ -168,29 +169,24 @@ func (s *Bolt) RunCounts(ctx context.Context) ([]RunCount, error) {
 	if err := s.indexRuns(); err != nil {
 		return nil, err
 	}
-	return s.idx.counts(), nil
+	return runCounts(s.idx.Counts()), nil
 }
 
 // indexRuns builds the runs' index, once. On a writable store it reads the
 // records with the write lock held, so that every write after the read
 // updates the index (apply1) and none falls between.
 func (s *Bolt) indexRuns() error {
-	s.idx.mu.RLock()
-	built := s.idx.built
-	s.idx.mu.RUnlock()
-	if built {
+	if s.idx.Built() {
 		return nil
 	}
 	s.idxBuild.Lock()
 	defer s.idxBuild.Unlock()
-	s.idx.mu.RLock()
-	built = s.idx.built
-	s.idx.mu.RUnlock()
-	if built {
+	if s.idx.Built() {
 		return nil
 	}
+	build := func(tx *bolt.Tx) error { return buildIndex(&s.idx, tx) }
 	if s.readOnly {
-		return s.view(s.idx.build)
+		return s.view(build)
 	}
 	return integrity.Guard("read", s.markBroken, func() error {
 		s.mu.RLock()
@@ -201,9 +197,9 @@ func (s *Bolt) indexRuns() error {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
 		if s.tx != nil {
-			return s.idx.build(s.tx)
+			return build(s.tx)
 		}
-		return s.db.View(s.idx.build)
+		return s.db.View(build)
 	})
 }
 

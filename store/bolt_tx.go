@@ -118,7 +118,7 @@ func (s *Bolt) apply1(fn func(w *wtx) error) (uint64, error) {
 		r := w.seal(s.j.Next())
 		s.recCap = min(len(r), maxRecCap)
 		if err = s.j.Append(r); err == nil {
-			s.idx.put(w.runs)
+			s.idx.Put(w.runs)
 			end := s.j.Written()
 			s.pending = append(s.pending, r)
 			s.jbytes += len(r)

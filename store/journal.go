@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandflow/sandflow/store/internal/integrity"
 	"github.com/sandflow/sandflow/store/internal/journal"
+	"github.com/sandflow/sandflow/store/internal/runindex"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -76,7 +77,7 @@ type wtx struct {
 	rec []byte // header room, then the body
 	// runs are the run records written, for the runs' index once the
 	// record is in the journal.
-	runs []indexEntry
+	runs []runindex.Entry
 }
 
 // read returns a bucket to read. Writes go through put and del, which
