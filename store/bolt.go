@@ -61,7 +61,7 @@ var (
 // only version 1 would ignore, losing what it holds; so such a build
 // refuses them. Version 3 adds the states bucket, whose writes a version 2
 // build could not replay from the journal. Version 4 ends every value with
-// its checksum (integrity.go), the schema's own included; Open refuses
+// its checksum (internal/integrity), the schema's own included; Open refuses
 // older files with an *OldFormatError, and Upgrade converts them.
 const schemaVersion = 4
 

@@ -84,7 +84,7 @@ type wtx struct {
 // journal them.
 func (w *wtx) read(id bucketID) *bolt.Bucket { return w.tx.Bucket(bucketNames[id]) }
 
-// put stores v, sealed with its checksum (integrity.go), under k. The
+// put stores v, sealed with its checksum (internal/integrity), under k. The
 // sealed value is written into the record, and bbolt is given the
 // record's bytes: they stay unchanged until the transaction ends (the
 // record only grows past them, and pending keeps it).
