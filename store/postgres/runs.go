@@ -80,36 +80,8 @@ func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Ba
 		}
 		w.state = ps
 	}
-	type timerKey struct {
-		fire int64
-		id   string
-	}
-	put := map[timerKey]int{}
-	for _, t := range b.PutTimers {
-		if t.RunID != runID {
-			return nil, fmt.Errorf("%w: timer for run %s in a batch of run %s", store.ErrBadBatch, t.RunID, runID)
-		}
-		if err := checkTime(t.FireAt, "timer"); err != nil {
-			return nil, err
-		}
-		t.FireAt = t.FireAt.UTC()
-		v, err := json.Marshal(t)
-		if err != nil {
-			return nil, fmt.Errorf("%w: timer %s: %v", store.ErrBadBatch, t.ID, err)
-		}
-		k := timerKey{t.FireAt.UnixNano(), t.ID}
-		if i, ok := put[k]; ok {
-			w.putRecords[i] = v
-			continue
-		}
-		put[k] = len(w.putFire)
-		w.putFire, w.putIDs, w.putRecords = append(w.putFire, k.fire), append(w.putIDs, []byte(t.ID)), append(w.putRecords, v)
-	}
-	for _, t := range b.DeleteTimers {
-		if t.RunID != runID {
-			return nil, fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", store.ErrBadBatch, t.RunID, runID)
-		}
-		w.delFire, w.delIDs = append(w.delFire, clampNanos(t.FireAt)), append(w.delIDs, []byte(t.ID))
+	if err := w.encodeTimers(b.PutTimers, b.DeleteTimers); err != nil {
+		return nil, err
 	}
 	for _, a := range b.PutAsks {
 		if a.RunID != runID || a.ID == "" {
@@ -132,6 +104,43 @@ func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Ba
 		w.claims = append(w.claims, c)
 	}
 	return w, nil
+}
+
+// encodeTimers checks and encodes a batch's timers to put and delete;
+// a timer put twice keeps its last record.
+func (w *batchRows) encodeTimers(put, del []store.Timer) error {
+	type timerKey struct {
+		fire int64
+		id   string
+	}
+	at := map[timerKey]int{}
+	for _, t := range put {
+		if t.RunID != w.runID {
+			return fmt.Errorf("%w: timer for run %s in a batch of run %s", store.ErrBadBatch, t.RunID, w.runID)
+		}
+		if err := checkTime(t.FireAt, "timer"); err != nil {
+			return err
+		}
+		t.FireAt = t.FireAt.UTC()
+		v, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("%w: timer %s: %v", store.ErrBadBatch, t.ID, err)
+		}
+		k := timerKey{t.FireAt.UnixNano(), t.ID}
+		if i, ok := at[k]; ok {
+			w.putRecords[i] = v
+			continue
+		}
+		at[k] = len(w.putFire)
+		w.putFire, w.putIDs, w.putRecords = append(w.putFire, k.fire), append(w.putIDs, []byte(t.ID)), append(w.putRecords, v)
+	}
+	for _, t := range del {
+		if t.RunID != w.runID {
+			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", store.ErrBadBatch, t.RunID, w.runID)
+		}
+		w.delFire, w.delIDs = append(w.delFire, clampNanos(t.FireAt)), append(w.delIDs, []byte(t.ID))
+	}
+	return nil
 }
 
 // runColumns are the run's columns after the id, in the order
