@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/filelock"
 	"github.com/sandflow/sandflow/store/internal/integrity"
 	"github.com/sandflow/sandflow/store/internal/journal"
 	"github.com/sandflow/sandflow/store/internal/pagecheck"
@@ -138,7 +139,7 @@ func Open(path string, opts *Options) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	if err := lockFile(f, !o.ReadOnly, o.LockTimeout); err != nil {
+	if err := filelock.Lock(f, !o.ReadOnly, o.LockTimeout); err != nil {
 		f.Close()
 		if errors.Is(err, ErrLocked) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 
+	"github.com/sandflow/sandflow/store/internal/filelock"
 	"github.com/sandflow/sandflow/store/internal/integrity"
 	"github.com/sandflow/sandflow/store/internal/journal"
 )
@@ -45,7 +46,7 @@ var (
 	// ErrClosed is returned by calls on a closed store.
 	ErrClosed = errors.New("store: closed")
 	// ErrLocked is returned by Open when another process has the file open.
-	ErrLocked = errors.New("store: database is in use by another process")
+	ErrLocked = filelock.ErrLocked
 	// ErrJournalBroken is returned by every write after the store could not
 	// append to its journal and leave it in a known state (a failed sync):
 	// the writes that returned before are safe; reopen the store.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/filelock"
 	"github.com/sandflow/sandflow/store/internal/integrity"
 	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
@@ -32,7 +33,7 @@ func Upgrade(path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: upgrade: %w", err)
 	}
-	if err := lockFile(f, true, time.Second); err != nil {
+	if err := filelock.Lock(f, true, time.Second); err != nil {
 		f.Close()
 		if errors.Is(err, ErrLocked) {
 			return 0, fmt.Errorf("%w: %s", ErrLocked, path)
