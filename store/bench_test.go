@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/pagecheck"
 )
 
 // stepBatch is what one host step typically commits: two events.
@@ -112,7 +115,7 @@ func BenchmarkAppendStepParallel(b *testing.B) {
 }
 
 // BenchmarkCheckFileOpen times the page check Open makes before bbolt
-// reads a file (checkFile), on a store of 10,000 events of about 200
+// reads a file (pagecheck.File), on a store of 10,000 events of about 200
 // bytes: the cost of checking every reachable page at each open.
 func BenchmarkCheckFileOpen(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.db")
@@ -137,10 +140,10 @@ func BenchmarkCheckFileOpen(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	size, _ := statSize(f)
+	size, _ := pagecheck.Size(f)
 	b.SetBytes(size)
 	for b.Loop() {
-		if _, err := checkFile(f, size, path); err != nil {
+		if _, err := pagecheck.File(f, size, path); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -153,8 +156,8 @@ func BenchmarkValueChecksum200B(b *testing.B) {
 	v := bytes.Repeat([]byte("x"), 200)
 	buf := make([]byte, 0, 256)
 	for b.Loop() {
-		sv := sealValue(buf[:0], bucketEvents, k, v)
-		if _, err := openValue(bucketEvents, k, sv); err != nil {
+		sv := integrity.Seal(buf[:0], bucketEvents, k, v)
+		if _, err := integrity.Open(bucketEvents, k, sv); err != nil {
 			b.Fatal(err)
 		}
 	}

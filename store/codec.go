@@ -2,10 +2,12 @@ package store
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/sandflow/sandflow/store/internal/codec"
+	"github.com/sandflow/sandflow/store/internal/integrity"
 )
 
 // Stored values start with a flag byte saying whether the rest is
@@ -158,4 +160,18 @@ func pluginKey(name string, version int) []byte {
 	k = append(k, name...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint32(k, uint32(version))
+}
+
+// decodeJSON checks a value stored in JSON under k in bucket and decodes
+// it; what names the value in the error when it does not decode.
+func decodeJSON[T any](bucket, k, sv []byte, what string) (T, error) {
+	var t T
+	v, err := integrity.Open(bucket, k, sv)
+	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal(v, &t); err != nil {
+		return t, integrity.Corruptf(bucket, k, "%s does not decode: %v", what, err)
+	}
+	return t, nil
 }

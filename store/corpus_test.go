@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -369,19 +370,19 @@ var corpusCases = []corpusCase{
 		rawUpdate(t, f, func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Delete(eventKey("run-b", 50)) })
 	}},
 	{name: "journal record 1 bit flipped", journal: true, damage: func(t testing.TB, f *corpusFiles) {
-		flip(t, f.journal, journalHeader+3, 0x01)
+		flip(t, f.journal, journal.Header+3, 0x01)
 	}},
 	{name: "journal record 3 length changed", journal: true, damage: func(t testing.TB, f *corpusFiles) {
 		off := 0
 		for i := 0; i < 2; i++ {
-			off += journalHeader + int(binary.BigEndian.Uint32(f.journal[off:]))
+			off += journal.Header + int(binary.BigEndian.Uint32(f.journal[off:]))
 		}
 		flip(t, f.journal, off+3, 0x08)
 	}},
 	{name: "journal mid-record cut (records after it kept)", journal: true, damage: func(t testing.TB, f *corpusFiles) {
 		// Record 2's middle removed: its length now runs into record 3.
-		r1 := journalHeader + int(binary.BigEndian.Uint32(f.journal))
-		r2 := journalHeader + int(binary.BigEndian.Uint32(f.journal[r1:]))
+		r1 := journal.Header + int(binary.BigEndian.Uint32(f.journal))
+		r2 := journal.Header + int(binary.BigEndian.Uint32(f.journal[r1:]))
 		f.journal = append(f.journal[:r1+r2/2:r1+r2/2], f.journal[r1+r2:]...)
 	}},
 	{name: "journal torn tail (last record cut short)", journal: true, torn: true, damage: func(t testing.TB, f *corpusFiles) {
@@ -390,10 +391,10 @@ var corpusCases = []corpusCase{
 	}},
 	{name: "journal torn tail (last record's header only)", journal: true, torn: true, damage: func(t testing.TB, f *corpusFiles) {
 		end, last := journalEnd(f.journal), 0
-		for off := 0; off < end; off += journalHeader + int(binary.BigEndian.Uint32(f.journal[off:])) {
+		for off := 0; off < end; off += journal.Header + int(binary.BigEndian.Uint32(f.journal[off:])) {
 			last = off
 		}
-		f.journal = f.journal[:last+journalHeader]
+		f.journal = f.journal[:last+journal.Header]
 	}},
 }
 
@@ -401,12 +402,12 @@ var corpusCases = []corpusCase{
 // with zeros).
 func journalEnd(j []byte) int {
 	off := 0
-	for off+journalHeader <= len(j) {
+	for off+journal.Header <= len(j) {
 		n := int(binary.BigEndian.Uint32(j[off:]))
-		if n == 0 || off+journalHeader+n > len(j) {
+		if n == 0 || off+journal.Header+n > len(j) {
 			break
 		}
-		off += journalHeader + n
+		off += journal.Header + n
 	}
 	return off
 }

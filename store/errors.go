@@ -1,6 +1,12 @@
 package store
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sandflow/sandflow/store/internal/filelock"
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
+)
 
 // Sentinel errors of the store. Compare with errors.Is.
 var (
@@ -40,18 +46,18 @@ var (
 	// ErrClosed is returned by calls on a closed store.
 	ErrClosed = errors.New("store: closed")
 	// ErrLocked is returned by Open when another process has the file open.
-	ErrLocked = errors.New("store: database is in use by another process")
+	ErrLocked = filelock.ErrLocked
 	// ErrJournalBroken is returned by every write after the store could not
 	// append to its journal and leave it in a known state (a failed sync):
 	// the writes that returned before are safe; reopen the store.
-	ErrJournalBroken = errors.New("store: journal broken, reopen the store")
+	ErrJournalBroken = journal.ErrBroken
 	// ErrCorrupt is matched by every *CorruptError: stored bytes are
 	// damaged (a checksum that does not match, a value that does not
 	// decode, a damaged page or journal record).
-	ErrCorrupt = errors.New("store: corrupt")
+	ErrCorrupt = integrity.ErrCorrupt
 	// ErrNotStore is matched by *NotStoreError: Open found a file that is
 	// empty or of another format.
-	ErrNotStore = errors.New("store: not a store file")
+	ErrNotStore = integrity.ErrNotStore
 	// ErrOldFormat is matched by *OldFormatError: the file is in a format
 	// from before checksums, which Upgrade converts.
 	ErrOldFormat = errors.New("store: old store format")

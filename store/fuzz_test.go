@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sandflow/sandflow/store/internal/journal"
 )
 
 // Seed corpora live in testdata/fuzz/<FuzzName>/: valid raw and zstd
@@ -128,17 +130,17 @@ func FuzzDecodeEvent(f *testing.F) {
 // ignored.
 func FuzzJournalRecord(f *testing.F) {
 	put := func(b bucketID, k, v string) []byte {
-		w := wtx{rec: []byte{opPut, byte(b)}}
+		w := wtx{rec: []byte{journal.OpPut, byte(b)}}
 		w.rec = binary.AppendUvarint(w.rec, uint64(len(k)))
 		w.rec = append(w.rec, k...)
 		w.rec = binary.AppendUvarint(w.rec, uint64(len(v)))
 		return append(w.rec, v...)
 	}
 	f.Add(put(bSessions, "s", "\x00data"), false)
-	f.Add(append(put(bMeta, "k", "v"), opDelete, byte(bMeta), 1, 'k'), false)
-	f.Add([]byte{opPut, 200, 1, 'k', 0}, false)
-	f.Add([]byte{opDelete, byte(bRuns), 0}, false)
-	f.Add([]byte{opPut, byte(bRuns), 0xff, 0xff, 0xff, 0xff, 0x0f}, true)
+	f.Add(append(put(bMeta, "k", "v"), journal.OpDelete, byte(bMeta), 1, 'k'), false)
+	f.Add([]byte{journal.OpPut, 200, 1, 'k', 0}, false)
+	f.Add([]byte{journal.OpDelete, byte(bRuns), 0}, false)
+	f.Add([]byte{journal.OpPut, byte(bRuns), 0xff, 0xff, 0xff, 0xff, 0x0f}, true)
 	f.Add([]byte{9}, true)
 	template := filepath.Join(f.TempDir(), "template.db")
 	s, err := Open(template, &Options{NoSync: true})
@@ -160,7 +162,7 @@ func FuzzJournalRecord(f *testing.F) {
 		if err := os.WriteFile(path, raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		w := wtx{rec: append(make([]byte, journalHeader), body...)}
+		w := wtx{rec: append(make([]byte, journal.Header), body...)}
 		rec := w.seal(1)
 		if damage {
 			rec[len(rec)-1] ^= 0xff

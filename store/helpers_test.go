@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -246,10 +247,10 @@ func TestInvariantCheckerCatchesDamage(t *testing.T) {
 	// Values are put sealed, with good checksums, so that the checks of
 	// content are what must notice; "unsealed value" checks the checksum.
 	put := func(tx *bolt.Tx, bucket, k, v []byte) error {
-		return tx.Bucket(bucket).Put(k, sealValue(nil, bucket, k, v))
+		return tx.Bucket(bucket).Put(k, integrity.Seal(nil, bucket, k, v))
 	}
 	event1 := func(tx *bolt.Tx) []byte {
-		v, err := openValue(bucketEvents, eventKey("r", 1), tx.Bucket(bucketEvents).Get(eventKey("r", 1)))
+		v, err := integrity.Open(bucketEvents, eventKey("r", 1), tx.Bucket(bucketEvents).Get(eventKey("r", 1)))
 		if err != nil {
 			t.Fatal(err)
 		}

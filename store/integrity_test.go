@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/pagecheck"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -187,7 +189,7 @@ func TestCorruptValueNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 1 || rep.Findings[0].Bucket != "events" || rep.Findings[0].Key != printKey(eventKey("run-b", 100)) {
+	if len(rep.Findings) != 1 || rep.Findings[0].Bucket != "events" || rep.Findings[0].Key != integrity.PrintKey(eventKey("run-b", 100)) {
 		t.Fatalf("Verify findings %+v, want one for events run-b#100", rep.Findings)
 	}
 	if rep.Runs != 3 || rep.Events != 600 || rep.Pages == 0 {
@@ -200,7 +202,7 @@ func TestCorruptValueNamed(t *testing.T) {
 func TestGuard(t *testing.T) {
 	raised := func(fn func() error) (r any) {
 		defer func() { r = recover() }()
-		_ = guard("test", nil, fn)
+		_ = integrity.Guard("test", nil, fn)
 		return nil
 	}
 	if r := raised(func() error { panic("a bug") }); r != "a bug" {
@@ -215,17 +217,17 @@ func TestGuard(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sandflow.db")
 	corpusFixture(t, path)
 	b, _ := os.ReadFile(path)
-	fc, err := checkFile(bytes.NewReader(b), int64(len(b)), path)
+	fc, err := pagecheck.File(bytes.NewReader(b), int64(len(b)), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := int(fc.meta.root) * fc.pageSize
-	binary.NativeEndian.PutUint64(b[root:], fc.meta.root+1)
+	root := int(fc.Meta.Root) * fc.PageSize
+	binary.NativeEndian.PutUint64(b[root:], fc.Meta.Root+1)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	onPanic := 0
-	err = guard("test", func(error) { onPanic++ }, func() error {
+	err = integrity.Guard("test", func(error) { onPanic++ }, func() error {
 		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 		if err != nil {
 			return err
@@ -267,8 +269,8 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	size, _ := statSize(f)
-	fc, err := checkFile(f, size, path)
+	size, _ := pagecheck.Size(f)
+	fc, err := pagecheck.File(f, size, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +282,7 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 	defer db.Close()
 	var inUse uint64
 	err = db.View(func(tx *bolt.Tx) error {
-		for id := 2; int64(id) < tx.Size()/int64(fc.pageSize); id++ {
+		for id := 2; int64(id) < tx.Size()/int64(fc.PageSize); id++ {
 			if pi, err := tx.Page(id); err == nil && pi != nil && (pi.Type == "branch" || pi.Type == "leaf") {
 				inUse += uint64(1 + pi.OverflowCount)
 			}
@@ -290,7 +292,7 @@ func TestPageCheckMatchesBolt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.pageSize != db.Info().PageSize || fc.pages != inUse+2 { // + the two meta pages
-		t.Fatalf("page check: page size %d, %d pages; bbolt: %d, %d branch and leaf pages + 2 meta", fc.pageSize, fc.pages, db.Info().PageSize, inUse)
+	if fc.PageSize != db.Info().PageSize || fc.Pages != inUse+2 { // + the two meta pages
+		t.Fatalf("page check: page size %d, %d pages; bbolt: %d, %d branch and leaf pages + 2 meta", fc.PageSize, fc.Pages, db.Info().PageSize, inUse)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -53,7 +55,7 @@ func crashCopy(t *testing.T, s *Bolt, dir string) (db, journal string) {
 	defer s.wmu.Unlock()
 	db = filepath.Join(dir, "copy.db")
 	journal = db + JournalSuffix
-	for from, to := range map[string]string{s.db.Path(): db, s.j.path: journal} {
+	for from, to := range map[string]string{s.db.Path(): db, s.j.Path(): journal} {
 		b, err := os.ReadFile(from)
 		if err != nil {
 			t.Fatal(err)
@@ -143,12 +145,12 @@ func TestJournalTornTail(t *testing.T) {
 	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
 	defer s.Close()
 	appendCrashBatches(t, s, 1, 6) // records 1 (create) .. 7 (batch 6)
-	db, journal := crashCopy(t, s, t.TempDir())
+	db, jpath := crashCopy(t, s, t.TempDir())
 	// The records alone: a mapped journal's file goes on with zeros (the
 	// "zeros after the end" case).
-	whole := journalRecords(t, journal)
+	whole := journalRecords(t, jpath)
 	var starts []int // record offsets
-	for off := 0; off < len(whole); off += journalHeader + int(binary.BigEndian.Uint32(whole[off:])) {
+	for off := 0; off < len(whole); off += journal.Header + int(binary.BigEndian.Uint32(whole[off:])) {
 		starts = append(starts, off)
 	}
 	if len(starts) != 7 {
@@ -165,14 +167,14 @@ func TestJournalTornTail(t *testing.T) {
 	}{
 		{"whole", func(b []byte) []byte { return b }, 12, false},
 		{"last record cut short", func(b []byte) []byte { return b[:len(b)-1] }, 10, false},
-		{"last record's header only", func(b []byte) []byte { return b[:last+journalHeader] }, 10, false},
+		{"last record's header only", func(b []byte) []byte { return b[:last+journal.Header] }, 10, false},
 		{"half a header", func(b []byte) []byte { return b[:last+5] }, 10, false},
 		{"a byte of the last record flipped", func(b []byte) []byte { b[len(b)-3] ^= 1; return b }, 10, false},
 		// Damage with intact records after it is not a torn tail: the
 		// records after it were written, and returned.
-		{"a byte of record 4 flipped", func(b []byte) []byte { b[starts[3]+journalHeader+2] ^= 0x40; return b }, 0, true},
+		{"a byte of record 4 flipped", func(b []byte) []byte { b[starts[3]+journal.Header+2] ^= 0x40; return b }, 0, true},
 		{"record 3's length zeroed", func(b []byte) []byte { copy(b[starts[2]:], []byte{0, 0, 0, 0}); return b }, 0, true},
-		{"a byte of record 1 flipped", func(b []byte) []byte { b[starts[0]+journalHeader+1] ^= 0x01; return b }, 0, true},
+		{"a byte of record 1 flipped", func(b []byte) []byte { b[starts[0]+journal.Header+1] ^= 0x01; return b }, 0, true},
 		{"record 2's checksum flipped", func(b []byte) []byte { b[starts[1]+5] ^= 0x80; return b }, 0, true},
 		{"zeros after the end", func(b []byte) []byte { return append(b, make([]byte, 4096)...) }, 12, false},
 		{"empty", func(b []byte) []byte { return nil }, 0, false},
@@ -226,7 +228,7 @@ func TestJournalTornTail(t *testing.T) {
 func TestJournalStaleRecords(t *testing.T) {
 	s := openJournalTest(t, filepath.Join(t.TempDir(), "s.db"), Options{NoSync: true})
 	defer s.Close()
-	if runtime.GOOS == "linux" && s.j.m == nil {
+	if runtime.GOOS == "linux" && !s.j.Mapped() {
 		t.Fatal("the journal is not mapped")
 	}
 	appendCrashBatches(t, s, 1, 5) // records 1..6
@@ -338,8 +340,7 @@ func TestJournalBroken(t *testing.T) {
 	// Unmapped, the journal is written with pwrite, and with its file
 	// closed every write and truncate fails. (A copy into the mapping
 	// cannot fail: its disk space is reserved.)
-	s.j.unmapJournal()
-	s.j.f.Close()
+	s.j.Close()
 	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
 		t.Fatalf("Append with the journal closed: %v, want ErrJournalBroken", err)
 	}
@@ -383,7 +384,7 @@ func TestJournalCheckpoints(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s.wmu.Lock()
-		pending, size := len(s.pending), s.j.size
+		pending, size := len(s.pending), s.j.Size()
 		s.wmu.Unlock()
 		if pending == 0 && size == 0 {
 			break
@@ -422,7 +423,9 @@ func TestAppendRefusesStrayEvents(t *testing.T) {
 		v, err := encodeEvent(Event{Seq: stray, Time: crashBase, Kind: "stray"}, 0)
 		if err == nil {
 			k := eventKey(crashRun, stray)
-			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(k, sealValue(nil, bucketEvents, k, v)) })
+			err = db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketEvents).Put(k, integrity.Seal(nil, bucketEvents, k, v))
+			})
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr
@@ -462,8 +465,8 @@ func TestCheckpointNow(t *testing.T) {
 	}
 	// The journal starts again at its beginning; what it still holds is
 	// in the main file already.
-	if s.j.size != 0 {
-		t.Fatalf("journal after Checkpoint ends at %d, want 0", s.j.size)
+	if s.j.Size() != 0 {
+		t.Fatalf("journal after Checkpoint ends at %d, want 0", s.j.Size())
 	}
 	if recs := journalSeqs(t, journal); len(recs) > 0 && recs[len(recs)-1] > 6 {
 		t.Fatalf("journal after Checkpoint holds records %v past the main file's 6", recs)
@@ -485,11 +488,11 @@ func TestJournalSyncFails(t *testing.T) {
 	s := openJournalTest(t, path, Options{})
 	appendCrashBatches(t, s, 1, 2)
 	syncJournal = func(*os.File) error { return errors.New("injected: EIO") }
-	defer func() { syncJournal = fdatasync }()
+	defer func() { syncJournal = journal.Fdatasync }()
 	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
 		t.Fatalf("Append whose sync fails: %v, want ErrJournalBroken", err)
 	}
-	syncJournal = fdatasync
+	syncJournal = journal.Fdatasync
 	if err := s.Append(ctx, crashRun, 4, crashBatch(3)); !errors.Is(err, ErrJournalBroken) {
 		t.Fatalf("a later Append: %v, want ErrJournalBroken", err)
 	}
@@ -539,9 +542,9 @@ func TestJournalReadWaitsForSync(t *testing.T) {
 	syncJournal = func(f *os.File) error {
 		syncs.Add(1)
 		<-release
-		return fdatasync(f)
+		return journal.Fdatasync(f)
 	}
-	defer func() { syncJournal = fdatasync }()
+	defer func() { syncJournal = journal.Fdatasync }()
 
 	wrote := make(chan error, 1)
 	go func() { wrote <- s.Append(ctx, crashRun, 2, crashBatch(2)) }()
@@ -597,7 +600,7 @@ func readJournal(t *testing.T, path string) [][]byte {
 	}
 	var recs [][]byte
 	for {
-		r, ok := recordAt(data)
+		r, ok := journal.RecordAt(data)
 		if !ok {
 			return recs
 		}
@@ -610,7 +613,7 @@ func readJournal(t *testing.T, path string) [][]byte {
 func journalSeqs(t *testing.T, path string) []uint64 {
 	var seqs []uint64
 	for _, r := range readJournal(t, path) {
-		seqs = append(seqs, recordSeq(r))
+		seqs = append(seqs, journal.Seq(r))
 	}
 	return seqs
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -351,7 +353,7 @@ func TestOpenSchemaMismatch(t *testing.T) {
 		}
 	}
 	sealed := func(n uint32) []byte {
-		return sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, n))
+		return integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, n))
 	}
 	for _, c := range []struct {
 		v    []byte
@@ -427,12 +429,12 @@ func writeOldStore(t *testing.T, path string, old uint32) {
 	// Record 8: event 4 and the run at 4, as the old journal wrote them.
 	e4, _ := encodeEvent(Event{Seq: 4, Time: time.Unix(4, 0), Kind: "k", Data: []byte(`{"n":2}`)}, 0)
 	r4, _ := encodeRun(Run{ID: "old", Tool: "t", Status: StatusWaiting, LastSeq: 4, CreatedAt: time.Unix(1, 0).UTC(), UpdatedAt: time.Unix(4, 0).UTC()})
-	rec := make([]byte, journalHeader)
+	rec := make([]byte, journal.Header)
 	for _, kv := range []struct {
 		b    bucketID
 		k, v []byte
 	}{{bEvents, eventKey("old", 4), e4}, {bRuns, []byte("old"), r4}} {
-		rec = append(rec, opPut, byte(kv.b))
+		rec = append(rec, journal.OpPut, byte(kv.b))
 		rec = binary.AppendUvarint(rec, uint64(len(kv.k)))
 		rec = append(rec, kv.k...)
 		rec = binary.AppendUvarint(rec, uint64(len(kv.v)))

@@ -9,6 +9,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/sandflow/sandflow/store/internal/filelock"
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -30,7 +33,7 @@ func Upgrade(path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: upgrade: %w", err)
 	}
-	if err := lockFile(f, true, time.Second); err != nil {
+	if err := filelock.Lock(f, true, time.Second); err != nil {
 		f.Close()
 		if errors.Is(err, ErrLocked) {
 			return 0, fmt.Errorf("%w: %s", ErrLocked, path)
@@ -42,7 +45,7 @@ func Upgrade(path string) (int, error) {
 		return 0, err
 	}
 	var db *bolt.DB
-	err = guard("open", nil, func() error {
+	err = integrity.Guard("open", nil, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true,
 			OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
@@ -54,49 +57,11 @@ func Upgrade(path string) (int, error) {
 	}
 	defer db.Close()
 	var n int
-	err = guard("upgrade", nil, func() error {
+	err = integrity.Guard("upgrade", nil, func() error {
 		return db.Update(func(tx *bolt.Tx) error {
-			meta := tx.Bucket(bucketMeta)
-			if meta == nil {
-				return &NotStoreError{Path: path, Reason: "no meta bucket"}
-			}
-			raw := meta.Get(metaSchema)
-			if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
-				if _, err := openValue(bucketMeta, metaSchema, raw); err == nil && raw != nil {
-					return errCurrentFormat // rolled back: nothing written
-				}
-				return &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
-			}
-			if err := upgradeJournal(tx, path); err != nil {
-				return err
-			}
-			for id, name := range bucketNames {
-				b, err := tx.CreateBucketIfNotExists(name)
-				if err != nil {
-					return err
-				}
-				if bucketID(id) == bMeta {
-					continue
-				}
-				m, err := sealBucket(b, bucketID(id))
-				if err != nil {
-					return err
-				}
-				n += m
-			}
-			var last []byte
-			if v := meta.Get(metaJournal); v != nil {
-				last = bytes.Clone(v)
-			}
-			if last != nil {
-				if len(last) != 8 {
-					return corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
-				}
-				if err := meta.Put(metaJournal, sealValue(nil, bucketMeta, metaJournal, last)); err != nil {
-					return err
-				}
-			}
-			return meta.Put(metaSchema, sealValue(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+			var err error
+			n, err = upgradeTx(tx, path)
+			return err
 		})
 	})
 	if errors.Is(err, errCurrentFormat) {
@@ -115,6 +80,55 @@ func Upgrade(path string) (int, error) {
 	return n, nil
 }
 
+// upgradeTx is Upgrade's transaction: the old journal applied, every
+// bucket's values sealed, then the checkpoint and the format version. It
+// returns errCurrentFormat, which rolls it back, for a store in this
+// build's format.
+func upgradeTx(tx *bolt.Tx, path string) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, &NotStoreError{Path: path, Reason: "no meta bucket"}
+	}
+	raw := meta.Get(metaSchema)
+	if len(raw) != 4 || binary.BigEndian.Uint32(raw) < 1 || binary.BigEndian.Uint32(raw) >= schemaVersion {
+		if _, err := integrity.Open(bucketMeta, metaSchema, raw); err == nil && raw != nil {
+			return 0, errCurrentFormat // rolled back: nothing written
+		}
+		return 0, &NotStoreError{Path: path, Reason: fmt.Sprintf("format %x is none that Upgrade converts", raw)}
+	}
+	if err := upgradeJournal(tx, path); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, name := range bucketNames {
+		b, err := tx.CreateBucketIfNotExists(name)
+		if err != nil {
+			return n, err
+		}
+		if bucketID(id) == bMeta {
+			continue
+		}
+		m, err := sealBucket(b, bucketID(id))
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	var last []byte
+	if v := meta.Get(metaJournal); v != nil {
+		last = bytes.Clone(v)
+	}
+	if last != nil {
+		if len(last) != 8 {
+			return n, integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(last))
+		}
+		if err := meta.Put(metaJournal, integrity.Seal(nil, bucketMeta, metaJournal, last)); err != nil {
+			return n, err
+		}
+	}
+	return n, meta.Put(metaSchema, integrity.Seal(nil, bucketMeta, metaSchema, binary.BigEndian.AppendUint32(nil, schemaVersion)))
+}
+
 var errCurrentFormat = errors.New("store: in the current format")
 
 // upgradeJournal applies an old store's journal records after its
@@ -131,19 +145,19 @@ func upgradeJournal(tx *bolt.Tx, path string) error {
 	var last uint64
 	if v := tx.Bucket(bucketMeta).Get(metaJournal); v != nil {
 		if len(v) != 8 {
-			return corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
+			return integrity.Corruptf(bucketMeta, metaJournal, "journal checkpoint is %d bytes", len(v))
 		}
 		last = binary.BigEndian.Uint64(v)
 	}
-	redo, err := scanJournal(data, last)
+	redo, err := journal.Scan(data, last)
 	if err != nil {
 		return err
 	}
 	for _, r := range redo {
-		if err := applyRecord(tx, r[journalHeader:]); err != nil {
-			return &CorruptError{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", recordSeq(r), err)}
+		if err := journal.Apply(tx, r[journal.Header:], bucketNames[:]); err != nil {
+			return &CorruptError{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", journal.Seq(r), err)}
 		}
-		last = recordSeq(r)
+		last = journal.Seq(r)
 	}
 	if len(redo) > 0 {
 		return tx.Bucket(bucketMeta).Put(metaJournal, binary.BigEndian.AppendUint64(nil, last))
@@ -175,7 +189,7 @@ func sealBucket(b *bolt.Bucket, id bucketID) (int, error) {
 			if err := checkOldValue(id, k, v); err != nil {
 				return n, err
 			}
-			batch = append(batch, kv{bytes.Clone(k), sealValue(nil, name, k, v)})
+			batch = append(batch, kv{bytes.Clone(k), integrity.Seal(nil, name, k, v)})
 		}
 		for _, e := range batch {
 			if err := b.Put(e.k, e.v); err != nil {
@@ -200,7 +214,7 @@ func checkOldValue(id bucketID, k, v []byte) error {
 		err = decodeRun(v, &r)
 	case bEvents:
 		if len(k) < 10 {
-			return corruptf(name, k, "not an event key")
+			return integrity.Corruptf(name, k, "not an event key")
 		}
 		_, err = decodeEvent(binary.BigEndian.Uint64(k[len(k)-8:]), v)
 	case bAsks:
@@ -217,7 +231,7 @@ func checkOldValue(id bucketID, k, v []byte) error {
 		}
 	}
 	if err != nil {
-		return corruptf(name, k, "old value does not decode, so it is not sealed: %v", err)
+		return integrity.Corruptf(name, k, "old value does not decode, so it is not sealed: %v", err)
 	}
 	return nil
 }

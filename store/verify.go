@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/sandflow/sandflow/store/internal/integrity"
+	"github.com/sandflow/sandflow/store/internal/journal"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -78,7 +80,7 @@ func (r *Report) addErr(err error) {
 	case errors.As(err, &ce):
 		key := ""
 		if ce.Key != nil {
-			key = printKey(ce.Key)
+			key = integrity.PrintKey(ce.Key)
 		}
 		r.add(Finding{Bucket: ce.Bucket, Key: key, Offset: ce.Offset, What: ce.What})
 	case errors.As(err, &ne):
@@ -93,7 +95,7 @@ func (r *Report) addErr(err error) {
 func (r *Report) bad(bucket, key []byte, format string, args ...any) {
 	k := ""
 	if key != nil {
-		k = printKey(key)
+		k = integrity.PrintKey(key)
 	}
 	r.add(Finding{Bucket: string(bucket), Key: k, Offset: -1, What: fmt.Sprintf(format, args...)})
 }
@@ -125,7 +127,7 @@ func Verify(path string) (*Report, error) {
 	}
 	defer s.Close()
 	rep.Pages = s.pages
-	err = guard("verify", nil, func() error { return s.db.View(func(tx *bolt.Tx) error { return verifyTx(tx, rep) }) })
+	err = integrity.Guard("verify", nil, func() error { return s.db.View(func(tx *bolt.Tx) error { return verifyTx(tx, rep) }) })
 	if err != nil {
 		rep.addErr(err)
 	}
@@ -138,14 +140,14 @@ func Verify(path string) (*Report, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("store: verify: read journal: %w", err)
 	}
-	redo, err := scanJournal(data, last)
+	redo, err := journal.Scan(data, last)
 	if err != nil {
 		rep.addErr(err)
 	}
 	rep.JournalRecords = len(redo)
 	for _, r := range redo {
-		if err := checkRecord(r[journalHeader:]); err != nil {
-			rep.add(Finding{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", recordSeq(r), err)})
+		if err := checkRecord(r[journal.Header:]); err != nil {
+			rep.add(Finding{Bucket: "journal", Offset: -1, What: fmt.Sprintf("record %d: %v", journal.Seq(r), err)})
 		}
 	}
 	return rep, nil
@@ -155,87 +157,121 @@ func Verify(path string) (*Report, error) {
 // the values it puts.
 func checkRecord(body []byte) error {
 	for len(body) > 0 {
-		if len(body) < 2 || (body[0] != opPut && body[0] != opDelete) || int(body[1]) >= len(bucketNames) {
+		if len(body) < 2 || (body[0] != journal.OpPut && body[0] != journal.OpDelete) || int(body[1]) >= len(bucketNames) {
 			return errors.New("bad operation")
 		}
 		op, name := body[0], bucketNames[body[1]]
-		k, rest, ok := cutBytes(body[2:])
+		k, rest, ok := journal.Cut(body[2:])
 		if !ok || len(k) == 0 {
 			return errors.New("bad key")
 		}
 		body = rest
-		if op == opDelete {
+		if op == journal.OpDelete {
 			continue
 		}
-		v, rest, ok := cutBytes(body)
+		v, rest, ok := journal.Cut(body)
 		if !ok {
 			return errors.New("bad value")
 		}
 		body = rest
-		if _, err := openValue(name, k, v); err != nil {
+		if _, err := integrity.Open(name, k, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// runFacts is what verifyTx keeps of a run to check the indexes.
+// runFacts is what a verifier keeps of a run to check the indexes.
 type runFacts struct {
 	last     uint64
 	terminal bool
 	seen     uint64 // the last event seq met
 }
 
+// verifier checks a store's buckets in one read transaction, in an
+// order where what a bucket's check needs (the runs, the modules) is
+// read before it.
+type verifier struct {
+	tx      *bolt.Tx
+	rep     *Report
+	runs    map[string]*runFacts
+	modules map[string]bool
+}
+
 func verifyTx(tx *bolt.Tx, rep *Report) error {
-	// Every value's checksum, bucket by bucket; the checks of content
-	// below read only values that passed.
-	open := func(id bucketID, fn func(k, v []byte)) {
-		name := bucketNames[id]
-		b := tx.Bucket(name)
-		if b == nil {
-			rep.bad(name, nil, "bucket missing")
-			return
+	v := &verifier{tx: tx, rep: rep, runs: map[string]*runFacts{}, modules: map[string]bool{}}
+	v.open(bMeta, nil)
+	v.open(bRuns, v.run)
+	v.open(bEvents, v.event)
+	v.logs()
+	v.open(bTimers, v.timer)
+	v.open(bAsks, v.ask)
+	v.open(bHooks, v.hook)
+	v.open(bModules, v.module)
+	v.open(bPlugins, v.plugin)
+	v.open(bSessions, func(k, val []byte) {
+		if _, err := unpackValue(val); err != nil {
+			rep.bad(bucketSessions, k, "%v", err)
 		}
-		_ = b.ForEach(func(k, sv []byte) error {
-			rep.Values[string(name)]++
-			v, err := openValue(name, k, sv)
-			if err != nil {
-				rep.addErr(err)
-				return nil
-			}
-			if fn != nil {
-				fn(k, v)
-			}
-			return nil
-		})
+	})
+	v.open(bSnapshots, func(k, val []byte) { v.image(bucketSnapshots, k, val) })
+	v.open(bStates, func(k, val []byte) { v.image(bucketStates, k, val) })
+	return nil
+}
+
+// open checks every value's checksum in a bucket and hands the values
+// that pass to fn: the checks of content read only those.
+func (v *verifier) open(id bucketID, fn func(k, v []byte)) {
+	name := bucketNames[id]
+	b := v.tx.Bucket(name)
+	if b == nil {
+		v.rep.bad(name, nil, "bucket missing")
+		return
 	}
-	open(bMeta, nil)
-	runs := map[string]*runFacts{}
-	open(bRuns, func(k, v []byte) {
-		var r Run
-		if err := decodeRun(v, &r); err != nil {
-			rep.bad(bucketRuns, k, "run record does not decode: %v", err)
-			return
+	_ = b.ForEach(func(k, sv []byte) error {
+		v.rep.Values[string(name)]++
+		val, err := integrity.Open(name, k, sv)
+		if err != nil {
+			v.rep.addErr(err)
+			return nil
 		}
-		if r.ID != string(k) {
-			rep.bad(bucketRuns, k, "run record of run %q", r.ID)
+		if fn != nil {
+			fn(k, val)
 		}
-		if err := ValidRunID(string(k)); err != nil {
-			rep.bad(bucketRuns, k, "not a valid run id")
-		}
-		runs[string(k)] = &runFacts{last: r.LastSeq, terminal: r.Status.Terminal()}
-		rep.Runs++
+		return nil
 	})
-	open(bEvents, func(k, v []byte) {
-		if len(k) >= 10 && k[len(k)-9] == 0 {
-			if _, err := decodeEvent(binary.BigEndian.Uint64(k[len(k)-8:]), v); err != nil {
-				rep.bad(bucketEvents, k, "%v", err)
-			}
+}
+
+func (v *verifier) run(k, val []byte) {
+	var r Run
+	if err := decodeRun(val, &r); err != nil {
+		v.rep.bad(bucketRuns, k, "run record does not decode: %v", err)
+		return
+	}
+	if r.ID != string(k) {
+		v.rep.bad(bucketRuns, k, "run record of run %q", r.ID)
+	}
+	if err := ValidRunID(string(k)); err != nil {
+		v.rep.bad(bucketRuns, k, "not a valid run id")
+	}
+	v.runs[string(k)] = &runFacts{last: r.LastSeq, terminal: r.Status.Terminal()}
+	v.rep.Runs++
+}
+
+func (v *verifier) event(k, val []byte) {
+	if len(k) >= 10 && k[len(k)-9] == 0 {
+		if _, err := decodeEvent(binary.BigEndian.Uint64(k[len(k)-8:]), val); err != nil {
+			v.rep.bad(bucketEvents, k, "%v", err)
 		}
-	})
-	// The logs' shape, from the keys alone (a damaged value is reported
-	// above, and is no gap).
-	if b := tx.Bucket(bucketEvents); b != nil {
+	}
+}
+
+// logs checks the logs' shape, from the keys alone (a damaged value is
+// reported by open, and is no gap): dense from event 1 to the run
+// record's last.
+func (v *verifier) logs() {
+	rep := v.rep
+	if b := v.tx.Bucket(bucketEvents); b != nil {
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			rep.Events++
@@ -244,7 +280,7 @@ func verifyTx(tx *bolt.Tx, rep *Report) error {
 				continue
 			}
 			id, seq := string(k[:len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:])
-			r := runs[id]
+			r := v.runs[id]
 			if r == nil {
 				rep.bad(bucketEvents, k, "event of run %q, which has no record", id)
 				continue
@@ -258,102 +294,102 @@ func verifyTx(tx *bolt.Tx, rep *Report) error {
 			r.seen = seq
 		}
 	}
-	for id, r := range runs {
+	for id, r := range v.runs {
 		if r.seen < r.last {
 			rep.bad(bucketRuns, []byte(id), "the record says the log ends at event %d, the log ends at %d", r.last, r.seen)
 		}
 	}
-	run := func(bucket, k []byte, id, what string) *runFacts {
-		r := runs[id]
-		if r == nil {
-			rep.bad(bucket, k, "%s of run %q, which has no record", what, id)
-		}
-		return r
+}
+
+// runOf is the run an index entry names, reported when it has no record.
+func (v *verifier) runOf(bucket, k []byte, id, what string) *runFacts {
+	r := v.runs[id]
+	if r == nil {
+		v.rep.bad(bucket, k, "%s of run %q, which has no record", what, id)
 	}
-	open(bTimers, func(k, v []byte) {
-		var t Timer
-		if err := json.Unmarshal(v, &t); err != nil {
-			rep.bad(bucketTimers, k, "timer does not decode: %v", err)
-			return
-		}
-		if !bytes.Equal(timerKey(t), k) {
-			rep.bad(bucketTimers, k, "timer %s of run %s is stored under another timer's key", t.ID, t.RunID)
-		}
-		run(bucketTimers, k, t.RunID, "timer")
-	})
-	open(bAsks, func(k, v []byte) {
-		var a Ask
-		if err := decodeAsk(v, &a); err != nil {
-			rep.bad(bucketAsks, k, "question record does not decode: %v", err)
-			return
-		}
-		if a.ID != string(k) {
-			rep.bad(bucketAsks, k, "record of question %q", a.ID)
-		}
-		run(bucketAsks, k, a.RunID, "question")
-	})
-	open(bHooks, func(k, v []byte) {
-		var h Hook
-		if err := json.Unmarshal(v, &h); err != nil {
-			rep.bad(bucketHooks, k, "hook does not decode: %v", err)
-			return
-		}
-		// Not checked against the runs: ClaimHook may give a token to a
-		// run before its record exists.
-		if h.Token != string(k) || h.RunID == "" {
-			rep.bad(bucketHooks, k, "holder of token %q is run %q", h.Token, h.RunID)
-		}
-	})
-	modules := map[string]bool{}
-	open(bModules, func(k, v []byte) {
-		data, err := unpackValue(v)
-		if err != nil {
-			rep.bad(bucketModules, k, "%v", err)
-			return
-		}
-		modules[string(k)] = true
-		if want, err := hex.DecodeString(string(k)); err == nil && len(want) == sha256.Size {
-			if got := sha256.Sum256(data); !bytes.Equal(got[:], want) {
-				rep.bad(bucketModules, k, "module bytes hash to %x", got)
-			}
-		}
-	})
-	open(bPlugins, func(k, v []byte) {
-		var p Plugin
-		if err := json.Unmarshal(v, &p); err != nil {
-			rep.bad(bucketPlugins, k, "plugin record does not decode: %v", err)
-			return
-		}
-		if p.Version < 1 || !bytes.Equal(pluginKey(p.Name, p.Version), k) {
-			rep.bad(bucketPlugins, k, "record of plugin %s version %d", p.Name, p.Version)
-		}
-		if !modules[p.ModuleHash] {
-			rep.bad(bucketPlugins, k, "its module %s is missing", p.ModuleHash)
-		}
-	})
-	open(bSessions, func(k, v []byte) {
-		if _, err := unpackValue(v); err != nil {
-			rep.bad(bucketSessions, k, "%v", err)
-		}
-	})
-	for _, id := range []bucketID{bSnapshots, bStates} {
-		name := bucketNames[id]
-		open(id, func(k, v []byte) {
-			if len(v) < 8 {
-				rep.bad(name, k, "%d bytes, shorter than its seq", len(v))
-				return
-			}
-			r := run(name, k, string(k), "image")
-			if r == nil {
-				return
-			}
-			if seq := binary.BigEndian.Uint64(v); seq > r.last {
-				rep.bad(name, k, "taken at event %d, past the log's last %d", seq, r.last)
-			}
-			if r.terminal {
-				rep.bad(name, k, "kept for a run that has ended")
-			}
-		})
+	return r
+}
+
+func (v *verifier) timer(k, val []byte) {
+	var t Timer
+	if err := json.Unmarshal(val, &t); err != nil {
+		v.rep.bad(bucketTimers, k, "timer does not decode: %v", err)
+		return
 	}
-	return nil
+	if !bytes.Equal(timerKey(t), k) {
+		v.rep.bad(bucketTimers, k, "timer %s of run %s is stored under another timer's key", t.ID, t.RunID)
+	}
+	v.runOf(bucketTimers, k, t.RunID, "timer")
+}
+
+func (v *verifier) ask(k, val []byte) {
+	var a Ask
+	if err := decodeAsk(val, &a); err != nil {
+		v.rep.bad(bucketAsks, k, "question record does not decode: %v", err)
+		return
+	}
+	if a.ID != string(k) {
+		v.rep.bad(bucketAsks, k, "record of question %q", a.ID)
+	}
+	v.runOf(bucketAsks, k, a.RunID, "question")
+}
+
+func (v *verifier) hook(k, val []byte) {
+	var h Hook
+	if err := json.Unmarshal(val, &h); err != nil {
+		v.rep.bad(bucketHooks, k, "hook does not decode: %v", err)
+		return
+	}
+	// Not checked against the runs: ClaimHook may give a token to a run
+	// before its record exists.
+	if h.Token != string(k) || h.RunID == "" {
+		v.rep.bad(bucketHooks, k, "holder of token %q is run %q", h.Token, h.RunID)
+	}
+}
+
+func (v *verifier) module(k, val []byte) {
+	data, err := unpackValue(val)
+	if err != nil {
+		v.rep.bad(bucketModules, k, "%v", err)
+		return
+	}
+	v.modules[string(k)] = true
+	if want, err := hex.DecodeString(string(k)); err == nil && len(want) == sha256.Size {
+		if got := sha256.Sum256(data); !bytes.Equal(got[:], want) {
+			v.rep.bad(bucketModules, k, "module bytes hash to %x", got)
+		}
+	}
+}
+
+func (v *verifier) plugin(k, val []byte) {
+	var p Plugin
+	if err := json.Unmarshal(val, &p); err != nil {
+		v.rep.bad(bucketPlugins, k, "plugin record does not decode: %v", err)
+		return
+	}
+	if p.Version < 1 || !bytes.Equal(pluginKey(p.Name, p.Version), k) {
+		v.rep.bad(bucketPlugins, k, "record of plugin %s version %d", p.Name, p.Version)
+	}
+	if !v.modules[p.ModuleHash] {
+		v.rep.bad(bucketPlugins, k, "its module %s is missing", p.ModuleHash)
+	}
+}
+
+// image checks a snapshot or a state image: a seq within its run's log,
+// of a run that has not ended.
+func (v *verifier) image(name, k, val []byte) {
+	if len(val) < 8 {
+		v.rep.bad(name, k, "%d bytes, shorter than its seq", len(val))
+		return
+	}
+	r := v.runOf(name, k, string(k), "image")
+	if r == nil {
+		return
+	}
+	if seq := binary.BigEndian.Uint64(val); seq > r.last {
+		v.rep.bad(name, k, "taken at event %d, past the log's last %d", seq, r.last)
+	}
+	if r.terminal {
+		v.rep.bad(name, k, "kept for a run that has ended")
+	}
 }

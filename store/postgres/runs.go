@@ -80,36 +80,8 @@ func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Ba
 		}
 		w.state = ps
 	}
-	type timerKey struct {
-		fire int64
-		id   string
-	}
-	put := map[timerKey]int{}
-	for _, t := range b.PutTimers {
-		if t.RunID != runID {
-			return nil, fmt.Errorf("%w: timer for run %s in a batch of run %s", store.ErrBadBatch, t.RunID, runID)
-		}
-		if err := checkTime(t.FireAt, "timer"); err != nil {
-			return nil, err
-		}
-		t.FireAt = t.FireAt.UTC()
-		v, err := json.Marshal(t)
-		if err != nil {
-			return nil, fmt.Errorf("%w: timer %s: %v", store.ErrBadBatch, t.ID, err)
-		}
-		k := timerKey{t.FireAt.UnixNano(), t.ID}
-		if i, ok := put[k]; ok {
-			w.putRecords[i] = v
-			continue
-		}
-		put[k] = len(w.putFire)
-		w.putFire, w.putIDs, w.putRecords = append(w.putFire, k.fire), append(w.putIDs, []byte(t.ID)), append(w.putRecords, v)
-	}
-	for _, t := range b.DeleteTimers {
-		if t.RunID != runID {
-			return nil, fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", store.ErrBadBatch, t.RunID, runID)
-		}
-		w.delFire, w.delIDs = append(w.delFire, clampNanos(t.FireAt)), append(w.delIDs, []byte(t.ID))
+	if err := w.encodeTimers(b.PutTimers, b.DeleteTimers); err != nil {
+		return nil, err
 	}
 	for _, a := range b.PutAsks {
 		if a.RunID != runID || a.ID == "" {
@@ -134,6 +106,43 @@ func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Ba
 	return w, nil
 }
 
+// encodeTimers checks and encodes a batch's timers to put and delete;
+// a timer put twice keeps its last record.
+func (w *batchRows) encodeTimers(put, del []store.Timer) error {
+	type timerKey struct {
+		fire int64
+		id   string
+	}
+	at := map[timerKey]int{}
+	for _, t := range put {
+		if t.RunID != w.runID {
+			return fmt.Errorf("%w: timer for run %s in a batch of run %s", store.ErrBadBatch, t.RunID, w.runID)
+		}
+		if err := checkTime(t.FireAt, "timer"); err != nil {
+			return err
+		}
+		t.FireAt = t.FireAt.UTC()
+		v, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("%w: timer %s: %v", store.ErrBadBatch, t.ID, err)
+		}
+		k := timerKey{t.FireAt.UnixNano(), t.ID}
+		if i, ok := at[k]; ok {
+			w.putRecords[i] = v
+			continue
+		}
+		at[k] = len(w.putFire)
+		w.putFire, w.putIDs, w.putRecords = append(w.putFire, k.fire), append(w.putIDs, []byte(t.ID)), append(w.putRecords, v)
+	}
+	for _, t := range del {
+		if t.RunID != w.runID {
+			return fmt.Errorf("%w: deleting a timer of run %s in a batch of run %s", store.ErrBadBatch, t.RunID, w.runID)
+		}
+		w.delFire, w.delIDs = append(w.delFire, clampNanos(t.FireAt)), append(w.delIDs, []byte(t.ID))
+	}
+	return nil
+}
+
 // runColumns are the run's columns after the id, in the order
 // insertRun and updateRun take them.
 func (w *batchRows) runColumns() []any {
@@ -147,97 +156,32 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING`
 const updateRun = `UPDATE runs SET status = $2, tool = $3, plugin = $4, version = $5, created_s = $6,
 created_n = $7, last_seq = $8, record = $9 WHERE id = $1`
 
+// statements is a pgx batch whose statements each have a check of the
+// rows they touched (nil: none).
+type statements struct {
+	q      pgx.Batch
+	checks []func(ct int64) error
+}
+
+func (st *statements) add(c func(ct int64) error, sql string, args ...any) {
+	st.q.Queue(sql, args...)
+	st.checks = append(st.checks, c)
+}
+
 // write sends the batch's statements in one round trip, after the run's
 // own (insertRun or updateRun), and checks what each did.
 func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created bool) error {
-	var q pgx.Batch
-	type check func(ct int64) error
-	var checks []check
-	add := func(c check, sql string, args ...any) {
-		q.Queue(sql, args...)
-		checks = append(checks, c)
-	}
-	if w.lease != nil {
-		// After the run's row lock (or, for a new run, before its row
-		// exists): a lease taken before this statement is seen, and the
-		// host that took it appends only after this transaction (the row
-		// lock) and from where it left the log (the seq check). The lease
-		// row is read, not locked: a lock would make the holder's renewals
-		// wait behind its own appends.
-		l := *w.lease
-		add(func(ct int64) error {
-			if ct == 0 {
-				return fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, w.runID, l.Epoch, l.Owner)
-			}
-			return nil
-		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3`, w.runID, int64(l.Epoch), []byte(l.Owner))
-	}
-	add(func(ct int64) error {
-		if ct == 0 && created {
-			return fmt.Errorf("%w: %s", store.ErrRunExists, w.runID)
-		}
-		return nil
-	}, runSQL, w.runColumns()...)
-	if len(w.seqs) > 0 {
-		var epoch int64
-		if w.lease != nil {
-			epoch = int64(w.lease.Epoch)
-		}
-		add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data, epoch)
-SELECT $1, *, $7 FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
-			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data, epoch)
-	}
-	if w.rec.Status.Terminal() {
-		if !created {
-			add(nil, `DELETE FROM snapshots WHERE run_id = $1`, w.runID)
-			add(nil, `DELETE FROM states WHERE run_id = $1`, w.runID)
-		}
-	} else if w.state != nil {
-		add(nil, `INSERT INTO states (run_id, seq, data) VALUES ($1, $2, $3)
-ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, data = EXCLUDED.data`, w.runID, int64(w.state.Seq), nonNil(w.state.Data))
-	}
-	if len(w.putFire) > 0 {
-		add(nil, `INSERT INTO timers (fire_ns, run_id, id, record)
-SELECT f, $1, i, r FROM unnest($2::bigint[], $3::bytea[], $4::bytea[]) AS u (f, i, r)
-ON CONFLICT (fire_ns, run_id, id) DO UPDATE SET record = EXCLUDED.record`, w.runID, w.putFire, w.putIDs, w.putRecords)
-	}
-	if len(w.delFire) > 0 {
-		add(nil, `DELETE FROM timers t USING unnest($2::bigint[], $3::bytea[]) AS d (f, i)
-WHERE t.run_id = $1 AND t.fire_ns = d.f AND t.id = d.i`, w.runID, w.delFire, w.delIDs)
-	}
-	for _, a := range w.asks {
-		cs, cn := secNanos(a.a.CreatedAt)
-		id := a.a.ID
-		add(func(ct int64) error {
-			if ct == 0 {
-				return fmt.Errorf("%w: question %s belongs to another run", store.ErrBadBatch, id)
-			}
-			return nil
-		}, `INSERT INTO asks (id, run_id, open, created_s, created_n, record) VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (id) DO UPDATE SET open = EXCLUDED.open, created_s = EXCLUDED.created_s,
-created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXCLUDED.run_id`,
-			[]byte(id), w.runID, a.a.Open, cs, cn, a.record)
-	}
-	if len(w.release) > 0 {
-		add(nil, `DELETE FROM hooks WHERE run_id = $1 AND token = ANY($2::bytea[])`, []byte(w.runID), w.release)
-	}
-	for _, c := range w.claims {
-		tok := c.Token
-		add(func(ct int64) error {
-			if ct == 0 {
-				return fmt.Errorf("%w: %q is held by another run", store.ErrHookTaken, tok)
-			}
-			return nil
-		}, claimSQL, []byte(c.Token), []byte(c.RunID), int64(c.HookID))
-	}
+	var st statements
+	w.queueRun(&st, runSQL, created)
+	w.queueIndexes(&st, created)
 	if created {
 		// Hosts listening claim the new run if its creator does not drive
 		// it at once.
-		add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
+		st.add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
 	}
-	br := tx.SendBatch(ctx, &q)
+	br := tx.SendBatch(ctx, &st.q)
 	var err error
-	for _, c := range checks {
+	for _, c := range st.checks {
 		ct, e := br.Exec()
 		switch {
 		case e != nil:
@@ -256,6 +200,88 @@ created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXC
 		err = cerr
 	}
 	return err
+}
+
+// queueRun queues the lease check, the run's row and its events.
+func (w *batchRows) queueRun(st *statements, runSQL string, created bool) {
+	if w.lease != nil {
+		// After the run's row lock (or, for a new run, before its row
+		// exists): a lease taken before this statement is seen, and the
+		// host that took it appends only after this transaction (the row
+		// lock) and from where it left the log (the seq check). The lease
+		// row is read, not locked: a lock would make the holder's renewals
+		// wait behind its own appends.
+		l := *w.lease
+		st.add(func(ct int64) error {
+			if ct == 0 {
+				return fmt.Errorf("%w: run %s, epoch %d of %s", store.ErrLeaseLost, w.runID, l.Epoch, l.Owner)
+			}
+			return nil
+		}, `SELECT 1 FROM leases WHERE run_id = $1 AND epoch = $2 AND owner = $3`, w.runID, int64(l.Epoch), []byte(l.Owner))
+	}
+	st.add(func(ct int64) error {
+		if ct == 0 && created {
+			return fmt.Errorf("%w: %s", store.ErrRunExists, w.runID)
+		}
+		return nil
+	}, runSQL, w.runColumns()...)
+	if len(w.seqs) > 0 {
+		var epoch int64
+		if w.lease != nil {
+			epoch = int64(w.lease.Epoch)
+		}
+		st.add(nil, `INSERT INTO events (run_id, seq, time_ns, kind, zstd, data, epoch)
+SELECT $1, *, $7 FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::boolean[], $6::bytea[])`,
+			w.runID, w.seqs, w.times, w.kinds, w.zstd, w.data, epoch)
+	}
+}
+
+// queueIndexes queues the batch's changes to the run's images, timers,
+// questions and hooks.
+func (w *batchRows) queueIndexes(st *statements, created bool) {
+	if w.rec.Status.Terminal() {
+		if !created {
+			st.add(nil, `DELETE FROM snapshots WHERE run_id = $1`, w.runID)
+			st.add(nil, `DELETE FROM states WHERE run_id = $1`, w.runID)
+		}
+	} else if w.state != nil {
+		st.add(nil, `INSERT INTO states (run_id, seq, data) VALUES ($1, $2, $3)
+ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, data = EXCLUDED.data`, w.runID, int64(w.state.Seq), nonNil(w.state.Data))
+	}
+	if len(w.putFire) > 0 {
+		st.add(nil, `INSERT INTO timers (fire_ns, run_id, id, record)
+SELECT f, $1, i, r FROM unnest($2::bigint[], $3::bytea[], $4::bytea[]) AS u (f, i, r)
+ON CONFLICT (fire_ns, run_id, id) DO UPDATE SET record = EXCLUDED.record`, w.runID, w.putFire, w.putIDs, w.putRecords)
+	}
+	if len(w.delFire) > 0 {
+		st.add(nil, `DELETE FROM timers t USING unnest($2::bigint[], $3::bytea[]) AS d (f, i)
+WHERE t.run_id = $1 AND t.fire_ns = d.f AND t.id = d.i`, w.runID, w.delFire, w.delIDs)
+	}
+	for _, a := range w.asks {
+		cs, cn := secNanos(a.a.CreatedAt)
+		id := a.a.ID
+		st.add(func(ct int64) error {
+			if ct == 0 {
+				return fmt.Errorf("%w: question %s belongs to another run", store.ErrBadBatch, id)
+			}
+			return nil
+		}, `INSERT INTO asks (id, run_id, open, created_s, created_n, record) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO UPDATE SET open = EXCLUDED.open, created_s = EXCLUDED.created_s,
+created_n = EXCLUDED.created_n, record = EXCLUDED.record WHERE asks.run_id = EXCLUDED.run_id`,
+			[]byte(id), w.runID, a.a.Open, cs, cn, a.record)
+	}
+	if len(w.release) > 0 {
+		st.add(nil, `DELETE FROM hooks WHERE run_id = $1 AND token = ANY($2::bytea[])`, []byte(w.runID), w.release)
+	}
+	for _, c := range w.claims {
+		tok := c.Token
+		st.add(func(ct int64) error {
+			if ct == 0 {
+				return fmt.Errorf("%w: %q is held by another run", store.ErrHookTaken, tok)
+			}
+			return nil
+		}, claimSQL, []byte(c.Token), []byte(c.RunID), int64(c.HookID))
+	}
 }
 
 // claimSQL gives a token to a run's hook unless another run holds it:

@@ -654,15 +654,7 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base.Add(9), ID: ""}, Status: store.StatusCompleted}, "c b"},
 		{store.RunFilter{Before: &store.RunCursor{CreatedAt: base, ID: "z"}}, ""},
 	} {
-		runs, err := ts.S.Runs(ctxBG, c.f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, r := range runs {
-			ids = append(ids, r.ID)
-		}
-		if got := strings.Join(ids, " "); got != c.want {
+		if got := runIDs(t, ts.S, c.f); got != c.want {
 			t.Errorf("Runs(%+v) = %q, want %q", c.f, got, c.want)
 		}
 	}
@@ -674,15 +666,7 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 	if err := ts.S.CreateRun(ctxBG, store.Run{ID: "e", Tool: "x", Status: store.StatusCompleted, CreatedAt: base.Add(1)}, store.Batch{}); err != nil {
 		t.Fatal(err)
 	}
-	runs, err := ts.S.Runs(ctxBG, store.RunFilter{Status: store.StatusCompleted, Tool: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, r := range runs {
-		ids = append(ids, r.ID)
-	}
-	if got := strings.Join(ids, " "); got != "c d e" {
+	if got := runIDs(t, ts.S, store.RunFilter{Status: store.StatusCompleted, Tool: "x"}); got != "c d e" {
 		t.Errorf("completed runs of x after d completed and e was made: %q, want \"c d e\"", got)
 	}
 	// Counts by status and tool, where the store keeps them.
@@ -701,6 +685,20 @@ func testRunsOrderAndFilter(t *testing.T, open Opener) {
 	if want := "completed/x=3 completed/y=1 running/x=1"; strings.Join(got, " ") != want {
 		t.Errorf("RunCounts = %q, want %q", strings.Join(got, " "), want)
 	}
+}
+
+// runIDs lists the ids of the runs f selects, in the order Runs gives.
+func runIDs(t *testing.T, s store.Store, f store.RunFilter) string {
+	t.Helper()
+	runs, err := s.Runs(ctxBG, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range runs {
+		ids = append(ids, r.ID)
+	}
+	return strings.Join(ids, " ")
 }
 
 func testSessions(t *testing.T, open Opener) {

@@ -1,4 +1,7 @@
-package store
+// Package pagecheck reads a bbolt file's structure with plain reads and
+// bounds checks before bbolt maps it, so that a damaged file is reported
+// rather than made to panic, loop or fault bbolt.
+package pagecheck
 
 import (
 	"bytes"
@@ -7,10 +10,12 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+
+	"github.com/sandflow/sandflow/store/internal/integrity"
 )
 
 // bbolt reads its file through a memory map and trusts what it finds: a
-// damaged page makes it panic, loop or fault (SIGSEGV, SIGBUS). So Open
+// damaged page makes it panic, loop or fault (SIGSEGV, SIGBUS). So the store
 // reads the file's structure itself first, with plain reads and bounds
 // checks, before bbolt sees it: the two meta pages and their checksums,
 // then every page reachable from the meta bbolt will use (its id in range,
@@ -38,42 +43,74 @@ const (
 // Native byte order: bbolt writes its structures as they are in memory.
 var le = binary.NativeEndian
 
-// boltMeta is a meta page's fields.
-type boltMeta struct {
-	pageSize uint32
-	root     uint64
-	freelist uint64
-	pgid     uint64 // the high-water mark: pages 0..pgid-1 are in use
-	txid     uint64
+// Meta is a meta page's fields.
+type Meta struct {
+	PageSize uint32
+	Root     uint64
+	Freelist uint64
+	PGID     uint64 // the high-water mark: pages 0..PGID-1 are in use
+	TxID     uint64
 }
 
 // parseMeta reads the meta at the start of page buffer b; ok is false
 // when it is not a valid meta page.
-func parseMeta(b []byte) (m boltMeta, magic, ok bool) {
+func parseMeta(b []byte) (m Meta, magic, ok bool) {
 	if len(b) < 80 {
 		return m, false, false
 	}
 	magic = le.Uint32(b[16:]) == boltMagic
-	m = boltMeta{pageSize: le.Uint32(b[24:]), root: le.Uint64(b[32:]), freelist: le.Uint64(b[48:]), pgid: le.Uint64(b[56:]), txid: le.Uint64(b[64:])}
+	m = Meta{PageSize: le.Uint32(b[24:]), Root: le.Uint64(b[32:]), Freelist: le.Uint64(b[48:]), PGID: le.Uint64(b[56:]), TxID: le.Uint64(b[64:])}
 	h := fnv.New64a()
 	h.Write(b[16:72])
 	ok = magic && le.Uint32(b[20:]) == boltVersion && le.Uint16(b[8:]) == boltMetaPage && h.Sum64() == le.Uint64(b[72:])
 	return m, magic, ok
 }
 
-// fileCheck is what checkFile found.
-type fileCheck struct {
-	pageSize int
-	meta     boltMeta
-	// badMeta is the meta page (0 or 1) that did not validate, or -1.
-	badMeta int
-	pages   uint64 // pages reachable
+// Result is what File found.
+type Result struct {
+	PageSize int
+	Meta     Meta // the meta bbolt will use
+	// BadMeta is the meta page (0 or 1) that did not validate, or -1.
+	BadMeta int
+	Pages   uint64 // pages reachable
 }
 
-// checkFile checks the structure of the database file f (size bytes, not
-// 0) as bbolt would read it. It returns a *NotStoreError for a file that
-// is not a bbolt file at all, and a *CorruptError for a damaged one.
-func checkFile(f io.ReaderAt, size int64, path string) (*fileCheck, error) {
+// File checks the structure of the database file f (size bytes, not
+// 0) as bbolt would read it. It returns an *integrity.NotStoreError for a
+// file that is not a bbolt file at all, and an *integrity.CorruptError
+// for a damaged one.
+func File(f io.ReaderAt, size int64, path string) (*Result, error) {
+	fc, err := metas(f, size, path)
+	if err != nil {
+		return nil, err
+	}
+	ps := int64(fc.PageSize)
+	m := fc.Meta
+	if m.PGID < 4 || m.PGID > uint64(size/ps) {
+		return nil, &integrity.CorruptError{Bucket: "file", Offset: size, What: fmt.Sprintf("file is %d bytes; its %d pages of %d bytes need %d (cut short?)", size, m.PGID, ps, m.PGID*uint64(ps))}
+	}
+	if m.Root < 2 || m.Root >= m.PGID {
+		return nil, &integrity.CorruptError{Bucket: "file", Offset: -1, What: fmt.Sprintf("root page %d is outside pages 2..%d", m.Root, m.PGID-1)}
+	}
+	w := &pageWalker{f: f, ps: ps, hwm: m.PGID, seen: make([]uint64, (m.PGID+63)/64)}
+	w.mark(0, 0)
+	w.mark(1, 0)
+	if err := w.page(m.Root, nil, nil, 0, "root"); err != nil {
+		return nil, err
+	}
+	if m.Freelist != boltNoFreelist {
+		if err := w.freelist(m.Freelist); err != nil {
+			return nil, err
+		}
+	}
+	fc.Pages = w.count
+	return fc, nil
+}
+
+// metas reads the two meta pages and picks the one bbolt will use: the
+// valid one with the higher txid, or the only valid one (then BadMeta
+// names the other).
+func metas(f io.ReaderAt, size int64, path string) (*Result, error) {
 	head := make([]byte, 4096)
 	n, err := f.ReadAt(head, 0)
 	if err != nil && err != io.EOF {
@@ -81,16 +118,16 @@ func checkFile(f io.ReaderAt, size int64, path string) (*fileCheck, error) {
 	}
 	head = head[:n]
 	m0, magic0, ok0 := parseMeta(head)
-	fc := &fileCheck{badMeta: -1}
-	var m1 boltMeta
+	fc := &Result{BadMeta: -1}
+	var m1 Meta
 	var magic1, ok1 bool
 	if ok0 {
-		fc.pageSize = int(m0.pageSize)
-		if !validPageSize(fc.pageSize) {
-			return nil, &CorruptError{Bucket: "file", Offset: 24, What: fmt.Sprintf("meta page 0 gives page size %d", m0.pageSize)}
+		fc.PageSize = int(m0.PageSize)
+		if !validPageSize(fc.PageSize) {
+			return nil, &integrity.CorruptError{Bucket: "file", Offset: 24, What: fmt.Sprintf("meta page 0 gives page size %d", m0.PageSize)}
 		}
 		b := make([]byte, 96)
-		if n, _ := f.ReadAt(b, int64(fc.pageSize)); n == len(b) {
+		if n, _ := f.ReadAt(b, int64(fc.PageSize)); n == len(b) {
 			m1, magic1, ok1 = parseMeta(b)
 		}
 	} else {
@@ -101,9 +138,9 @@ func checkFile(f io.ReaderAt, size int64, path string) (*fileCheck, error) {
 			if n, _ := f.ReadAt(b, int64(ps)); n < len(b) {
 				break
 			}
-			if m, magic, ok := parseMeta(b); ok && int(m.pageSize) == ps {
+			if m, magic, ok := parseMeta(b); ok && int(m.PageSize) == ps {
 				m1, magic1, ok1 = m, magic, ok
-				fc.pageSize = ps
+				fc.PageSize = ps
 				break
 			} else if magic {
 				magic1 = true
@@ -112,40 +149,20 @@ func checkFile(f io.ReaderAt, size int64, path string) (*fileCheck, error) {
 	}
 	switch {
 	case !ok0 && !ok1 && !magic0 && !magic1:
-		return nil, &NotStoreError{Path: path, Reason: "no bbolt header: a file of another format"}
+		return nil, &integrity.NotStoreError{Path: path, Reason: "no bbolt header: a file of another format"}
 	case !ok0 && !ok1:
-		return nil, &CorruptError{Bucket: "file", Offset: 0, What: "both meta pages are damaged"}
-	case ok0 && ok1 && m0.pageSize != m1.pageSize:
-		return nil, &CorruptError{Bucket: "file", Offset: int64(fc.pageSize), What: fmt.Sprintf("meta pages disagree on the page size (%d, %d)", m0.pageSize, m1.pageSize)}
+		return nil, &integrity.CorruptError{Bucket: "file", Offset: 0, What: "both meta pages are damaged"}
+	case ok0 && ok1 && m0.PageSize != m1.PageSize:
+		return nil, &integrity.CorruptError{Bucket: "file", Offset: int64(fc.PageSize), What: fmt.Sprintf("meta pages disagree on the page size (%d, %d)", m0.PageSize, m1.PageSize)}
 	case !ok0:
-		fc.badMeta, fc.meta = 0, m1
+		fc.BadMeta, fc.Meta = 0, m1
 	case !ok1:
-		fc.badMeta, fc.meta = 1, m0
-	case m1.txid > m0.txid:
-		fc.meta = m1
+		fc.BadMeta, fc.Meta = 1, m0
+	case m1.TxID > m0.TxID:
+		fc.Meta = m1
 	default:
-		fc.meta = m0
+		fc.Meta = m0
 	}
-	ps := int64(fc.pageSize)
-	m := fc.meta
-	if m.pgid < 4 || m.pgid > uint64(size/ps) {
-		return nil, &CorruptError{Bucket: "file", Offset: size, What: fmt.Sprintf("file is %d bytes; its %d pages of %d bytes need %d (cut short?)", size, m.pgid, ps, m.pgid*uint64(ps))}
-	}
-	if m.root < 2 || m.root >= m.pgid {
-		return nil, &CorruptError{Bucket: "file", Offset: -1, What: fmt.Sprintf("root page %d is outside pages 2..%d", m.root, m.pgid-1)}
-	}
-	w := &pageWalker{f: f, ps: ps, hwm: m.pgid, seen: make([]uint64, (m.pgid+63)/64)}
-	w.mark(0, 0)
-	w.mark(1, 0)
-	if err := w.page(m.root, nil, nil, 0, "root"); err != nil {
-		return nil, err
-	}
-	if m.freelist != boltNoFreelist {
-		if err := w.freelist(m.freelist); err != nil {
-			return nil, err
-		}
-	}
-	fc.pages = w.count
 	return fc, nil
 }
 
@@ -159,8 +176,8 @@ type pageWalker struct {
 	count uint64
 }
 
-func (w *pageWalker) bad(id uint64, format string, args ...any) *CorruptError {
-	return &CorruptError{Bucket: "file", Offset: int64(id) * w.ps, What: fmt.Sprintf("page %d: ", id) + fmt.Sprintf(format, args...)}
+func (w *pageWalker) bad(id uint64, format string, args ...any) *integrity.CorruptError {
+	return &integrity.CorruptError{Bucket: "file", Offset: int64(id) * w.ps, What: fmt.Sprintf("page %d: ", id) + fmt.Sprintf(format, args...)}
 }
 
 // mark notes pages id..id+overflow as reached; false when one already was.
@@ -244,7 +261,7 @@ func (w *pageWalker) nodes(id uint64, b, lo, hi []byte, depth int) error {
 		}
 		key := b[start : start+uint64(ksize)]
 		if (prev != nil && (bytes.Compare(key, prev) < 0 || i > 0 && bytes.Equal(key, prev))) || (hi != nil && bytes.Compare(key, hi) >= 0) {
-			return w.bad(id, "element %d: key %s out of order", i, printKey(key))
+			return w.bad(id, "element %d: key %s out of order", i, integrity.PrintKey(key))
 		}
 		prev = key
 		if flags == boltBranchPage {
@@ -269,17 +286,17 @@ func (w *pageWalker) nodes(id uint64, b, lo, hi []byte, depth int) error {
 		}
 		v := b[start+uint64(ksize) : end]
 		if len(v) < 16 {
-			return w.bad(id, "bucket %s: header is %d bytes", printKey(key), len(v))
+			return w.bad(id, "bucket %s: header is %d bytes", integrity.PrintKey(key), len(v))
 		}
 		if root := le.Uint64(v); root != 0 {
-			if err := w.page(root, nil, nil, depth+1, "bucket "+printKey(key)); err != nil {
+			if err := w.page(root, nil, nil, depth+1, "bucket "+integrity.PrintKey(key)); err != nil {
 				return err
 			}
 			continue
 		}
 		inline := v[16:]
 		if len(inline) < boltPageHeader || le.Uint16(inline[8:]) != boltLeafPage {
-			return w.bad(id, "bucket %s: inline page is not a leaf", printKey(key))
+			return w.bad(id, "bucket %s: inline page is not a leaf", integrity.PrintKey(key))
 		}
 		if err := w.nodes(id, inline, nil, nil, depth+1); err != nil {
 			return err
@@ -316,8 +333,8 @@ func (w *pageWalker) freelist(id uint64) error {
 	return nil
 }
 
-// statSize is f's size.
-func statSize(f *os.File) (int64, error) {
+// Size is f's size.
+func Size(f *os.File) (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return 0, err

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package store
+package journal
 
 // mapJournal leaves the journal unmapped where fallocate is not at hand:
 // records are written with pwrite.
-func (j *journal) mapJournal() {}
+func (j *File) mapJournal() {}
 
-func (j *journal) unmapJournal() {}
+func (j *File) unmapJournal() {}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package filelock
 
 import (
 	"errors"
@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// lockFile takes f's lock as bbolt does (flock, exclusive to write,
+// Lock takes f's lock as bbolt does (flock, exclusive to write,
 // shared to read), retrying until timeout, so that the file is checked
-// (checkFile) with no writer in it. bbolt, handed the same open file,
-// takes the lock again, which the holder of it is granted at once.
-func lockFile(f *os.File, exclusive bool, timeout time.Duration) error {
+// (the store's page check) with no writer in it. bbolt, handed the same
+// open file, takes the lock again, which the holder of it is granted at
+// once.
+func Lock(f *os.File, exclusive bool, timeout time.Duration) error {
 	how := syscall.LOCK_SH
 	if exclusive {
 		how = syscall.LOCK_EX
