@@ -124,7 +124,7 @@ type Options struct {
 	// kept parked: its next resume then restores the snapshot instead of
 	// replaying. 0 means DefaultSnapshotOps; negative turns snapshots off.
 	// Only wazero instances are snapshotted. A waiting run that long also
-	// keeps an image of its state (stateimage.go), so that loading it
+	// keeps an image of its state (host/internal/state/image.go), so that loading it
 	// after a restart does not read its whole log.
 	Snapshots int
 	// StepConcurrency bounds the steps of one run executing at once; 0
@@ -221,7 +221,7 @@ type Host struct {
 	warmBytes uint64
 	// badSnaps are runs whose snapshots up to a seq are not restored
 	// (distrust); badImages runs whose state images up to a seq are not
-	// loaded: one disagreed with the log (stateimage.go).
+	// loaded: one disagreed with the log (host/internal/state/image.go).
 	badSnaps  map[string]uint64
 	badImages map[string]uint64
 	// watchers are the channels Watch gave out, by run id.

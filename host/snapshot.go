@@ -119,7 +119,7 @@ type SnapshotStats struct {
 	// activations that failed and ran again by replay.
 	Taken, Restored, Refused int64
 	// Images: run states loaded from a state image and the events after
-	// it, instead of the whole log (stateimage.go). ImagesRefused: images
+	// it, instead of the whole log (host/internal/state/image.go). ImagesRefused: images
 	// found unusable, the whole log read instead. Completed: lazy states
 	// completed from the log, because something needed an op or an
 	// activation the image left out.

@@ -66,7 +66,7 @@ type Run struct {
 	// which may have set any field (else only clearHot's are set).
 	scratchFull bool
 
-	// lazy is set on a state loaded from an image (stateimage.go): ops it
+	// lazy is set on a state loaded from an image (image.go): ops it
 	// left out are nil, and markers before markBase absent, until expand
 	// completes it.
 	Lazy *lazyLog
@@ -306,7 +306,7 @@ func (o *Op) settle(seq uint64, st abi.FutureState, v []byte, byOp uint32) {
 
 // Apply folds one event into the state. Events must come in order. It
 // checks the event's place in the log, decodes its data into the state's
-// scratch evData, and calls the apply function of its kind (apply.go)
+// scratch history.Data, and calls the apply function of its kind (apply.go)
 // with it. The admission is here rather than in a function of its own,
 // and the event goes to the kind's function by pointer: a call per event
 // and copies of the event were a tenth of a replay's time. The dispatch
@@ -394,8 +394,8 @@ func (rs *Run) Apply(e store.Event) error {
 	return nil
 }
 
-// clearScratch returns the state's scratch evData, zeroed for the next
-// event: one evData, reused, for apply keeps values of its fields, never
+// clearScratch returns the state's scratch history.Data, zeroed for the next
+// event: one history.Data, reused, for apply keeps values of its fields, never
 // it.
 func (rs *Run) clearScratch() *history.Data {
 	if rs.scratch == nil {
