@@ -447,7 +447,7 @@ func (h *Host) Upgrade(ctx context.Context, runID string, version int) (RunInfo,
 		if rs.Status.Terminal() {
 			return fmt.Errorf("%w: run %s is %s", ErrRunEnded, runID, rs.Status)
 		}
-		lp, err := h.plugin(ctx, rs.Rec.Plugin, version)
+		lp, err := h.pluginToStart(ctx, rs.Rec.Plugin, version)
 		if err != nil {
 			return err
 		}

@@ -591,7 +591,7 @@ func (h *Host) newRun(ctx context.Context, tool string, input json.RawMessage, o
 	if h.isClosed() {
 		return nil, ErrClosed
 	}
-	lp, err := h.plugin(ctx, tool, o.Version)
+	lp, err := h.pluginToStart(ctx, tool, o.Version)
 	if err != nil {
 		return nil, err
 	}

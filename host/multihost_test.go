@@ -386,3 +386,33 @@ func TestMultiHostFailoverAfterKill(t *testing.T) {
 		t.Errorf("log %v: want the cut-off attempt recorded, a second completed, the run completed once", n)
 	}
 }
+
+// TestMultiHostDeletedVersionIsNotStartedElsewhere: a version one host
+// deleted is not started, nor upgraded to, on another host that had it
+// loaded; the version left still runs there.
+func TestMultiHostDeletedVersionIsNotStartedElsewhere(t *testing.T) {
+	c := newCluster(t, 2, nil)
+	a, b := c.hosts[0], c.hosts[1]
+	ctx := context.Background()
+	if _, err := a.AddPlugin(ctx, guest(t, kitchenDir), manifest(t, kitchenDir)); err != nil {
+		t.Fatal(err)
+	}
+	// B loads version 1 by running it to its end.
+	if _, err := b.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"v1"}`), &host.CallOptions{RunID: "run-v1", Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeletePluginVersion(ctx, "kitchen", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"v1"}`), &host.CallOptions{RunID: "run-v1-again", Version: 1})
+	if !errors.Is(err, host.ErrUnknownTool) {
+		t.Fatalf("a call of the deleted version on B = %v, want ErrUnknownTool", err)
+	}
+	if _, err := b.Run(ctx, "run-v1-again"); !errors.Is(err, host.ErrRunNotFound) {
+		t.Fatalf("the refused call left a run: %v", err)
+	}
+	ri, err := b.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"v2"}`), &host.CallOptions{RunID: "run-v2", Version: 2})
+	if err != nil || ri.Version != 2 || ri.Status != store.StatusCompleted {
+		t.Fatalf("version 2 on B: %+v, %v", ri, err)
+	}
+}

@@ -272,8 +272,9 @@ func (lp *loadedPlugin) checkInput(raw json.RawMessage) (json.RawMessage, error)
 // plugin returns a plugin version ready to run; version 0 is the latest.
 func (h *Host) plugin(ctx context.Context, name string, version int) (*loadedPlugin, error) {
 	if version > 0 {
-		// A version loaded here is what the store holds: this host owns
-		// the store, and deleting a version unloads it.
+		// A version loaded here is what the store holds for the runs
+		// pinned to it: a version in use cannot be deleted. New runs
+		// check the store first (pluginToStart).
 		h.mu.Lock()
 		lp := h.plugins[fmt.Sprintf("%s@%d", name, version)]
 		h.mu.Unlock()
@@ -404,14 +405,39 @@ func (h *Host) DeletePluginVersion(ctx context.Context, name string, version int
 	case err != nil:
 		return err
 	}
-	h.mu.Lock()
-	if lp := h.plugins[fmt.Sprintf("%s@%d", name, version)]; lp != nil {
-		delete(h.plugins, fmt.Sprintf("%s@%d", name, version))
-		defer lp.closeSteps(ctx)
-		defer lp.closeFresh(ctx)
-	}
-	h.mu.Unlock()
+	h.unloadPlugin(ctx, name, version)
 	return nil
+}
+
+// unloadPlugin forgets a loaded plugin version and closes its instances.
+func (h *Host) unloadPlugin(ctx context.Context, name string, version int) {
+	key := fmt.Sprintf("%s@%d", name, version)
+	h.mu.Lock()
+	lp := h.plugins[key]
+	delete(h.plugins, key)
+	h.mu.Unlock()
+	if lp != nil {
+		lp.closeFresh(ctx)
+		lp.closeSteps(ctx)
+	}
+}
+
+// pluginToStart is plugin for a new run or an upgrade. A version asked
+// for by number is looked up in the store even when it is loaded here:
+// on a store several hosts share, another host may have deleted it, and
+// a run must not start on a version the store no longer has. (A run
+// already pinned to a version needs no look-up: a version in use cannot
+// be deleted.)
+func (h *Host) pluginToStart(ctx context.Context, name string, version int) (*loadedPlugin, error) {
+	if version > 0 {
+		if _, err := h.store.Plugin(ctx, name, version); errors.Is(err, store.ErrPluginNotFound) {
+			h.unloadPlugin(ctx, name, version)
+			return nil, fmt.Errorf("%w: %s version %d", ErrUnknownTool, name, version)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return h.plugin(ctx, name, version)
 }
 
 // Plugins lists every registered plugin version.
