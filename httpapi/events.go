@@ -36,14 +36,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ch, stop := s.h.Watch(id)
 	defer stop()
-	// A stream has no end to set a deadline by: each write gets its own.
-	s.extendDeadlines(w, -1)
-	s.streamWrite(w)
-	sw, err := sse.Start(w)
+	sw, tick, err := s.startStream(w)
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
 		evs, err := s.h.Store().Events(r.Context(), id, after, 1000)
@@ -113,4 +109,17 @@ func sendEnd(sw *sse.Writer, status store.RunStatus) error {
 		return err
 	}
 	return sw.Send(sse.Event{Type: "end", Data: data})
+}
+
+// startStream begins an event stream on w: deadlines per write (a stream
+// has no end to set one by), the SSE headers, and the heartbeat's ticker,
+// which the caller stops.
+func (s *Server) startStream(w http.ResponseWriter) (*sse.Writer, *time.Ticker, error) {
+	s.extendDeadlines(w, -1)
+	s.streamWrite(w)
+	sw, err := sse.Start(w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sw, time.NewTicker(heartbeat), nil
 }

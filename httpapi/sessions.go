@@ -237,14 +237,10 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = o
 	}
-	// A stream has no end to set a deadline by: each write gets its own.
-	s.extendDeadlines(w, -1)
-	s.streamWrite(w)
-	sw, err := sse.Start(w)
+	sw, tick, err := s.startStream(w)
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
 		s.streamWrite(w)
