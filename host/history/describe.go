@@ -49,31 +49,11 @@ func Describe(e store.Event) string {
 	case KindTimerFired:
 		return fmt.Sprintf("%stimer fired", op)
 	case KindAskOpened:
-		var req struct{ Prompt string }
-		_ = json.Unmarshal(d.Request, &req)
-		if d.Answer != nil {
-			return fmt.Sprintf("%squestion %q: %s at once", op, firstLine(req.Prompt), d.Answer.Status)
-		}
-		return fmt.Sprintf("%squestion %s opened: %q", op, d.AskID, firstLine(req.Prompt))
+		return describeAskOpened(d, op)
 	case KindAskSettled:
-		a := d.Answer
-		switch {
-		case a == nil:
-			return op + "question settled"
-		case a.OptionID != "":
-			return fmt.Sprintf("%squestion %s answered: %s", op, d.AskID, a.OptionID)
-		case a.Text != "":
-			return fmt.Sprintf("%squestion %s answered: %q", op, d.AskID, clip([]byte(a.Text)))
-		}
-		return fmt.Sprintf("%squestion %s %s", op, d.AskID, a.Status)
+		return describeAskSettled(d, op)
 	case KindHookCreated:
-		if d.Webhook != nil {
-			return fmt.Sprintf("%swebhook created at %s", op, d.URL)
-		}
-		if d.Conflict != "" {
-			return fmt.Sprintf("%shook %s created, but run %s holds the token", op, d.Token, d.Conflict)
-		}
-		return fmt.Sprintf("%shook %s created", op, d.Token)
+		return describeHookCreated(d, op)
 	case KindHookNext:
 		return fmt.Sprintf("%swaits for the next payload of hook %d", op, d.Hook)
 	case KindHookReceived:
@@ -93,15 +73,7 @@ func Describe(e store.Event) string {
 	case KindProgress:
 		return fmt.Sprintf("%sprogress: %s", op, clip(d.Value))
 	case KindOutput:
-		who := "workflow"
-		if d.Step != 0 {
-			who = fmt.Sprintf("step op %d", d.Step)
-		}
-		cut := ""
-		if d.Cut {
-			cut = " [cut at the output limit]"
-		}
-		return fmt.Sprintf("%s %s: %s%s", who, d.Stream, strings.TrimRight(clip([]byte(d.Data)), "\n"), cut)
+		return describeOutput(d)
 	case KindRunCompleted:
 		return fmt.Sprintf("%srun completed: %s", op, clip(d.Result))
 	case KindRunFailed:
@@ -113,19 +85,72 @@ func Describe(e store.Event) string {
 	case KindAgentSent:
 		return fmt.Sprintf("%sagent %s: sent %s", op, d.Name, clip(d.Input))
 	case KindAgentSettled:
-		if d.Agent.Status == abi.AgentFailed && d.Agent.Error != nil {
-			return fmt.Sprintf("%sagent turn failed: %s", op, d.Agent.Error.Message)
-		}
-		if len(d.Agent.Data) > 0 {
-			return fmt.Sprintf("%sagent turn %s: %s", op, d.Agent.Status, clip(d.Agent.Data))
-		}
-		return fmt.Sprintf("%sagent turn %s: %q", op, d.Agent.Status, clip([]byte(d.Agent.Reply)))
+		return describeAgentSettled(d, op)
 	case KindWebhookResponded:
 		return fmt.Sprintf("%swebhook %d request %d answered with status %d", op, d.Hook, d.Index, d.Response.Status)
 	case KindOpRefused:
 		return fmt.Sprintf("%s%s %s refused: %s", op, d.Kind, d.Name, errText(d))
 	}
 	return e.Kind
+}
+
+// describeAskOpened is Describe of an ask_opened event.
+func describeAskOpened(d *Data, op string) string {
+	var req struct{ Prompt string }
+	_ = json.Unmarshal(d.Request, &req)
+	if d.Answer != nil {
+		return fmt.Sprintf("%squestion %q: %s at once", op, firstLine(req.Prompt), d.Answer.Status)
+	}
+	return fmt.Sprintf("%squestion %s opened: %q", op, d.AskID, firstLine(req.Prompt))
+}
+
+// describeAskSettled is Describe of an ask_settled event.
+func describeAskSettled(d *Data, op string) string {
+	a := d.Answer
+	switch {
+	case a == nil:
+		return op + "question settled"
+	case a.OptionID != "":
+		return fmt.Sprintf("%squestion %s answered: %s", op, d.AskID, a.OptionID)
+	case a.Text != "":
+		return fmt.Sprintf("%squestion %s answered: %q", op, d.AskID, clip([]byte(a.Text)))
+	}
+	return fmt.Sprintf("%squestion %s %s", op, d.AskID, a.Status)
+}
+
+// describeHookCreated is Describe of a hook_created event.
+func describeHookCreated(d *Data, op string) string {
+	if d.Webhook != nil {
+		return fmt.Sprintf("%swebhook created at %s", op, d.URL)
+	}
+	if d.Conflict != "" {
+		return fmt.Sprintf("%shook %s created, but run %s holds the token", op, d.Token, d.Conflict)
+	}
+	return fmt.Sprintf("%shook %s created", op, d.Token)
+}
+
+// describeOutput is Describe of an output event.
+func describeOutput(d *Data) string {
+	who := "workflow"
+	if d.Step != 0 {
+		who = fmt.Sprintf("step op %d", d.Step)
+	}
+	cut := ""
+	if d.Cut {
+		cut = " [cut at the output limit]"
+	}
+	return fmt.Sprintf("%s %s: %s%s", who, d.Stream, strings.TrimRight(clip([]byte(d.Data)), "\n"), cut)
+}
+
+// describeAgentSettled is Describe of an agent_settled event.
+func describeAgentSettled(d *Data, op string) string {
+	if d.Agent.Status == abi.AgentFailed && d.Agent.Error != nil {
+		return fmt.Sprintf("%sagent turn failed: %s", op, d.Agent.Error.Message)
+	}
+	if len(d.Agent.Data) > 0 {
+		return fmt.Sprintf("%sagent turn %s: %s", op, d.Agent.Status, clip(d.Agent.Data))
+	}
+	return fmt.Sprintf("%sagent turn %s: %q", op, d.Agent.Status, clip([]byte(d.Agent.Reply)))
 }
 
 func errText(d *Data) string {
