@@ -182,9 +182,23 @@ RETURNING run_id, epoch`, []byte(owner), ttl.Nanoseconds(), int64(limit))
 // Listen implements store.Leaser, on a connection of its own (not one of
 // the pool's, which LISTEN would tie to this session).
 func (s *Store) Listen(ctx context.Context, fn func(runID string)) error {
+	return s.listen(ctx, s.channel, fn)
+}
+
+// ListenCommits calls fn with a run's id after each Append of the run
+// that committed, on any host whose store has Options.CommitNotices set,
+// until ctx is done: a host following a run it does not drive (an event
+// stream, a console) reads what was committed. The notices are apart
+// from Listen's, so that a commit does not wake the hosts' claims. Like
+// Listen it reconnects by itself, and notices sent meanwhile are lost.
+func (s *Store) ListenCommits(ctx context.Context, fn func(runID string)) error {
+	return s.listen(ctx, s.commitChannel, fn)
+}
+
+func (s *Store) listen(ctx context.Context, channel string, fn func(runID string)) error {
 	wait := 50 * time.Millisecond
 	for {
-		err := s.listenOnce(ctx, fn)
+		err := s.listenOnce(ctx, channel, fn)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -205,13 +219,13 @@ func (s *Store) Listen(ctx context.Context, fn func(runID string)) error {
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, fn func(runID string)) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, fn func(runID string)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.listenCfg.Copy())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
 	for {
