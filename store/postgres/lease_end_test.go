@@ -199,3 +199,44 @@ func TestLeaseDeletionRace(t *testing.T) {
 		}
 	}
 }
+
+// Migration 4 deletes the lease rows ended runs kept before it, keeping
+// their epochs in the runs' rows, and leaves the others' alone.
+func TestMigration4DeletesEndedRunsLeases(t *testing.T) {
+	schema := newSchema(t)
+	s := openSchema(t, schema, Options{})
+	mustCreate(t, s, "r")
+	mustCreate(t, s, "w")
+	for _, id := range []string{"r", "w"} {
+		for range 3 {
+			l, err := s.AcquireLease(ctxBG, id, "A", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RenewLease(ctxBG, id, l, -time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Append(ctxBG, "r", 0, ending(0)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Back to schema 3, as an older build left it.
+	conn, err := pgx.Connect(ctxBG, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctxBG)
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := conn.Exec(ctxBG, `ALTER TABLE `+q+`.runs DROP COLUMN lease_epoch; UPDATE `+q+`.sandflow_schema SET version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	openSchema(t, schema, Options{})
+	if e, ok, kept := leaseRow(t, schema, "r"); ok || kept != 3 {
+		t.Fatalf("ended run after migration 4: lease row epoch %d present %v, kept %d; want none, 3", e, ok, kept)
+	}
+	if e, ok, kept := leaseRow(t, schema, "w"); !ok || e != 3 || kept != 0 {
+		t.Fatalf("waiting run after migration 4: lease row epoch %d present %v, kept %d; want epoch 3 kept in the row", e, ok, kept)
+	}
+}
