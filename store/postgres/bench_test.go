@@ -79,3 +79,20 @@ func benchCommits(b *testing.B, s store.Store, runs int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 }
+
+// BenchmarkStepCommitNotices times the step commit of BenchmarkStepCommit
+// on PostgreSQL with Options.CommitNotices off and on (a NOTIFY in each
+// Append's transaction), nobody listening. Compare with
+//
+//	benchstat -col /notices file
+func BenchmarkStepCommitNotices(b *testing.B) {
+	for _, runs := range []int{1, 64} {
+		for _, on := range []bool{false, true} {
+			name := map[bool]string{false: "off", true: "on"}[on]
+			b.Run(fmt.Sprintf("runs=%d/notices=%s", runs, name), func(b *testing.B) {
+				s := openSchema(b, newSchema(b), Options{MaxConns: 16, CommitNotices: on})
+				benchCommits(b, s, runs)
+			})
+		}
+	}
+}

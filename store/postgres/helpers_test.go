@@ -90,6 +90,8 @@ func opener(opts Options) storetest.Opener {
 //     same id and last_seq as its columns;
 //   - every module's bytes are used by a plugin version (a delete drops
 //     them with the last);
+//   - no lease is at or below the epoch its run's row keeps, and no ended
+//     run keeps a released lease row;
 //   - the schema version is this build's.
 func checkInvariants(t testing.TB, conn *pgx.Conn, schema string) {
 	t.Helper()
@@ -111,6 +113,9 @@ WHERE coalesce(e.n, 0) <> r.last_seq OR (e.n > 0 AND (e.lo <> 1 OR e.hi <> r.las
 WHERE convert_from(record, 'UTF8')::jsonb ->> 'id' <> id OR (convert_from(record, 'UTF8')::jsonb ->> 'lastSeq')::bigint <> last_seq`,
 		"module no plugin version uses": `SELECT encode(hash, 'escape') FROM ` + q + `.modules m
 WHERE NOT EXISTS (SELECT 1 FROM ` + q + `.plugins p WHERE p.module_hash = m.hash)`,
+		"lease at or below its run's kept epoch": `SELECT l.run_id FROM ` + q + `.leases l JOIN ` + q + `.runs r ON r.id = l.run_id WHERE l.epoch <= r.lease_epoch`,
+		"released lease row of an ended run": `SELECT l.run_id FROM ` + q + `.leases l JOIN ` + q + `.runs r ON r.id = l.run_id
+WHERE l.expires_ns = 0 AND r.status IN ('completed'::bytea, 'failed'::bytea, 'cancelled'::bytea)`,
 		"schema version": `SELECT version::text FROM ` + q + `.sandflow_schema WHERE version <> ` + fmt.Sprint(SchemaVersion),
 	}
 	for what, sql := range checks {

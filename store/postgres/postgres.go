@@ -86,6 +86,12 @@ type Options struct {
 	// committing keeps trying on new ones (a server restart takes
 	// seconds); 0 means 10 seconds, negative means no retry.
 	RetryFor time.Duration
+	// CommitNotices makes each committed Append tell the hosts following
+	// the run (ListenCommits) that it changed, with a notice in the
+	// append's transaction. Off by default: every notifying commit takes
+	// one database-wide lock while it commits, which costs commits
+	// throughput (RATIONALE.md, "How far do several hosts scale?").
+	CommitNotices bool
 }
 
 // Store is the PostgreSQL store.
@@ -96,8 +102,12 @@ type Store struct {
 	// channel of the store's schema (channels are the database's).
 	listenCfg *pgx.ConnConfig
 	channel   string
-	threshold int
-	retryFor  time.Duration
+	// commitChannel is the channel of commit notices, which the store
+	// sends when notifyCommits (Options.CommitNotices).
+	commitChannel string
+	notifyCommits bool
+	threshold     int
+	retryFor      time.Duration
 
 	mu     sync.RWMutex // held to read closed, for the whole call; Close takes it to write
 	closed bool
@@ -171,8 +181,10 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{pool: pool, leasePool: leasePool, listenCfg: cfg.ConnConfig, channel: "sandflow " + schema,
-		threshold: o.CompressThreshold, retryFor: o.RetryFor}, nil
+	s := &Store{pool: pool, leasePool: leasePool, listenCfg: cfg.ConnConfig, channel: "sandflow " + schema,
+		commitChannel: "sandflow commits " + schema, notifyCommits: o.CommitNotices,
+		threshold: o.CompressThreshold, retryFor: o.RetryFor}
+	return s, nil
 }
 
 // parseConnString parses a connection string as pgxpool does, refusing a

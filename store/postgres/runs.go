@@ -18,6 +18,7 @@ import (
 type batchRows struct {
 	runID   string
 	channel string // the store's LISTEN/NOTIFY channel
+	commits string // its commit notices' channel, "" when they are off
 	lease   *store.Lease
 	// Event columns, one element per event.
 	seqs   []int64
@@ -74,6 +75,9 @@ func (s *Store) encodeBatch(runID string, last uint64, rec store.Run, b store.Ba
 		return nil, fmt.Errorf("%w: run record: %v", store.ErrBadBatch, err)
 	}
 	w.rec = rec
+	if s.notifyCommits {
+		w.commits = s.commitChannel
+	}
 	if ps := b.PutState; ps != nil && !rec.Status.Terminal() {
 		if ps.Seq != newLast {
 			return nil, fmt.Errorf("%w: state image of run %s at seq %d, the batch ends at %d", store.ErrBadBatch, runID, ps.Seq, newLast)
@@ -178,6 +182,10 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		// Hosts listening claim the new run if its creator does not drive
 		// it at once.
 		st.add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
+	} else if w.commits != "" {
+		// One notice per transaction: the hosts following the run read
+		// what it committed.
+		st.add(nil, `SELECT pg_notify($1, $2)`, w.commits, w.runID)
 	}
 	br := tx.SendBatch(ctx, &st.q)
 	var err error

@@ -138,10 +138,22 @@ ALTER TABLE events ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
 CREATE INDEX runs_running ON runs (id) WHERE status = 'running'::bytea;
 CREATE INDEX timers_run ON timers (run_id, fire_ns);
 `,
+	// A run that has ended keeps no lease row: the release of its last
+	// lease deletes it and keeps its epoch in the run's row, where the
+	// next lease taken (a host may still acquire an ended run's) starts
+	// above it, so that no deletion lowers an epoch that fences a stale
+	// host. The rows ended runs kept before are deleted likewise.
+	4: `
+ALTER TABLE runs ADD COLUMN lease_epoch bigint NOT NULL DEFAULT 0;
+UPDATE runs r SET lease_epoch = l.epoch FROM leases l
+WHERE l.run_id = r.id AND r.status IN ('completed'::bytea, 'failed'::bytea, 'cancelled'::bytea);
+DELETE FROM leases l USING runs r
+WHERE l.run_id = r.id AND r.status IN ('completed'::bytea, 'failed'::bytea, 'cancelled'::bytea);
+`,
 }
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrate creates schema (when not "") and brings the store's tables in
 // the schema on search_path up to SchemaVersion, or refuses a newer one.
