@@ -45,6 +45,18 @@ func (h *Host) runClaims(ctx context.Context, logger *slog.Logger) error {
 			logger.Warn("listening for other hosts stopped; claiming by polling alone", "err", err)
 		}
 	}()
+	if cl, ok := h.leaser.(store.CommitListener); ok && h.opts.CommitNotices {
+		listening.Add(1)
+		go func() {
+			defer listening.Done()
+			// A commit of another host's wakes this host's watchers of
+			// the run, not its claims: nothing is left to claim.
+			err := cl.ListenCommits(lctx, h.notify)
+			if err != nil && lctx.Err() == nil {
+				logger.Warn("following other hosts' commits stopped; watchers hear of them at lease release", "err", err)
+			}
+		}()
+	}
 	for {
 		if _, err := h.claim(ctx, logger); err != nil && ctx.Err() == nil {
 			logger.Error("claiming runs", "err", err)

@@ -156,6 +156,15 @@ type Options struct {
 	// share, claims the runs that need a host (claims.go) when no notice
 	// wakes it first; 0 means DefaultClaimEvery.
 	ClaimEvery time.Duration
+	// CommitNotices, on a store several hosts share, has every commit of
+	// this host tell the others, and this host follow theirs: a watcher
+	// (an event stream, the console) of a run another host drives hears
+	// each commit, not only the release of the run's lease. OpenPostgres
+	// opens its store with postgres.Options.CommitNotices; a store given
+	// to Open must have been opened with it. It costs a NOTIFY per commit
+	// (see RATIONALE.md, "How far do several hosts scale?") and one more
+	// connection, so it is off by default.
+	CommitNotices bool
 }
 
 // Host is the kernel. Open one per store.
@@ -381,7 +390,11 @@ func OpenDir(ctx context.Context, dir string, opts *Options) (*Host, error) {
 // postgres.ErrBadConnString, a server that cannot be reached with one
 // matching postgres.ErrUnreachable; nothing is written then.
 func OpenPostgres(ctx context.Context, connString string, opts *Options) (*Host, error) {
-	st, err := postgres.Open(ctx, connString, nil)
+	var po postgres.Options
+	if opts != nil {
+		po.CommitNotices = opts.CommitNotices
+	}
+	st, err := postgres.Open(ctx, connString, &po)
 	if err != nil {
 		return nil, err
 	}

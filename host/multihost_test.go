@@ -416,3 +416,69 @@ func TestMultiHostDeletedVersionIsNotStartedElsewhere(t *testing.T) {
 		t.Fatalf("version 2 on B: %+v, %v", ri, err)
 	}
 }
+
+// commitSpy is a store whose ListenCommits reports the runs it heard of.
+type commitSpy struct {
+	*postgres.Store
+	heard chan string
+}
+
+func (s commitSpy) ListenCommits(ctx context.Context, fn func(string)) error {
+	return s.Store.ListenCommits(ctx, func(id string) {
+		select {
+		case s.heard <- id:
+		default:
+		}
+		fn(id)
+	})
+}
+
+// TestMultiHostCommitNoticesReachWatchers: with CommitNotices, a host
+// follows the commits of a run another host drives and holds, and its
+// watchers of the run hear of them, before any lease is released.
+func TestMultiHostCommitNoticesReachWatchers(t *testing.T) {
+	c := newCluster(t, 1, &host.Options{CommitNotices: true})
+	c.storeOpts.CommitNotices = true
+	c.close(0)
+	c.open(0) // A, its store now sending a notice per commit
+	a := c.host(0)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, c.dsn, &postgres.Options{MaxConns: 4, CommitNotices: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := commitSpy{Store: st, heard: make(chan string, 64)}
+	opts := c.opts
+	b, err := host.Open(ctx, spy, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	schedDone := make(chan struct{})
+	go func() { defer close(schedDone); b.RunScheduler(sctx, quietLogger) }()
+	defer func() { stop(); <-schedDone; b.Close(ctx); st.Close() }()
+
+	watch, unwatch := b.Watch("run-notices")
+	defer unwatch()
+	release := c.block("notices")
+	defer release()
+	go a.Call(ctx, "kitchen", json.RawMessage(`{"mode":"count","token":"notices"}`), &host.CallOptions{RunID: "run-notices"})
+	<-c.entered // A holds the run's lease, and its step waits
+	deadline := time.After(10 * time.Second)
+	for heard := false; !heard; {
+		select {
+		case id := <-spy.heard:
+			heard = id == "run-notices"
+		case <-deadline:
+			t.Fatal("B heard no commit of the run A holds")
+		}
+	}
+	select {
+	case <-watch:
+	case <-deadline:
+		t.Fatal("B's watcher of the run was not told of the commit B heard")
+	}
+	if ri, err := b.Run(ctx, "run-notices"); err != nil || ri.Status != store.StatusRunning {
+		t.Fatalf("B reads %+v, %v; want the run A still drives", ri, err)
+	}
+}

@@ -72,3 +72,11 @@ type Claim struct {
 	RunID string
 	Lease Lease
 }
+
+// CommitListener is implemented by a shared store that can tell the hosts
+// of each committed Append (store/postgres, when its stores were opened
+// with CommitNotices): ListenCommits calls fn with the run's id after
+// each, until ctx is done, reconnecting by itself as Listen does.
+type CommitListener interface {
+	ListenCommits(ctx context.Context, fn func(runID string)) error
+}

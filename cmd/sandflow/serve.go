@@ -39,6 +39,7 @@ func serveCmd(a *app) *cobra.Command {
 	var maxUpload int64
 	var preInit, snapshots int
 	var shutdownWait time.Duration
+	var commitNotices bool
 	var readTimeout, writeTimeout, idleTimeout, compileTimeout time.Duration
 	var maxConns, maxCalls, maxClientCalls, maxCompiles int
 	var maxInflight, maxClientInflight int64
@@ -91,7 +92,7 @@ at once.`,
 				}
 			}
 			h, err := a.openWith(ctx, &host.Options{BaseURL: strings.TrimSuffix(baseURL, "/"), MaxModuleBytes: int(maxUpload), PreInit: preInit, Snapshots: snapshots,
-				CompileTimeout: compileTimeout, MaxCompiles: maxCompiles})
+				CompileTimeout: compileTimeout, MaxCompiles: maxCompiles, CommitNotices: commitNotices})
 			if err != nil {
 				if errors.Is(err, store.ErrLocked) {
 					return lockedError(a.dataDir, err)
@@ -207,6 +208,7 @@ at once.`,
 	c.Flags().StringVar(&adminToken, "admin-token", "", "bearer token for the API and plugin uploads (env SANDFLOW_ADMIN_TOKEN)")
 	c.Flags().Int64Var(&maxUpload, "max-upload", 64<<20, "largest plugin module accepted, in bytes")
 	c.Flags().IntVar(&snapshots, "snapshots", 0, "snapshot a suspended wazero instance that is not kept parked once its run has this many ops, so its resume restores it instead of replaying (0: 64; -1: never)")
+	c.Flags().BoolVar(&commitNotices, "commit-notices", false, "with --store postgres://: tell the other hosts of every commit, and follow theirs, so that event streams and the console of a run another host drives update at each commit, not only when it lets the run go (a NOTIFY per commit; every host should have it)")
 	c.Flags().IntVar(&preInit, "preinit", 0, "initialised instances each WebAssembly tool in use keeps ready for starts and resumes by replay (0: none; runs created with it share the guest runtime's initialisation randomness)")
 	c.Flags().IntVar(&a.jsWorkers, "js-workers", 0, fmt.Sprintf("JavaScript programs that start at once; as many again that have computed over 1 s run beside them (0: max(4, 2 × CPUs), here %d)", jsprogram.DefaultMaxWorkers()))
 	c.Flags().IntVar(&a.jsParked, "js-parked", 0, fmt.Sprintf("suspended JavaScript programs kept live in their workers, one worker each, so that a resume runs only what is new; past it, or past %d MiB of their workers' memory, the least recently parked replays when it resumes (0: %d; -1: none)", jsprogram.DefaultMaxParkedBytes>>20, jsprogram.DefaultMaxParked))

@@ -182,9 +182,10 @@ func (w *batchRows) write(ctx context.Context, tx pgx.Tx, runSQL string, created
 		// Hosts listening claim the new run if its creator does not drive
 		// it at once.
 		st.add(nil, `SELECT pg_notify($1, $2)`, w.channel, w.runID)
-	} else if w.commits != "" {
-		// One notice per transaction: the hosts following the run read
-		// what it committed.
+	}
+	if w.commits != "" {
+		// One notice per transaction, the run's creation included: the
+		// hosts following the run read what it committed.
 		st.add(nil, `SELECT pg_notify($1, $2)`, w.commits, w.runID)
 	}
 	br := tx.SendBatch(ctx, &st.q)
