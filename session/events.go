@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandflow/sandflow/abi"
 	"github.com/sandflow/sandflow/host"
+	"github.com/sandflow/sandflow/host/history"
 	"github.com/sandflow/sandflow/store"
 )
 
@@ -148,6 +149,14 @@ func (s *Session) sync(ctx context.Context) {
 		ri, err := s.m.h.Run(ctx, tr.RunID)
 		if err != nil {
 			continue
+		}
+		if !ri.Status.Terminal() && endsRun(evs) {
+			// Run answers a run being driven from its driver's last
+			// published state, which can lag the log just read; the run's
+			// record is written with its events. Without this the run's
+			// end was translated as not ended, and never again: its
+			// events had been read.
+			endFromRecord(ctx, st, &ri)
 		}
 		for _, e := range evs {
 			s.translate(tr, ri, e)
@@ -297,4 +306,27 @@ func (s *Session) Watch() (<-chan struct{}, func()) {
 			stop()
 		}
 	}
+}
+
+// endsRun reports whether evs hold the event that ends a run.
+func endsRun(evs []store.Event) bool {
+	for _, e := range evs {
+		switch e.Kind {
+		case host.EvRunCompleted, host.EvRunFailed, host.EvRunCancelled:
+			return true
+		}
+	}
+	return false
+}
+
+// endFromRecord sets ri's status, result and error from the run's record,
+// when the record says the run ended.
+func endFromRecord(ctx context.Context, st store.Store, ri *host.RunInfo) {
+	rec, err := st.Run(ctx, ri.ID)
+	if err != nil || !rec.Status.Terminal() {
+		return
+	}
+	var d history.Detail
+	_ = json.Unmarshal(rec.Detail, &d) // a summary; absent fields stay empty
+	ri.Status, ri.Result, ri.Error = rec.Status, d.Result, d.Error
 }
